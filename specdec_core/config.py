@@ -1,0 +1,28 @@
+"""Decoding settings shared by the CLI, the GUI and the benchmark."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    max_new_tokens: int = 128
+    k: int = 4  # draft length for chain drafters
+    temperature: float = 0.0  # 0 = greedy
+    top_p: float = 1.0
+    seed: int = 0
+    policy: str = "lossless"
+    policy_params: dict[str, float] = field(default_factory=dict)
+    tree_depth: int | None = None
+    tree_topk: int | None = None
+    tree_tokens: int | None = None  # None = auto-size for the device
+    ngram_max: int = 3
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)

@@ -1,0 +1,250 @@
+"""The decode loop: one generator for every method.
+
+    prefill(prompt[:-1])
+    while not done:
+        proposal = drafter.propose(ids)                  # chain of k tokens, or a tree
+        out = target.forward([pending, *proposal])       # ONE target forward
+        verdict = verifier(proposal, p, q)               # accepted path + correction/bonus
+        target.keep(path); drafter.commit(...)           # KV rollback / compaction
+        yield Step(...)
+
+Contract: yields `Started`, one `Step` per target forward after the prefill, then `Finished`.
+The caller owns randomness (a `torch.Generator`) and cancellation (`stop`, anything with
+`is_set()`, checked between steps). Timings synchronise CUDA before reading the clock.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Protocol
+
+import torch
+
+from specdec_core.config import DecodeConfig
+from specdec_core.detokenize import IncrementalDetokenizer
+from specdec_core.drafters.base import Drafter, Proposal
+from specdec_core.errors import SpecdecError
+from specdec_core.events import DraftTree, Event, Finished, RunSummary, Started, Step, Token
+from specdec_core.events import TokenKind as Kind
+from specdec_core.models import LoadedModel
+from specdec_core.sampling import probs
+from specdec_core.target import Target, TargetOutput
+from specdec_core.verifiers import ChainVerifier, make_verifier
+from specdec_core.verifiers.tree import verify_tree
+
+
+class StopFlag(Protocol):
+    def is_set(self) -> bool: ...
+
+
+def make_generator(seed: int, device: torch.device) -> torch.Generator:
+    generator = torch.Generator(device=device)
+    generator.manual_seed(seed)
+    return generator
+
+
+def generate(
+    target: LoadedModel,
+    drafter: Drafter,
+    prompt_ids: list[int],
+    config: DecodeConfig,
+    *,
+    method: str | None = None,
+    verifier: ChainVerifier | None = None,
+    stop: StopFlag | None = None,
+    generator: torch.Generator | None = None,
+    started_info: dict | None = None,
+) -> Iterator[Event]:
+    if not prompt_ids:
+        raise SpecdecError("the prompt is empty; type a prompt or pass --prompt TEXT")
+    if len(prompt_ids) >= target.context_length:
+        raise SpecdecError(
+            f"the prompt has {len(prompt_ids)} tokens but the model's context is "
+            f"{target.context_length}; shorten the prompt"
+        )
+    verifier = verifier or make_verifier(config.policy, **config.policy_params)
+    generator = generator or make_generator(config.seed, target.device)
+    runner = Target(target.model, drafter.feature_layers)
+    detok = IncrementalDetokenizer(target.tokenizer, prompt_ids)
+    eos = target.eos_ids
+    method = method or drafter.name
+    info = {**config.as_dict(), "policy": verifier.name, "lossy": verifier.lossy}
+    yield Started(len(prompt_ids), method, {**info, **(started_info or {})})
+
+    started = _now(target.device)
+    ids = list(prompt_ids)
+    features = runner.prefill(ids[:-1])
+    drafter.begin(ids, features)
+    prefill_seconds = _now(target.device) - started
+    new: list[int] = []
+    stats = _Stats()
+    reason = "max_tokens"
+    while True:
+        if stop is not None and stop.is_set():
+            reason = "stopped"
+            break
+        room = min(config.max_new_tokens - len(new), target.context_length - len(ids))
+        if room <= 0:
+            reason = "max_tokens" if len(new) >= config.max_new_tokens else "context"
+            break
+        t0 = _now(target.device)
+        proposal = drafter.propose(ids, config, generator)
+        t1 = _now(target.device)
+        start = runner.length
+        out = runner.forward([ids[-1], *proposal.tokens], proposal.parents)
+        p = probs(out.logits, config.temperature, config.top_p)  # [n+1, V]
+        path, next_token = _verify(proposal, p, verifier, generator)
+        runner.keep(start, [0, *(node + 1 for node in path)])
+        t2 = _now(target.device)
+        emitted = [proposal.tokens[node] for node in path] + [next_token]
+        ids.extend(emitted)
+        drafter.commit(ids, len(path), _rows(out, [0, *(node + 1 for node in path)]))
+        t3 = _now(target.device)
+
+        tokens = _tokens(emitted, proposal, path, p, detok, stats.steps)
+        done = next((i for i, t in enumerate(emitted) if t in eos), None)
+        keep = min(len(tokens), room, done + 1 if done is not None else len(tokens))
+        new.extend(emitted[:keep])
+        stats.add(proposal, len(path), t1 - t0 + (t3 - t2), t2 - t1)
+        yield Step(
+            index=stats.steps - 1,
+            tokens=tuple(tokens[:keep]),
+            drafted=len(proposal.tokens),
+            accepted=len(path),
+            draft_seconds=t1 - t0 + (t3 - t2),
+            verify_seconds=t2 - t1,
+            tree=_tree(proposal, path),
+            rejected=_rejected(proposal, path, stats.steps - 1, target.tokenizer),
+        )
+        if done is not None and done < keep:
+            reason = "eos"
+            break
+
+    wall = _now(target.device) - started
+    summary = RunSummary(
+        method=method,
+        policy=verifier.name,
+        lossy=verifier.lossy,
+        prompt_tokens=len(prompt_ids),
+        new_tokens=len(new),
+        token_ids=tuple(new),
+        text=target.tokenizer.decode(new, skip_special_tokens=True),
+        steps=stats.steps,
+        wall_seconds=wall,
+        draft_seconds=stats.draft_seconds,
+        verify_seconds=stats.verify_seconds,
+        prefill_seconds=prefill_seconds,
+        stop_reason=reason,
+        accepted_per_position=tuple(stats.accepted),
+        drafted_per_position=tuple(stats.drafted),
+        config=info,
+    )
+    yield Finished(summary)
+
+
+def _verify(
+    proposal: Proposal, p: torch.Tensor, verifier: ChainVerifier, generator: torch.Generator
+) -> tuple[list[int], int]:
+    """Accepted node indices (root to leaf) and the target's next token."""
+    if proposal.is_tree:
+        return verify_tree(proposal, p, generator, verifier)
+    draft = torch.tensor(proposal.tokens, dtype=torch.long, device=p.device)
+    verdict = verifier.verify(draft, proposal.q, p, generator)
+    return list(range(verdict.accepted)), verdict.next_token
+
+
+def _tokens(
+    emitted: list[int],
+    proposal: Proposal,
+    path: list[int],
+    p: torch.Tensor,
+    detok: IncrementalDetokenizer,
+    step: int,
+) -> list[Token]:
+    rows = [0, *(node + 1 for node in path)]  # p row that scored each emitted token
+    tokens = []
+    for i, token_id in enumerate(emitted):
+        if i < len(path):
+            kind = Kind.ACCEPTED_DRAFT
+            q = proposal.q[path[i], token_id].item() if proposal.q is not None else 1.0
+        else:
+            kind = (
+                Kind.TARGET
+                if not proposal.tokens
+                else (Kind.BONUS if _is_full(proposal, path) else Kind.CORRECTION)
+            )
+            q = None
+        p_target = float(p[rows[i], token_id])
+        tokens.append(Token(token_id, detok.push(token_id), kind, step, p_target, q))
+    return tokens
+
+
+def _is_full(proposal: Proposal, path: list[int]) -> bool:
+    """Was the whole draft accepted (chain), or did the path reach a leaf (tree)?"""
+    if not proposal.is_tree:
+        return len(path) == len(proposal.tokens)
+    return bool(path) and path[-1] not in proposal.parents
+
+
+def _rejected(proposal: Proposal, path: list[int], step: int, tokenizer) -> tuple[Token, ...]:
+    if proposal.is_tree or len(path) == len(proposal.tokens):
+        return ()
+    node = len(path)  # the first rejected chain position; later drafts depended on it
+    q = float(proposal.q[node, proposal.tokens[node]]) if proposal.q is not None else 1.0
+    token_id = proposal.tokens[node]
+    return (Token(token_id, tokenizer.decode([token_id]), Kind.REJECTED_DRAFT, step, 0.0, q),)
+
+
+def _tree(proposal: Proposal, path: list[int]) -> DraftTree | None:
+    if not proposal.is_tree:
+        return None
+    return DraftTree(
+        tokens=tuple(proposal.tokens),
+        parents=tuple(proposal.parents),
+        scores=tuple(proposal.scores),
+        accepted=tuple(path),
+    )
+
+
+def _rows(out: TargetOutput, rows: list[int]) -> TargetOutput:
+    index = torch.tensor(rows, device=out.hidden.device)
+    return TargetOutput(
+        logits=None,
+        hidden=out.hidden[index],
+        layer_hidden=tuple(h[index] for h in out.layer_hidden),
+    )
+
+
+class _Stats:
+    def __init__(self) -> None:
+        self.steps = 0
+        self.draft_seconds = 0.0
+        self.verify_seconds = 0.0
+        self.accepted: list[int] = []  # accepted[i]: steps that accepted more than i drafts
+        self.drafted: list[int] = []  # drafted[i]: steps whose draft reached position i
+
+    def add(self, proposal: Proposal, accepted: int, draft_s: float, verify_s: float) -> None:
+        self.steps += 1
+        self.draft_seconds += draft_s
+        self.verify_seconds += verify_s
+        depth = _depth(proposal)
+        for counts, n in ((self.drafted, depth), (self.accepted, accepted)):
+            counts.extend([0] * max(0, n - len(counts)))
+            for i in range(n):
+                counts[i] += 1
+
+
+def _depth(proposal: Proposal) -> int:
+    if not proposal.is_tree:
+        return len(proposal.tokens)
+    depth: list[int] = []
+    for parent in proposal.parents:
+        depth.append(depth[parent] + 1 if parent >= 0 else 1)
+    return max(depth, default=0)
+
+
+def _now(device: torch.device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()

@@ -1,0 +1,49 @@
+"""The drafter interface: propose tokens, then hear what the target accepted.
+
+Two methods, as transformers' `CandidateGenerator`: `propose` and `commit`. A drafter keeps
+whatever state it needs (its own KV cache, features) and must roll it back on `commit`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from specdec_core.config import DecodeConfig
+from specdec_core.target import TargetOutput
+
+
+@dataclass(frozen=True)
+class Proposal:
+    tokens: list[int]  # drafted token ids (chain order, or tree nodes with parents first)
+    q: torch.Tensor | None = None  # [n, V] draft distributions the tokens were drawn from
+    parents: tuple[int, ...] | None = None  # tree: parent node index per node (-1 = root)
+    scores: tuple[float, ...] = ()  # tree: cumulative log-prob per node (display)
+
+    @property
+    def is_tree(self) -> bool:
+        return self.parents is not None
+
+
+EMPTY = Proposal(tokens=[])
+
+
+class Drafter(Protocol):
+    name: str
+    needs_features: bool  # the target must return hidden states for `begin` / `commit`
+    feature_layers: tuple[int, ...]  # extra target layers whose inputs it needs (EAGLE-3)
+
+    def begin(self, ids: list[int], features: TargetOutput) -> None:
+        """A new generation: `ids` is the prompt; `features` covers ids[:-1]."""
+
+    def propose(self, ids: list[int], config: DecodeConfig, generator: torch.Generator) -> Proposal:
+        """Draft continuations of `ids` (committed tokens, the last one pending)."""
+
+    def commit(self, ids: list[int], accepted: int, features: TargetOutput) -> None:
+        """The target accepted `accepted` drafted tokens and appended one of its own.
+
+        `ids` is the new committed sequence; `features` holds the target's rows for the tokens
+        ids[-(accepted + 2):-1] (the previous pending token and the accepted drafts).
+        """

@@ -1,0 +1,75 @@
+"""Classic speculative decoding: a small causal LM with the target's tokenizer drafts k tokens.
+
+The draft keeps its own KV cache. It always covers a prefix of the committed tokens; `propose`
+feeds whatever committed tokens it has not seen yet plus the pending one, then drafts k tokens
+autoregressively, sampling from q = probs(draft logits) with the same temperature / top-p as
+the target. `commit` truncates the cache back to the accepted prefix.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import PreTrainedModel
+
+from specdec_core import kv_cache
+from specdec_core.config import DecodeConfig
+from specdec_core.drafters.base import Proposal
+from specdec_core.errors import SpecdecError
+from specdec_core.sampling import probs, sample
+from specdec_core.target import TargetOutput
+
+
+class ClassicDrafter:
+    name = "classic"
+    needs_features = False
+    feature_layers: tuple[int, ...] = ()
+
+    def __init__(self, draft: PreTrainedModel, target_vocab: int) -> None:
+        self.draft = draft
+        self.target_vocab = target_vocab
+        self.cache = kv_cache.new_cache(draft.config)
+
+    def begin(self, ids: list[int], features: TargetOutput) -> None:
+        self.cache = kv_cache.new_cache(self.draft.config)
+
+    @torch.inference_mode()
+    def propose(self, ids: list[int], config: DecodeConfig, generator: torch.Generator) -> Proposal:
+        tokens: list[int] = []
+        rows: list[torch.Tensor] = []
+        feed = ids[kv_cache.cache_length(self.cache) :]
+        for _ in range(config.k):
+            q = probs(self._logits(feed), config.temperature, config.top_p)  # [V]
+            token = sample(q, generator) if not config.greedy else int(q.argmax())
+            tokens.append(token)
+            rows.append(q)
+            feed = [token]
+        return Proposal(tokens=tokens, q=torch.stack(rows) if rows else None)
+
+    def commit(self, ids: list[int], accepted: int, features: TargetOutput) -> None:
+        # the cache may hold rejected drafts; keep at most the committed tokens before pending
+        length = min(kv_cache.cache_length(self.cache), len(ids) - 1)
+        kv_cache.truncate(self.cache, length)
+
+    def _logits(self, feed: list[int]) -> torch.Tensor:
+        input_ids = torch.tensor([feed], device=self.draft.device)
+        out = self.draft(input_ids=input_ids, cache=self.cache, use_cache=True, logits_to_keep=1)
+        logits = out.logits[0, -1].float()  # [V_draft]
+        return _fit_vocab(logits, self.target_vocab)
+
+
+def _fit_vocab(logits: torch.Tensor, vocab: int) -> torch.Tensor:
+    """Align a draft's logits to the target's vocabulary width (padding rows differ)."""
+    if logits.shape[-1] >= vocab:
+        return logits[..., :vocab]
+    pad = logits.new_full((*logits.shape[:-1], vocab - logits.shape[-1]), float("-inf"))
+    return torch.cat([logits, pad], dim=-1)
+
+
+def check_same_tokenizer(target_tokenizer, draft_tokenizer, draft_spec: str) -> None:
+    """A classic draft must tokenize exactly like the target; say so before generating."""
+    if target_tokenizer.get_vocab() != draft_tokenizer.get_vocab():
+        raise SpecdecError(
+            f"draft '{draft_spec}' uses a different tokenizer than the target "
+            f"({len(draft_tokenizer)} vs {len(target_tokenizer)} tokens); classic speculative "
+            "decoding needs a draft from the same model family, or use --method ngram"
+        )

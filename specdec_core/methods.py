@@ -1,0 +1,52 @@
+"""Method name -> drafter, from a registry (not an if/elif chain).
+
+Each entry says which extra model it needs ("draft" for a classic draft LM, "head" for an
+EAGLE head, nothing for n-gram / autoregressive) so the CLI and GUI load exactly that.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from specdec_core.drafters.autoregressive import AutoregressiveDrafter
+from specdec_core.drafters.base import Drafter
+from specdec_core.drafters.classic import ClassicDrafter, check_same_tokenizer
+from specdec_core.errors import SpecdecError
+from specdec_core.models import LoadedModel
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    label: str  # for menus and tables
+    needs: str | None  # "draft", "head" or None
+    build: Callable[[LoadedModel, object | None], Drafter]
+
+
+def _classic(target: LoadedModel, draft: object | None) -> Drafter:
+    assert isinstance(draft, LoadedModel)
+    check_same_tokenizer(target.tokenizer, draft.tokenizer, draft.spec)
+    return ClassicDrafter(draft.model, target.vocab_size)
+
+
+METHODS: dict[str, Method] = {
+    "ar": Method("ar", "Autoregressive", None, lambda target, extra: AutoregressiveDrafter()),
+    "classic": Method("classic", "Classic draft", "draft", _classic),
+}
+
+
+def get_method(name: str) -> Method:
+    try:
+        return METHODS[name]
+    except KeyError:
+        raise SpecdecError(
+            f"unknown method '{name}'; choose one of: {', '.join(METHODS)}"
+        ) from None
+
+
+def build_drafter(name: str, target: LoadedModel, extra: object | None = None) -> Drafter:
+    method = get_method(name)
+    if method.needs and extra is None:
+        raise SpecdecError(f"method '{name}' needs a {method.needs}; pass --{method.needs} SPEC")
+    return method.build(target, extra)

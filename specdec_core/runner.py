@@ -1,0 +1,66 @@
+"""Run one method on one prompt to completion: the shared path of the CLI and benchmarks.
+
+`prepare` loads what a method needs besides the target (a draft model, an EAGLE head) through
+the `EXTRA_LOADERS` registry, so adding a method never touches the CLI.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from specdec_core.config import DecodeConfig
+from specdec_core.decode import StopFlag, generate
+from specdec_core.errors import SpecdecError
+from specdec_core.events import Event, Finished, RunSummary
+from specdec_core.methods import build_drafter, get_method
+from specdec_core.models import LoadedModel, load_model
+from specdec_core.resources import resource_path
+
+ExtraLoader = Callable[[str, LoadedModel], object]
+
+
+def load_draft(spec: str, target: LoadedModel) -> LoadedModel:
+    """`embedded` is the bundled token-level draft; anything else is a model spec."""
+    if spec == "embedded":
+        bundled = resource_path("draft")
+        if not (bundled / "config.json").is_file():
+            raise SpecdecError(
+                "this install has no bundled draft; pass --draft smollm2 (the target itself) "
+                "or a draft model directory / hub id"
+            )
+        spec = str(bundled)
+    return load_model(spec, device=str(target.device), dtype=_dtype_name(target))
+
+
+EXTRA_LOADERS: dict[str, ExtraLoader] = {"draft": load_draft}
+
+
+def prepare_extra(method: str, target: LoadedModel, specs: dict[str, str]) -> object | None:
+    """Load the draft / head `method` needs (None if it needs nothing)."""
+    needs = get_method(method).needs
+    if needs is None:
+        return None
+    spec = specs.get(needs) or "embedded"
+    return EXTRA_LOADERS[needs](spec, target)
+
+
+def run(
+    target: LoadedModel,
+    method: str,
+    prompt_ids: list[int],
+    config: DecodeConfig,
+    extra: object | None = None,
+    stop: StopFlag | None = None,
+    on_event: Callable[[Event], None] | None = None,
+) -> RunSummary:
+    drafter = build_drafter(method, target, extra)
+    for event in generate(target, drafter, prompt_ids, config, method=method, stop=stop):
+        if on_event is not None:
+            on_event(event)
+        if isinstance(event, Finished):
+            return event.summary
+    raise RuntimeError("the decode loop ended without a Finished event")
+
+
+def _dtype_name(model: LoadedModel) -> str:
+    return str(model.dtype).removeprefix("torch.")

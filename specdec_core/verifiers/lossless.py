@@ -1,0 +1,55 @@
+"""The lossless rule of speculative sampling (Leviathan et al. 2023, Alg. 1; Chen et al. 2023).
+
+Accept drafted x_i ~ q_i with probability min(1, p_i(x_i) / q_i(x_i)); at the first rejection
+sample the correction from norm(max(0, p_i − q_i)); if all k are accepted, sample the bonus
+token from p_{k}. The output is distributed exactly as sampling from p alone.
+
+At temperature 0 both p and q are one-hot (see `sampling.probs`), so the same rule reads
+"accept while draft == argmax(target); then emit argmax(target)" and needs no special case.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specdec_core.sampling import sample
+from specdec_core.verifiers.base import Verdict, one_hot_q
+
+
+def speculative_accept(
+    draft: torch.Tensor,  # [k] long: x_1..x_k
+    q: torch.Tensor,  # [k, V]: draft distributions the x_i were sampled from
+    p: torch.Tensor,  # [k+1, V]: target distributions at the same positions, plus one
+    generator: torch.Generator | None,
+) -> Verdict:
+    k = draft.shape[0]
+    if k:
+        rows = torch.arange(k, device=draft.device)
+        p_x = p[rows, draft]  # [k]
+        q_x = q[rows, draft]  # [k]
+        r = torch.rand(k, generator=generator, device=p.device)  # [k]
+        rejected = (r * q_x >= p_x).nonzero()  # accept iff r < p/q, written without dividing
+        if len(rejected):
+            n = int(rejected[0, 0])
+            residual = (p[n] - q[n]).clamp(min=0.0)  # [V]
+            total = residual.sum()
+            # total == 0 only when p == q, where rejection has probability 0; guard rounding
+            residual = residual / total if total > 0 else p[n]
+            return Verdict(accepted=n, next_token=sample(residual, generator))
+    return Verdict(accepted=k, next_token=sample(p[k], generator))
+
+
+class LosslessVerifier:
+    name = "lossless"
+    lossy = False
+
+    def verify(
+        self,
+        draft: torch.Tensor,
+        q: torch.Tensor | None,
+        p: torch.Tensor,
+        generator: torch.Generator | None,
+    ) -> Verdict:
+        if q is None:
+            q = one_hot_q(draft, p.shape[-1])
+        return speculative_accept(draft, q, p, generator)
