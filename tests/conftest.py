@@ -1,0 +1,35 @@
+"""Shared test fixtures: tiny randomly initialised models built in the test (no files, no hub)."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from tests.tiny import perturbed, tiny_loaded  # noqa: E402
+
+torch.set_num_threads(1)  # tiny models: threads only add overhead and contention
+
+
+@pytest.fixture(scope="session")
+def tiny_target():
+    return tiny_loaded(seed=1)
+
+
+@pytest.fixture(scope="session")
+def tiny_draft(tiny_target):
+    """The target with noise: accepts often, rejects sometimes."""
+    return tiny_loaded(seed=2, model=perturbed(tiny_target.model, noise=0.6, seed=2))
+
+
+@pytest.fixture(scope="session")
+def embedded():
+    """The real embedded model (SmolLM2-135M-Instruct); converted once into the user cache."""
+    from specdec_core.models import load_model
+
+    return load_model("embedded", device="cpu", dtype="float32")

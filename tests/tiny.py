@@ -1,0 +1,82 @@
+"""Tiny random causal LMs with a real (word-level) tokenizer, for fast exact engine tests.
+
+Logits are sharpened (a scaled lm_head) so that distributions are far from uniform and a
+different seed gives a genuinely different draft: acceptance is partial, which exercises
+both the accept and the reject branches.
+"""
+
+from __future__ import annotations
+
+import torch
+from tokenizers import Tokenizer
+from tokenizers.models import WordLevel
+from tokenizers.pre_tokenizers import WhitespaceSplit
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+from specdec_core.models import LoadedModel
+
+VOCAB = 32
+SPECIAL = ["<unk>", "<s>", "</s>"]  # ids 0, 1, 2; </s> is EOS
+
+
+def tiny_tokenizer() -> PreTrainedTokenizerFast:
+    words = SPECIAL + [f"w{i}" for i in range(VOCAB - len(SPECIAL))]
+    model = WordLevel({word: i for i, word in enumerate(words)}, unk_token="<unk>")
+    tokenizer = Tokenizer(model)
+    tokenizer.pre_tokenizer = WhitespaceSplit()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, unk_token="<unk>", bos_token="<s>", eos_token="</s>"
+    )
+
+
+def tiny_config(layers: int = 2, hidden: int = 32) -> LlamaConfig:
+    return LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        bos_token_id=1,
+        eos_token_id=2,
+        tie_word_embeddings=False,
+    )
+
+
+def tiny_model(seed: int, layers: int = 2, sharpness: float = 4.0) -> LlamaForCausalLM:
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(tiny_config(layers)).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(sharpness)
+        model.lm_head.weight[2] = 0.0  # EOS logit 0: rarely the argmax, so runs are long
+    model.generation_config.eos_token_id = 2
+    return model
+
+
+def perturbed(model: LlamaForCausalLM, noise: float, seed: int) -> LlamaForCausalLM:
+    """A copy of `model` with Gaussian noise (relative to each tensor's std): a draft that
+    agrees with the target often but not always."""
+    torch.manual_seed(seed)
+    copy = LlamaForCausalLM(model.config).eval()
+    copy.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        for param in copy.parameters():
+            param.add_(torch.randn_like(param) * noise * param.std().clamp(min=1e-3))
+    copy.generation_config.eos_token_id = 2
+    return copy
+
+
+def tiny_loaded(seed: int, layers: int = 2, model: LlamaForCausalLM | None = None) -> LoadedModel:
+    return LoadedModel(
+        model=model if model is not None else tiny_model(seed, layers),
+        tokenizer=tiny_tokenizer(),
+        spec=f"tiny-{seed}",
+        source="memory",
+        device=torch.device("cpu"),
+        dtype=torch.float32,
+    )
+
+
+def prompt(length: int = 5, offset: int = 3) -> list[int]:
+    return [1] + [3 + (offset + 7 * i) % (VOCAB - 3) for i in range(length - 1)]
