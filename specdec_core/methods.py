@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from specdec_core.drafters.autoregressive import AutoregressiveDrafter
 from specdec_core.drafters.base import Drafter
 from specdec_core.drafters.classic import ClassicDrafter, check_same_tokenizer
+from specdec_core.drafters.ngram import NgramDrafter
 from specdec_core.errors import SpecdecError
 from specdec_core.models import LoadedModel
 
@@ -33,6 +34,7 @@ def _classic(target: LoadedModel, draft: object | None) -> Drafter:
 METHODS: dict[str, Method] = {
     "ar": Method("ar", "Autoregressive", None, lambda target, extra: AutoregressiveDrafter()),
     "classic": Method("classic", "Classic draft", "draft", _classic),
+    "ngram": Method("ngram", "N-gram lookup", None, lambda target, extra: NgramDrafter()),
 }
 
 
