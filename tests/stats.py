@@ -1,0 +1,55 @@
+"""Distribution checks shared by the lossless tests of every method."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import torch
+from scipy.stats import chisquare
+
+
+def chi_square_pvalue(
+    samples: list[int], expected: torch.Tensor, min_expected: float = 5.0
+) -> float:
+    """Chi-square goodness of fit of integer samples to a distribution over ids.
+
+    Cells whose expected count is below `min_expected` are pooled into one, as the test needs.
+    """
+    n = len(samples)
+    counts = Counter(samples)
+    expected_counts = expected.double().numpy() * n
+    big = expected_counts >= min_expected
+    observed = [counts.get(i, 0) for i in np.flatnonzero(big)]
+    wanted = list(expected_counts[big])
+    rest_observed = n - sum(observed)
+    rest_expected = n - sum(wanted)
+    if rest_expected >= min_expected:
+        observed.append(rest_observed)
+        wanted.append(rest_expected)
+    else:
+        assert rest_observed <= max(3, 3 * rest_expected), "samples where p is ~0"
+        wanted = list(np.array(wanted) * sum(observed) / sum(wanted))
+    return float(chisquare(observed, wanted).pvalue)
+
+
+@torch.inference_mode()
+def target_marginals(model, prompt_ids: list[int], temperature: float, top_p: float, eos: int = 2):
+    """Exact distributions of the first and second generated token under the target.
+
+    Generation stops at EOS, so the second distribution has one extra cell (index V, "no
+    second token") holding the probability that the first token is EOS.
+    """
+    from specdec_core.sampling import probs
+
+    def next_probs(ids: list[int]) -> torch.Tensor:
+        logits = model(torch.tensor([ids])).logits[0, -1]
+        return probs(logits, temperature, top_p)
+
+    first = next_probs(prompt_ids)  # [V]
+    second = torch.zeros(first.shape[0] + 1)  # [V + 1]
+    second[-1] = first[eos]
+    for token in torch.nonzero(first > 0).flatten().tolist():
+        if token != eos:
+            second[:-1] += first[token] * next_probs([*prompt_ids, token])
+    return first, second
