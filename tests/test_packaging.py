@@ -1,0 +1,22 @@
+"""Packaging: every code package is listed in pyproject.toml, resources ship as package data."""
+
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_code_package_is_listed_in_pyproject():
+    listed = set(
+        tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    for top in ("specdec_core", "app"):
+        for init in (ROOT / top).rglob("__init__.py"):
+            package = ".".join(init.parent.relative_to(ROOT).parts)
+            assert package in listed, f"add {package} to [tool.setuptools] packages"
+
+
+def test_resources_are_reachable_as_a_package():
+    from specdec_core.resources import resource_path
+
+    assert resource_path().is_dir()
