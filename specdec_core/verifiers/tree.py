@@ -39,11 +39,12 @@ def verify_tree(
         for child in children.get(node, []):
             x = proposal.tokens[child]
             u = torch.rand((), generator=generator, device=dist.device)
-            if u < dist[x]:
+            rest = dist.sum() - dist[x]  # 0 only if rounding left p(x) just under 1
+            if u < dist[x] or rest <= 0:
                 path.append(child)
                 node = child
                 break
             dist[x] = 0.0
-            dist = dist / dist.sum()
+            dist = dist / rest
         else:
             return path, sample(dist, generator)
