@@ -3,6 +3,18 @@
 Methods are interleaved per prompt (prompt 1: ar, eagle, …; prompt 2: …) so that drift of a
 noisy machine hits all of them alike. `ar` always runs: it is the reference for speedup and
 for `identical_to_ar`.
+
+**Policies in one run.** A method entry may name a verification policy and its parameters:
+`METHOD[:POLICY[:NAME=VALUE[/NAME=VALUE…]]]`, e.g. `ngram:threshold:tau=0.3` or
+`classic:hybrid:ngram_tau=0.5/logit_tau=0.1`; `ngram,ngram:typical,ngram:ensemble:w=0.8` compares
+three policies in one run. A bare `METHOD` uses `--policy` / `--policy-param`; `METHOD:POLICY`
+uses that policy's defaults plus the parameters written after it. Rows and tables are keyed by
+the entry as written.
+
+**Fidelity** (`specdec_core.fidelity`): every entry also reports, against the `ar` output of
+the same prompt, `prefix_agreement` (share of tokens before the first difference) and
+`token_agreement` (position-wise), and `mean_logprob`, the mean target log-probability per
+generated token from one extra teacher-forced target forward (not timed).
 """
 
 from __future__ import annotations
@@ -11,11 +23,13 @@ import csv
 import json
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from specdec_core.baselines import HF_METHODS, run_hf
 from specdec_core.config import DecodeConfig
+from specdec_core.errors import SpecdecError
+from specdec_core.fidelity import mean_logprob, prefix_agreement, token_agreement
 from specdec_core.models import LoadedModel
 from specdec_core.prompts import encode_prompt
 from specdec_core.runner import prepare_extra, run
@@ -44,17 +58,19 @@ def run_bench(
 ) -> BenchResult:
     report = progress or (lambda message: None)
     methods = ["ar", *[m for m in methods if m != "ar"]]
-    extras = {m: _extra(m, target, specs) for m in methods}
+    variants = {label: parse_variant(label, config) for label in methods}
+    bases = {method for method, _ in variants.values()}
+    extras = {m: _extra(m, target, specs) for m in bases}
     encoded = [encode_prompt(target.tokenizer, prompt, raw) for prompt in prompts]
     _warm_up(target, encoded[0], config)
     rows: list[dict] = []
     for index, ids in enumerate(encoded):
-        reference: list[int] | None = None
-        for method in methods:
-            report(f"prompt {index + 1}/{len(encoded)}: {method}")
-            row = _run_one(method, target, ids, config, extras[method])
-            reference = row["token_ids"] if method == "ar" else reference
-            row.update(prompt_index=index, identical_to_ar=row["token_ids"] == reference)
+        reference: list[int] = []
+        for label, (method, variant_config) in variants.items():
+            report(f"prompt {index + 1}/{len(encoded)}: {label}")
+            row = _run_one(method, target, ids, variant_config, extras[method])
+            reference = row["token_ids"] if label == "ar" else reference
+            row.update(method=label, prompt_index=index, **compare_to_reference(row, reference))
             rows.append(row)
     result = BenchResult(config={**config.as_dict(), **_describe(target, methods, specs)})
     result.per_prompt = [{k: v for k, v in row.items() if k != "token_ids"} for row in rows]
@@ -66,6 +82,34 @@ def run_bench(
     return result
 
 
+def parse_variant(label: str, config: DecodeConfig) -> tuple[str, DecodeConfig]:
+    """`METHOD[:POLICY[:NAME=VALUE[/NAME=VALUE…]]]` -> (method, config with that policy)."""
+    method, _, rest = label.partition(":")
+    if not rest:
+        return method, config
+    policy, _, param_text = rest.partition(":")
+    params: dict[str, float] = {}
+    for item in filter(None, param_text.split("/")):
+        name, _, value = item.partition("=")
+        try:
+            params[name.strip()] = float(value)
+        except ValueError:
+            raise SpecdecError(
+                f"'{label}': policy parameters are NAME=NUMBER separated by '/'"
+            ) from None
+    return method, replace(config, policy=policy, policy_params=params)
+
+
+def compare_to_reference(row: dict, reference: list[int]) -> dict:
+    """Fidelity of a row's output to the `ar` output of the same prompt (`fidelity`)."""
+    output = row["token_ids"]
+    return {
+        "identical_to_ar": output == reference,
+        "prefix_agreement": prefix_agreement(output, reference),
+        "token_agreement": token_agreement(output, reference),
+    }
+
+
 def _extra(method: str, target: LoadedModel, specs: dict[str, str]) -> object | None:
     if method in HF_METHODS:
         return prepare_extra("classic", target, specs) if method == "hf-assisted" else None
@@ -74,10 +118,13 @@ def _extra(method: str, target: LoadedModel, specs: dict[str, str]) -> object | 
 
 def _run_one(method: str, target: LoadedModel, ids: list[int], config, extra) -> dict:
     if method in HF_METHODS:
-        return run_hf(method, target, ids, config, extra)
+        row = run_hf(method, target, ids, config, extra)
+        return {**row, "mean_logprob": mean_logprob(target.model, ids, row["token_ids"])}
     summary = run(target, method, ids, config, extra)
     return {
         "method": method,
+        "policy": summary.policy,
+        "policy_params": dict(config.policy_params),
         "token_ids": list(summary.token_ids),
         "new_tokens": summary.new_tokens,
         "steps": summary.steps,
@@ -87,6 +134,7 @@ def _run_one(method: str, target: LoadedModel, ids: list[int], config, extra) ->
         "draft_seconds": summary.draft_seconds,
         "verify_seconds": summary.verify_seconds,
         "lossy": summary.lossy,
+        "mean_logprob": mean_logprob(target.model, ids, summary.token_ids),
     }
 
 
@@ -107,7 +155,21 @@ def _aggregate(rows: list[dict]) -> dict:
         "draft_ms_per_step": 1000 * sum(draft) / steps if draft and steps else None,
         "verify_ms_per_step": 1000 * sum(verify) / steps if verify and steps else None,
         "lossy": any(r.get("lossy", False) for r in rows),
+        **_fidelity(rows),
     }
+
+
+def _fidelity(rows: list[dict]) -> dict:
+    """Prompt means of the agreements; log-prob per token over all generated tokens."""
+    out: dict = {}
+    for key in ("prefix_agreement", "token_agreement"):
+        values = [r[key] for r in rows if r.get(key) is not None]
+        out[key] = sum(values) / len(values) if values else None
+    scored = [r for r in rows if r.get("mean_logprob") is not None]
+    tokens = sum(r["new_tokens"] for r in scored)
+    total = sum(r["mean_logprob"] * r["new_tokens"] for r in scored)
+    out["mean_logprob"] = total / tokens if tokens else None
+    return out
 
 
 def _warm_up(target: LoadedModel, ids: list[int], config: DecodeConfig) -> None:
@@ -126,18 +188,29 @@ def _describe(target: LoadedModel, methods: list[str], specs: dict[str, str]) ->
 
 
 def format_table(result: BenchResult) -> str:
-    header = f"{'method':<14}{'tok/s':>8}{'speedup':>9}{'tau':>7}{'draft ms':>10}"
-    header += f"{'verify ms':>11}{'ident.':>8}  note"
+    """One row per entry: speed, τ, and fidelity to `ar` (prefix / token agreement, log-prob)."""
+    width = max([14, *(len(name) + 2 for name in result.methods)])
+    header = f"{'method':<{width}}{'tok/s':>8}{'speedup':>9}{'tau':>7}{'draft ms':>10}"
+    header += f"{'verify ms':>11}{'ident.':>8}{'prefix':>8}{'tokens':>8}{'logp':>8}  note"
     lines = [header, "-" * len(header)]
     for name, m in result.methods.items():
-        draft = f"{m['draft_ms_per_step']:.1f}" if m["draft_ms_per_step"] is not None else "-"
-        verify = f"{m['verify_ms_per_step']:.1f}" if m["verify_ms_per_step"] is not None else "-"
+        cells = [
+            _cell(m["draft_ms_per_step"], 10, ".1f"),
+            _cell(m["verify_ms_per_step"], 11, ".1f"),
+            _cell(m["identical_to_ar"], 8, ".2f"),
+            _cell(m.get("prefix_agreement"), 8, ".2f"),
+            _cell(m.get("token_agreement"), 8, ".2f"),
+            _cell(m.get("mean_logprob"), 8, ".3f"),
+        ]
         lines.append(
-            f"{name:<14}{m['tokens_per_second']:>8.1f}{m['speedup_vs_ar']:>8.2f}x"
-            f"{m['mean_accept_length']:>7.2f}{draft:>10}{verify:>11}"
-            f"{m['identical_to_ar']:>8.2f}  {'LOSSY' if m['lossy'] else ''}"
+            f"{name:<{width}}{m['tokens_per_second']:>8.1f}{m['speedup_vs_ar']:>8.2f}x"
+            f"{m['mean_accept_length']:>7.2f}{''.join(cells)}  {'LOSSY' if m['lossy'] else ''}"
         )
     return "\n".join(lines)
+
+
+def _cell(value: float | None, width: int, spec: str) -> str:
+    return f"{value:>{width}{spec}}" if value is not None else f"{'-':>{width}}"
 
 
 def write_outputs(result: BenchResult, json_out: str | None, csv_out: str | None) -> None:

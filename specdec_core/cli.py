@@ -43,14 +43,24 @@ def add_decode_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tree-depth", type=int, default=None)
     parser.add_argument("--tree-topk", type=int, default=None)
     parser.add_argument("--tree-tokens", default="auto", help="tree size, or auto")
-    parser.add_argument("--ngram-max", type=int, default=3)
-    parser.add_argument("--policy", default="lossless")
+    parser.add_argument(
+        "--ngram-max", type=int, default=3, help="longest n-gram the ngram drafter looks up"
+    )
+    parser.add_argument(
+        "--policy",
+        default="lossless",
+        help=f"verification policy with its parameters and defaults: {_policies()}. "
+        "Lossy ones trade fidelity for acceptance and are marked LOSSY in all output; "
+        "tree methods (eagle2) take lossless only",
+    )
     parser.add_argument(
         "--policy-param",
         action="append",
         default=[],
         metavar="NAME=VALUE",
-        help="a policy parameter, e.g. --policy-param tau=0.3 (repeatable)",
+        help="a policy parameter, e.g. --policy-param tau=0.3 (repeatable): tau (threshold, "
+        "cosine, ngram), epsilon and delta (typical), n, ngram_tau and logit_tau (ngram, "
+        "hybrid), w (ensemble)",
     )
     parser.add_argument("--raw", action="store_true", help="do not apply the chat template")
 
@@ -74,7 +84,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--methods",
         default="ar,classic",
-        help=f"comma-separated: {','.join([*METHODS, *HF_METHODS])}",
+        help=f"comma-separated: {','.join([*METHODS, *HF_METHODS])}; an entry "
+        "METHOD:POLICY[:NAME=VALUE[/NAME=VALUE...]] runs METHOD with that policy, so several "
+        "policies compare in one run, e.g. ar,ngram,ngram:threshold:tau=0.3,ngram:typical. "
+        "The table adds fidelity to ar: prefix (share of tokens before the first difference), "
+        "tokens (position-wise agreement), logp (mean target log-prob per token)",
     )
     bench.add_argument("--prompts", required=True, help="JSONL with 'prompt' or 'turns'")
     bench.add_argument("--limit", type=int, default=None)
@@ -111,6 +125,19 @@ def decode_config(args: argparse.Namespace):
     )
 
 
+def _policies() -> str:
+    from specdec_core.verifiers import describe_policies
+
+    return describe_policies().replace("%", "%%")
+
+
+def check_policy(policy: str, params: dict[str, float]) -> None:
+    """Fail before any model loads: an unknown policy or parameter is bad input."""
+    from specdec_core.verifiers import make_verifier
+
+    make_verifier(policy, **params)
+
+
 def _int(text: str, name: str) -> int:
     try:
         return int(text)
@@ -140,6 +167,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from specdec_core.runner import prepare_extra, run
 
     config = decode_config(args)
+    check_policy(config.policy, config.policy_params)
     if args.prompt is None and args.prompt_file is None:
         raise SpecdecError("no prompt; pass --prompt TEXT or --prompt-file FILE.jsonl")
     text = args.prompt if args.prompt is not None else read_prompt_file(args.prompt_file, 1)[0]
@@ -183,17 +211,26 @@ def cmd_generate(args: argparse.Namespace) -> int:
 @command("bench")
 def cmd_bench(args: argparse.Namespace) -> int:
     from specdec_core.baselines import HF_METHODS
-    from specdec_core.bench import format_table, run_bench, stderr_progress, write_outputs
+    from specdec_core.bench import (
+        format_table,
+        parse_variant,
+        run_bench,
+        stderr_progress,
+        write_outputs,
+    )
     from specdec_core.methods import METHODS
     from specdec_core.models import load_model
     from specdec_core.prompts import read_prompt_file
 
     config = decode_config(args)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    unknown = [m for m in methods if m not in METHODS and m not in HF_METHODS]
+    base = {m: m.partition(":")[0] for m in methods}
+    unknown = [m for m in methods if base[m] not in METHODS and base[m] not in HF_METHODS]
     if unknown:
         known = ", ".join([*METHODS, *HF_METHODS])
         raise SpecdecError(f"unknown method(s) {', '.join(unknown)}; choose from: {known}")
+    for variant in (parse_variant(m, config) for m in methods):
+        check_policy(variant[1].policy, variant[1].policy_params)
     prompts = read_prompt_file(args.prompts, args.limit)
     target = load_model(args.target, args.device, args.dtype, progress=_progress(args))
     result = run_bench(

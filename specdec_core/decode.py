@@ -31,6 +31,7 @@ from specdec_core.models import LoadedModel
 from specdec_core.sampling import probs
 from specdec_core.target import Target, TargetOutput
 from specdec_core.verifiers import ChainVerifier, make_verifier
+from specdec_core.verifiers.lossy import policy_probs
 from specdec_core.verifiers.tree import verify_tree
 
 
@@ -94,7 +95,7 @@ def generate(
         start = runner.length
         out = runner.forward([ids[-1], *proposal.tokens], proposal.parents)
         p = probs(out.logits, config.temperature, config.top_p)  # [n+1, V]
-        path, next_token = _verify(proposal, p, verifier, generator)
+        path, next_token = _verify(proposal, p, verifier, generator, _soft(verifier, out, config))
         runner.keep(start, [0, *(node + 1 for node in path)])
         t2 = _now(target.device)
         emitted = [proposal.tokens[node] for node in path] + [next_token]
@@ -144,14 +145,26 @@ def generate(
 
 
 def _verify(
-    proposal: Proposal, p: torch.Tensor, verifier: ChainVerifier, generator: torch.Generator
+    proposal: Proposal,
+    p: torch.Tensor,
+    verifier: ChainVerifier,
+    generator: torch.Generator,
+    p_soft: torch.Tensor | None = None,
 ) -> tuple[list[int], int]:
     """Accepted node indices (root to leaf) and the target's next token."""
     if proposal.is_tree:
         return verify_tree(proposal, p, generator, verifier)
     draft = torch.tensor(proposal.tokens, dtype=torch.long, device=p.device)
-    verdict = verifier.verify(draft, proposal.q, p, generator)
+    extra = {"p_soft": p_soft} if p_soft is not None else {}
+    verdict = verifier.verify(draft, proposal.q, p, generator, **extra)
     return list(range(verdict.accepted)), verdict.next_token
+
+
+def _soft(verifier: ChainVerifier, out: TargetOutput, config: DecodeConfig) -> torch.Tensor | None:
+    """π for lossy policies that score the target's distribution (`verifiers.lossy`); else None."""
+    if not getattr(verifier, "needs_soft_p", False):
+        return None
+    return policy_probs(out.logits, config.temperature, config.top_p)  # [n+1, V]
 
 
 def _tokens(

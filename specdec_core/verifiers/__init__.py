@@ -1,4 +1,9 @@
-"""Verification policies, chosen by name from `VERIFIERS`."""
+"""Verification policies, chosen by name from `VERIFIERS`.
+
+`lossless` is the default and the only exact one. The lossy policies (one module each, the rule
+and its `--policy-param` names in the module docstring) trade fidelity for acceptance:
+`threshold`, `cosine`, `typical`, `ngram`, `hybrid`, `ensemble`.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +11,22 @@ from collections.abc import Callable
 
 from specdec_core.errors import SpecdecError
 from specdec_core.verifiers.base import ChainVerifier, Verdict
+from specdec_core.verifiers.cosine import CosineVerifier
+from specdec_core.verifiers.ensemble import EnsembleVerifier
+from specdec_core.verifiers.hybrid import HybridVerifier
 from specdec_core.verifiers.lossless import LosslessVerifier, speculative_accept
+from specdec_core.verifiers.ngram import NgramVerifier
+from specdec_core.verifiers.threshold import ThresholdVerifier
+from specdec_core.verifiers.typical import TypicalVerifier
 
 VERIFIERS: dict[str, Callable[..., ChainVerifier]] = {
     "lossless": LosslessVerifier,
+    "threshold": ThresholdVerifier,
+    "cosine": CosineVerifier,
+    "typical": TypicalVerifier,
+    "ngram": NgramVerifier,
+    "hybrid": HybridVerifier,
+    "ensemble": EnsembleVerifier,
 }
 
 
@@ -20,7 +37,32 @@ def make_verifier(name: str, **params: float) -> ChainVerifier:
         raise SpecdecError(
             f"unknown policy '{name}'; choose one of: {', '.join(VERIFIERS)}"
         ) from None
+    if params and not getattr(factory, "PARAMS", None):
+        raise SpecdecError(f"policy '{name}' takes no parameters (got {', '.join(params)})")
     return factory(**params)
 
 
-__all__ = ["VERIFIERS", "ChainVerifier", "Verdict", "make_verifier", "speculative_accept"]
+def policy_params(name: str) -> dict[str, float]:
+    """A policy's parameter names (`--policy-param NAME=VALUE`) and their defaults."""
+    return dict(getattr(VERIFIERS[name], "PARAMS", {}))
+
+
+def describe_policies() -> str:
+    """One line per policy for `--help`: name, its parameters with defaults, lossy or not."""
+    lines = []
+    for name in VERIFIERS:
+        params = ", ".join(f"{key}={value:g}" for key, value in policy_params(name).items())
+        lossy = "" if name == "lossless" else " (lossy)"
+        lines.append(f"{name}{lossy}" + (f": {params}" if params else ""))
+    return "; ".join(lines)
+
+
+__all__ = [
+    "VERIFIERS",
+    "ChainVerifier",
+    "Verdict",
+    "describe_policies",
+    "make_verifier",
+    "policy_params",
+    "speculative_accept",
+]

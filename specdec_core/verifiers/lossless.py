@@ -31,12 +31,22 @@ def speculative_accept(
         rejected = (r * q_x >= p_x).nonzero()  # accept iff r < p/q, written without dividing
         if len(rejected):
             n = int(rejected[0, 0])
-            residual = (p[n] - q[n]).clamp(min=0.0)  # [V]
-            total = residual.sum()
-            # total == 0 only when p == q, where rejection has probability 0; guard rounding
-            residual = residual / total if total > 0 else p[n]
-            return Verdict(accepted=n, next_token=sample(residual, generator))
+            return Verdict(accepted=n, next_token=correction(p[n], q[n], generator))
     return Verdict(accepted=k, next_token=sample(p[k], generator))
+
+
+def correction(
+    p_n: torch.Tensor,  # [V] target distribution at the first rejected position
+    q_n: torch.Tensor,  # [V] draft distribution there
+    generator: torch.Generator | None,
+) -> int:
+    """The target's token at a rejected position: a sample of norm(max(0, p − q))."""
+    residual = (p_n - q_n).clamp(min=0.0)  # [V]
+    total = residual.sum()
+    # total == 0 only when p == q (rejection then has probability 0; guard rounding), or when
+    # a lossy policy refused a draft equal to the target's own one-hot choice: emit p itself
+    residual = residual / total if total > 0 else p_n
+    return sample(residual, generator)
 
 
 class LosslessVerifier:
