@@ -1,16 +1,30 @@
-"""Entry point of `specdec-gui`."""
+"""Entry point of `specdec-gui`: open the playground window (the embedded model loads at once)."""
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 
-def main() -> int:
-    from PySide6.QtWidgets import QApplication, QLabel
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="specdec-gui", description=__doc__)
+    parser.add_argument("--target", help="model spec to load instead of the saved one")
+    parser.add_argument("--no-load", action="store_true", help="do not load a model at start")
+    args, qt_args = parser.parse_known_args(argv if argv is not None else sys.argv[1:])
 
-    app = QApplication.instance() or QApplication(sys.argv)
-    label = QLabel("specdec-playground")
-    label.show()
+    from PySide6.QtWidgets import QApplication
+
+    from app import qt_compat
+    from app.main_window import MainWindow
+
+    qt_compat.apply()
+    app = QApplication.instance() or QApplication([sys.argv[0], *qt_args])
+    app.setApplicationName("specdec-playground")
+    app.setOrganizationName("specdec-playground")
+    window = MainWindow(autoload=not args.no_load)
+    if args.target:
+        window.models.target.set_spec(args.target)
+    window.show()
     return app.exec()
 
 

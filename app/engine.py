@@ -1,0 +1,150 @@
+"""The GUI's view of the engine: a small facade that the worker threads call.
+
+`Engine` is the protocol the window depends on; `SpecdecEngine` implements it on
+specdec_core, and tests pass a fake that yields a synthetic event stream. Heavy modules
+(torch, transformers) are imported inside the methods, which run in worker threads, so the
+window opens before torch is imported.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from specdec_core.config import DecodeConfig
+from specdec_core.errors import SpecdecError
+from specdec_core.events import Event
+
+Progress = Callable[[str, float], None]  # (message, fraction 0..1)
+
+TREE_METHODS = frozenset({"eagle2"})  # methods that draft a tree (show the tree settings)
+
+
+@dataclass(frozen=True)
+class MethodInfo:
+    name: str
+    label: str
+    needs: str | None  # "draft", "head" or None
+    tree: bool = False
+
+
+@dataclass(frozen=True)
+class PolicyInfo:
+    name: str
+    lossy: bool
+
+
+@dataclass(frozen=True)
+class Registries:
+    methods: tuple[MethodInfo, ...]
+    policies: tuple[PolicyInfo, ...]
+
+    def method(self, name: str) -> MethodInfo | None:
+        return next((m for m in self.methods if m.name == name), None)
+
+
+@dataclass(frozen=True)
+class TargetInfo:
+    spec: str
+    device: str
+    dtype: str
+    parameters: int
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    method: str
+    prompt: str
+    config: DecodeConfig
+    raw: bool = False
+    specs: dict[str, str] = field(default_factory=dict)  # "draft" / "head" -> spec
+
+
+class StopFlag(Protocol):
+    def is_set(self) -> bool: ...
+
+
+class Engine(Protocol):
+    def registries(self) -> Registries: ...
+
+    def load_target(self, spec: str, device: str, dtype: str, progress: Progress) -> TargetInfo: ...
+
+    def events(
+        self, request: RunRequest, stop: StopFlag, progress: Progress
+    ) -> Iterator[Event]: ...
+
+    def token_text(self, token_id: int) -> str: ...
+
+
+class SpecdecEngine:
+    """specdec_core behind the `Engine` protocol; extras (drafts, heads) cached by spec."""
+
+    def __init__(self) -> None:
+        self._target = None
+        self._extras: dict[tuple[str, str], object] = {}
+        self._lock = threading.Lock()  # one load or run touches the models at a time
+
+    def registries(self) -> Registries:
+        from specdec_core.methods import METHODS
+        from specdec_core.verifiers import VERIFIERS
+
+        methods = tuple(
+            MethodInfo(m.name, m.label, m.needs, m.name in TREE_METHODS) for m in METHODS.values()
+        )
+        policies = tuple(
+            PolicyInfo(name, bool(getattr(factory, "lossy", False)))
+            for name, factory in VERIFIERS.items()
+        )
+        return Registries(methods, policies)
+
+    def load_target(self, spec: str, device: str, dtype: str, progress: Progress) -> TargetInfo:
+        from specdec_core.models import load_model
+
+        with self._lock:
+            model = load_model(spec, device=device, dtype=dtype, progress=progress)
+            self._target = model
+            self._extras.clear()
+        parameters = sum(p.numel() for p in model.model.parameters())
+        dtype_name = str(model.dtype).removeprefix("torch.")
+        return TargetInfo(spec, str(model.device), dtype_name, parameters)
+
+    def events(self, request: RunRequest, stop: StopFlag, progress: Progress) -> Iterator[Event]:
+        from specdec_core.decode import generate
+        from specdec_core.methods import build_drafter
+        from specdec_core.prompts import encode_prompt
+
+        with self._lock:
+            target = self._target
+            if target is None:
+                raise SpecdecError("no target model is loaded; press Load in the Models panel")
+            ids = encode_prompt(target.tokenizer, request.prompt, request.raw)
+            extra = self._extra(request, progress)
+            drafter = build_drafter(request.method, target, extra)
+            yield from generate(
+                target, drafter, ids, request.config, method=request.method, stop=stop
+            )
+
+    def token_text(self, token_id: int) -> str:
+        if self._target is None:
+            return str(token_id)
+        return self._target.tokenizer.decode([token_id])
+
+    def _extra(self, request: RunRequest, progress: Progress) -> object | None:
+        from specdec_core.methods import get_method
+        from specdec_core.runner import EXTRA_LOADERS
+
+        needs = get_method(request.method).needs
+        if needs is None:
+            return None
+        spec = request.specs.get(needs) or "embedded"
+        key = (needs, spec)
+        if key not in self._extras:
+            loader = EXTRA_LOADERS.get(needs)
+            if loader is None:
+                raise SpecdecError(f"this install cannot load a {needs} yet; choose another method")
+            progress(f"loading {needs} '{spec}'", 0.0)
+            self._extras[key] = loader(spec, self._target)
+            progress(f"loaded {needs} '{spec}'", 1.0)
+        return self._extras[key]

@@ -1,0 +1,390 @@
+"""The playground window: models and decoding on the left, prompt and tokens in the middle,
+live plots on the right. It wires widgets to the `RunController`; neither the widgets nor
+the workers know about each other.
+
+Startup: the window opens at once; a background task imports the engine (torch) and reads
+the method / policy registries, then loads the target model (the embedded one by default).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import QByteArray, Qt, QTimer
+from PySide6.QtGui import QCloseEvent
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QMainWindow,
+    QMessageBox,
+    QScrollArea,
+    QSplitter,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app import qt_compat
+from app.engine import Engine, Registries, RunRequest, SpecdecEngine, TargetInfo
+from app.export import CompareResult, write_csv, write_json
+from app.menus import Actions, create_actions, create_menus, show_about
+from app.palette import method_color
+from app.run_controller import RunController
+from app.settings import load_settings, save_settings, settings_path
+from app.widgets.compare_panel import ComparePanel
+from app.widgets.decoding_panel import DecodingPanel
+from app.widgets.legend import Legend
+from app.widgets.models_panel import ModelsPanel
+from app.widgets.plots_panel import PlotsPanel
+from app.widgets.prompt_panel import PromptPanel
+from app.widgets.status_bar import StatusBar
+from app.widgets.token_view import TokenView
+from specdec_core.events import RunSummary, Step
+
+
+class MainWindow(QMainWindow):
+    def __init__(
+        self,
+        engine: Engine | None = None,
+        settings_file: Path | None = None,
+        autoload: bool = True,
+    ) -> None:
+        qt_compat.apply()
+        super().__init__()
+        self.setWindowTitle("specdec-playground")
+        self.engine = engine or SpecdecEngine()
+        self.settings_file = settings_file or settings_path()
+        self.settings, self.settings_note = load_settings(self.settings_file)
+        self.controller = RunController(self.engine, self)
+        self.registries: Registries | None = None
+        self.target: TargetInfo | None = None
+        self.compare_mode = False
+        self.last_error: str | None = None
+        self.error_box: QMessageBox | None = None
+        self._build()
+        self.actions = create_actions(self)
+        create_menus(self, self.actions)
+        self._connect(self.actions)
+        self._apply_settings()
+        self._update_state("loading engine…")
+        if autoload:
+            QTimer.singleShot(0, self.start_engine)
+
+    # -- layout -----------------------------------------------------------------------------
+    def _build(self) -> None:
+        self.models = ModelsPanel()
+        self.decoding = DecodingPanel()
+        left = QWidget()
+        left_layout = QVBoxLayout(left)
+        left_layout.addWidget(self.models)
+        left_layout.addWidget(self.decoding)
+        left_layout.addStretch(1)
+        scroll = QScrollArea()
+        scroll.setWidget(left)
+        scroll.setWidgetResizable(True)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        scroll.setMinimumWidth(380)
+
+        self.prompt = PromptPanel()
+        self.token_view = TokenView()
+        self.show_rejected = QCheckBox("show rejected drafts")
+        self.summary = QLabel("")
+        self.summary.setWordWrap(True)
+        output = QWidget()
+        output_layout = QVBoxLayout(output)
+        output_layout.setContentsMargins(4, 4, 4, 4)
+        legend_row = QHBoxLayout()
+        legend_row.addWidget(Legend(), 1)
+        legend_row.addWidget(self.show_rejected)
+        output_layout.addLayout(legend_row)
+        output_layout.addWidget(self.token_view, 1)
+        output_layout.addWidget(self.summary)
+        self.compare = ComparePanel()
+        self.tabs = QTabWidget()
+        self.tabs.addTab(output, "Output")
+        self.tabs.addTab(self.compare, "Compare")
+        self.middle = QSplitter(Qt.Orientation.Vertical)
+        self.middle.addWidget(self.prompt)
+        self.middle.addWidget(self.tabs)
+        self.middle.setStretchFactor(1, 4)
+        self.middle.setSizes([140, 700])
+
+        self.plots = PlotsPanel()
+        self.plots.set_labeler(self.engine.token_text)
+        self.splitter = QSplitter(Qt.Orientation.Horizontal)
+        for widget in (scroll, self.middle, self.plots):
+            self.splitter.addWidget(widget)
+        self.splitter.setStretchFactor(1, 3)
+        self.splitter.setStretchFactor(2, 2)
+        self.splitter.setSizes([400, 700, 500])
+        self.setCentralWidget(self.splitter)
+        self.status = StatusBar()
+        self.setStatusBar(self.status)
+        self.resize(1600, 1000)
+
+    def _connect(self, actions: Actions) -> None:
+        c = self.controller
+        actions.load.triggered.connect(self.load_target)
+        actions.open_prompt.triggered.connect(self._open_prompt)
+        actions.export_csv.triggered.connect(lambda: self._export_dialog("csv"))
+        actions.export_json.triggered.connect(lambda: self._export_dialog("json"))
+        actions.export_png.triggered.connect(lambda: self._export_dialog("png"))
+        actions.quit.triggered.connect(self.close)
+        actions.generate.triggered.connect(self.generate)
+        actions.stop.triggered.connect(self.stop)
+        actions.compare.triggered.connect(self.run_compare)
+        actions.show_rejected.toggled.connect(self.show_rejected.setChecked)
+        self.show_rejected.toggled.connect(self._set_show_rejected)
+        actions.output_tab.triggered.connect(lambda: self.tabs.setCurrentIndex(0))
+        actions.compare_tab.triggered.connect(lambda: self.tabs.setCurrentIndex(1))
+        actions.clear.triggered.connect(self._clear_output)
+        actions.about.triggered.connect(lambda: show_about(self))
+        self.models.load_requested.connect(lambda *_: self.load_target())
+        self.prompt.generate_requested.connect(self.generate)
+        self.prompt.stop_requested.connect(self.stop)
+        self.compare.run_requested.connect(self.run_compare)
+        self.compare.export_requested.connect(self._export_dialog)
+        c.run_begun.connect(self._on_run_begun)
+        c.stepped.connect(self._on_step)
+        c.finished.connect(self._on_finished)
+        c.progress.connect(lambda message, _: self.status.showMessage(message, 5000))
+        c.errored.connect(self.show_error)
+        c.queue_done.connect(self._on_queue_done)
+        c.task_progress.connect(self.models.show_progress)
+        c.task_failed.connect(self._on_task_failed)
+        c.task_done.connect(lambda: self._update_state())
+
+    # -- engine and models ------------------------------------------------------------------
+    def start_engine(self) -> None:
+        self.controller.run_task(lambda progress: self.engine.registries(), self._on_registries)
+
+    def _on_registries(self, registries: Registries) -> None:
+        self.registries = registries
+        self.decoding.set_registries(registries)
+        self.compare.set_registries(registries)
+        self.load_target()
+
+    def load_target(self) -> None:
+        if self.controller.running or self.registries is None:
+            return
+        spec = self.models.target.spec() or "embedded"
+        device, dtype = self.models.device.currentText(), self.models.dtype.currentText()
+        started = self.controller.run_task(
+            lambda progress: self.engine.load_target(spec, device, dtype, progress),
+            self._on_loaded,
+        )
+        if started:
+            self.target = None
+            self.models.set_loading(True)
+            self.models.show_progress(f"loading {spec}…", 0.0)
+            self._update_state(f"loading {spec}…")
+
+    def _on_loaded(self, info: TargetInfo) -> None:
+        self.target = info
+        self.models.show_loaded(info)
+        self.status.set_model(info.spec, info.device, info.dtype)
+
+    def _on_task_failed(self, message: str, user: bool) -> None:
+        self.models.show_failed(message)
+        self.show_error(message, user)
+
+    # -- runs ---------------------------------------------------------------------------------
+    def ready(self) -> bool:
+        return (
+            self.registries is not None
+            and self.target is not None
+            and not self.controller.task_running
+            and not self.controller.running
+        )
+
+    def _request(self, method: str) -> RunRequest:
+        return RunRequest(
+            method=method,
+            prompt=self.prompt.text(),
+            config=self.decoding.config(),
+            raw=self.prompt.raw.isChecked(),
+            specs=self.models.specs(),
+        )
+
+    def generate(self) -> None:
+        if not self.ready() or not self.decoding.method_name():
+            return
+        self.compare_mode = False
+        self._save()
+        self.token_view.clear_tokens()
+        self.plots.reset()
+        self.summary.setText("")
+        self.tabs.setCurrentIndex(0)
+        self.controller.run_queue([self._request(self.decoding.method_name())])
+        self._update_state()
+
+    def run_compare(self) -> None:
+        if not self.ready():
+            return
+        self.compare_mode = True
+        self._save()
+        self.compare.begin()
+        self.plots.reset()
+        self.tabs.setCurrentIndex(1)
+        self.controller.run_queue([self._request(m) for m in self.compare.selected()])
+        self._update_state()
+
+    def stop(self) -> None:
+        if self.controller.running:
+            self.controller.stop()
+            self._update_state("stopping…")
+
+    def _label(self, method: str) -> str:
+        info = self.registries.method(method) if self.registries else None
+        return info.label if info else method
+
+    def _color(self, method: str) -> str:
+        methods = [m.name for m in self.registries.methods] if self.registries else [method]
+        return method_color(method, methods.index(method) if method in methods else 0)
+
+    def _on_run_begun(self, request: RunRequest) -> None:
+        label, color = self._label(request.method), self._color(request.method)
+        self.plots.begin_series(label, color)
+        if self.compare_mode:
+            self.compare.columns.add_column(request.method, label, color)
+        self._update_state(f"running {label}…")
+
+    def _on_step(self, step: Step) -> None:
+        request = self.controller.current
+        if request is None:
+            return
+        if self.compare_mode:
+            self.compare.columns.add_step(request.method, step)
+        else:
+            self.token_view.add_step(step)
+        self.plots.add_step(self._label(request.method), step)
+
+    def _on_finished(self, summary: RunSummary) -> None:
+        self.plots.redraw()
+        method = summary.method
+        if self.compare_mode:
+            self.compare.add_result(
+                CompareResult(method, self._label(method), self._color(method), summary)
+            )
+            return
+        lossy = " · LOSSY policy" if summary.lossy else ""
+        self.summary.setText(
+            f"{self._label(method)}: {summary.new_tokens} tokens in {summary.steps} target "
+            f"forwards · τ = {summary.mean_accept_length:.2f} · "
+            f"{summary.tokens_per_second:.1f} tokens/s · stopped by {summary.stop_reason}{lossy}"
+        )
+
+    def _on_queue_done(self) -> None:
+        self.plots.redraw()
+        self._update_state()
+
+    def show_error(self, message: str, user: bool = True) -> None:
+        """Show an engine error without blocking; the window stays usable."""
+        self.last_error = message
+        title = "Cannot do that" if user else "Something went wrong"
+        self.error_box = QMessageBox(QMessageBox.Icon.Warning, title, message, parent=self)
+        self.error_box.open()
+        self.status.showMessage(message, 15000)
+
+    def _update_state(self, state: str | None = None) -> None:
+        running = self.controller.running
+        if state is None:
+            if running:
+                state = "running…"
+            elif self.controller.task_running:
+                state = "loading…"
+            elif self.target is None:
+                state = "no model" if self.registries else "loading engine…"
+            else:
+                state = "ready"
+        self.status.set_state(state)
+        can = self.ready() or running
+        self.prompt.set_state(can and not running, running)
+        self.compare.set_busy(not self.ready())
+        self.models.set_busy(running or self.controller.task_running)
+        self.actions.generate.setEnabled(self.ready())
+        self.actions.compare.setEnabled(self.ready())
+        self.actions.stop.setEnabled(running)
+        self.actions.load.setEnabled(not running and not self.controller.task_running)
+
+    # -- view helpers -------------------------------------------------------------------------
+    def _set_show_rejected(self, show: bool) -> None:
+        self.actions.show_rejected.setChecked(show)
+        self.token_view.set_show_rejected(show)
+        self.compare.columns.set_show_rejected(show)
+
+    def _clear_output(self) -> None:
+        self.token_view.clear_tokens()
+        self.summary.setText("")
+        self.plots.reset()
+
+    def _open_prompt(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Prompt file", "", "Text (*.txt *.md);;All (*)")
+        if path:
+            self.prompt.set_text(Path(path).read_text(encoding="utf-8", errors="replace"))
+
+    def _export_dialog(self, kind: str) -> None:
+        if kind != "png" and not self.compare.results:
+            self.show_error("run a comparison first (Run ▸ Compare methods)")
+            return
+        path, _ = QFileDialog.getSaveFileName(
+            self, f"Export {kind.upper()}", f"comparison.{kind}", f"{kind.upper()} (*.{kind})"
+        )
+        if path:
+            self.export(kind, Path(path))
+
+    def export(self, kind: str, path: Path) -> None:
+        if kind == "csv":
+            write_csv(self.compare.results, path)
+        elif kind == "json":
+            write_json(self.compare.results, path, prompt=self.prompt.text())
+        else:
+            self.grab().save(str(path))
+        self.status.showMessage(f"exported {path}", 5000)
+
+    # -- settings -----------------------------------------------------------------------------
+    def _apply_settings(self) -> None:
+        values = self.settings
+        self.models.apply(values)
+        self.decoding.apply(values)
+        self.compare.set_selected(values["compare_methods"])
+        self.prompt.set_text(values["prompt"])
+        self.prompt.raw.setChecked(values["raw"])
+        self.show_rejected.setChecked(values["show_rejected"])
+        if values["geometry"]:
+            self.restoreGeometry(QByteArray.fromHex(values["geometry"].encode()))
+        if values["splitter"]:
+            self.splitter.restoreState(QByteArray.fromHex(values["splitter"].encode()))
+        if self.settings_note:
+            self.status.showMessage(self.settings_note, 15000)
+
+    def current_settings(self) -> dict:
+        compare = (
+            [m for m in self.compare.selected() if m != "ar"]
+            if self.compare.checks
+            else (self.settings["compare_methods"])
+        )
+        return {
+            **self.settings,
+            **self.models.values(),
+            **self.decoding.values(),
+            "compare_methods": compare,
+            "prompt": self.prompt.text(),
+            "raw": self.prompt.raw.isChecked(),
+            "show_rejected": self.show_rejected.isChecked(),
+            "geometry": bytes(self.saveGeometry().toHex()).decode(),
+            "splitter": bytes(self.splitter.saveState().toHex()).decode(),
+        }
+
+    def _save(self) -> None:
+        try:
+            save_settings(self.current_settings(), self.settings_file)
+        except OSError as error:
+            self.status.showMessage(f"could not save settings: {error}", 10000)
+
+    def closeEvent(self, event: QCloseEvent) -> None:
+        self._save()
+        self.controller.shutdown()
+        super().closeEvent(event)

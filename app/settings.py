@@ -1,0 +1,105 @@
+"""Persistent GUI settings: one JSON file in the platformdirs config dir.
+
+`SPECDEC_CONFIG_DIR` overrides the directory (tests, portable installs). Writes are atomic
+(temporary file + `os.replace`), so a crash never leaves half a file. A file that cannot be
+read or parsed falls back to the defaults with a note for the status bar; it is moved aside
+to `settings.json.corrupt` so the user can inspect it. Unknown keys are ignored; a value of
+the wrong type takes its default.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from platformdirs import user_config_dir
+
+FILENAME = "settings.json"
+
+DEFAULTS: dict[str, Any] = {
+    "target": "embedded",
+    "draft": "embedded",
+    "head": "embedded",
+    "device": "auto",
+    "dtype": "auto",
+    "recent_target": [],
+    "recent_draft": [],
+    "recent_head": [],
+    "method": "classic",
+    "policy": "lossless",
+    "k": 4,
+    "temperature": 0.0,
+    "top_p": 1.0,
+    "max_new_tokens": 64,
+    "seed": 0,
+    "tree_depth": 0,  # 0 = auto
+    "tree_topk": 0,
+    "tree_tokens": 0,
+    "raw": False,
+    "show_rejected": False,
+    "compare_methods": ["classic"],
+    "prompt": "Explain speculative decoding in three sentences.",
+    "geometry": "",
+    "splitter": "",
+}
+
+
+def config_dir() -> Path:
+    return Path(os.environ.get("SPECDEC_CONFIG_DIR") or user_config_dir("specdec-playground"))
+
+
+def settings_path() -> Path:
+    return config_dir() / FILENAME
+
+
+def load_settings(path: Path | None = None) -> tuple[dict[str, Any], str | None]:
+    """(settings merged over the defaults, a note for the user or None)."""
+    path = path or settings_path()
+    values = dict(DEFAULTS)
+    if not path.exists():
+        return values, None
+    try:
+        stored = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(stored, dict):
+            raise ValueError("not a JSON object")
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        _move_aside(path)
+        return values, f"settings file {path} was unreadable ({error}); using defaults"
+    for key, default in DEFAULTS.items():
+        value = stored.get(key, default)
+        if _same_type(value, default):
+            values[key] = value
+    return values, None
+
+
+def save_settings(values: dict[str, Any], path: Path | None = None) -> None:
+    path = path or settings_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = {key: values[key] for key in DEFAULTS if key in values}
+    fd, tmp = tempfile.mkstemp(prefix=".settings-", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(data, handle, indent=2)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _same_type(value: Any, default: Any) -> bool:
+    if isinstance(default, bool) or isinstance(value, bool):
+        return isinstance(value, bool) and isinstance(default, bool)
+    if isinstance(default, float):
+        return isinstance(value, (int, float))
+    return isinstance(value, type(default))
+
+
+def _move_aside(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        os.replace(path, path.with_name(path.name + ".corrupt"))

@@ -1,0 +1,41 @@
+"""Acceptance length per step (points) and its running mean τ (line), one pair per run."""
+
+from __future__ import annotations
+
+import pyqtgraph as pg
+from PySide6.QtGui import QColor
+
+from app.plot_data import Series
+
+
+class AcceptancePlot(pg.PlotWidget):
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        self.setTitle("Acceptance length per step (line: running mean τ)")
+        self.setLabel("bottom", "step")
+        self.setLabel("left", "tokens / step")
+        self.showGrid(x=True, y=True, alpha=0.25)
+        self.setMouseEnabled(x=False, y=False)
+        self.legend = self.addLegend(offset=(-10, 10), labelTextSize="8pt")
+        self.items: dict[str, tuple[pg.PlotDataItem, pg.PlotDataItem]] = {}
+
+    def reset(self) -> None:
+        for points, mean in self.items.values():
+            self.removeItem(points)
+            self.removeItem(mean)
+        self.legend.clear()
+        self.items.clear()
+
+    def sync(self, series: list[Series]) -> None:
+        for s in series:
+            if s.name not in self.items:
+                faint = QColor(s.color)
+                faint.setAlpha(110)
+                points = self.plot(
+                    pen=None, symbol="o", symbolSize=5, symbolBrush=faint, symbolPen=None
+                )
+                mean = self.plot(pen=pg.mkPen(s.color, width=2.5), name=s.name)
+                self.items[s.name] = (points, mean)
+            points, mean = self.items[s.name]
+            points.setData(s.steps, s.accept)
+            mean.setData(s.steps, s.mean)

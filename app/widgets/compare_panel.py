@@ -1,0 +1,99 @@
+"""Compare tab: pick methods, run them one after another, see columns and the table, export."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.engine import Registries
+from app.export import CompareResult
+from app.widgets.compare_columns import CompareColumns
+from app.widgets.compare_table import CompareTable
+
+
+class ComparePanel(QWidget):
+    run_requested = Signal()
+    export_requested = Signal(str)  # "csv" | "json" | "png"
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.checks: dict[str, QCheckBox] = {}
+        self._wanted: list[str] = []
+        self.results: list[CompareResult] = []
+        self._checks_row = QHBoxLayout()
+        self._checks_row.addWidget(QLabel("Methods:"))
+        self.run_button = QPushButton("Run comparison")
+        self.run_button.setToolTip("Run the checked methods on the prompt (Ctrl+Shift+Return)")
+        self.run_button.clicked.connect(self.run_requested)
+        self.export_buttons: dict[str, QPushButton] = {}
+        top = QHBoxLayout()
+        top.addLayout(self._checks_row)
+        top.addStretch(1)
+        top.addWidget(self.run_button)
+        for kind in ("csv", "json", "png"):
+            button = QPushButton(kind.upper())
+            button.setToolTip(f"Export the comparison as {kind.upper()}")
+            button.setEnabled(False)
+            button.clicked.connect(lambda _=False, k=kind: self.export_requested.emit(k))
+            self.export_buttons[kind] = button
+            top.addWidget(button)
+        self.columns = CompareColumns()
+        self.table = CompareTable()
+        self.table.setFixedHeight(self.table.fitted_height())
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.addLayout(top)
+        layout.addWidget(self.columns, 1)
+        layout.addWidget(self.table)
+
+    def set_registries(self, registries: Registries) -> None:
+        for check in self.checks.values():
+            self._checks_row.removeWidget(check)
+            check.deleteLater()
+        self.checks.clear()
+        for info in registries.methods:
+            check = QCheckBox(info.label)
+            check.setToolTip(info.name)
+            if info.name == "ar":
+                check.setChecked(True)
+                check.setEnabled(False)
+                check.setToolTip("autoregressive always runs: it is the reference")
+            else:
+                check.setChecked(info.name in self._wanted)
+            self.checks[info.name] = check
+            self._checks_row.addWidget(check)
+
+    def selected(self) -> list[str]:
+        """Methods to run, autoregressive first (the reference for speedup and identity)."""
+        chosen = [name for name, check in self.checks.items() if check.isChecked()]
+        return ["ar", *[m for m in chosen if m != "ar"]]
+
+    def set_selected(self, methods: list[str]) -> None:
+        self._wanted = list(methods)
+        for name, check in self.checks.items():
+            if name != "ar":
+                check.setChecked(name in self._wanted)
+
+    def begin(self) -> None:
+        self.results.clear()
+        self.columns.clear()
+        self.table.show_results([])
+        for button in self.export_buttons.values():
+            button.setEnabled(False)
+
+    def add_result(self, result: CompareResult) -> None:
+        self.results.append(result)
+        self.columns.columns[result.method].finish(result.summary)
+        self.table.show_results(self.results)
+        for button in self.export_buttons.values():
+            button.setEnabled(True)
+
+    def set_busy(self, busy: bool) -> None:
+        self.run_button.setEnabled(not busy)

@@ -1,0 +1,197 @@
+"""Decoding panel: method and policy from the engine's registries, sliders and numbers.
+
+The method and policy lists come from `Registries` at runtime (only what the engine has);
+until the engine is imported they show the saved choice, disabled. Lossy policies carry a
+visible LOSSY badge. Tree settings appear for tree methods (EAGLE-2); 0 means "auto".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QSpinBox,
+    QWidget,
+)
+from superqt import QLabeledDoubleSlider, QLabeledSlider
+
+from app.engine import Registries
+from specdec_core.config import DecodeConfig
+
+LOSSY_STYLE = (
+    "QLabel { color: white; background: #c1121f; font-weight: bold; padding: 1px 6px;"
+    " border-radius: 3px; }"
+)
+
+
+def _spin(minimum: int, maximum: int, auto: bool = False) -> QSpinBox:
+    spin = QSpinBox()
+    spin.setRange(minimum, maximum)
+    if auto:
+        spin.setSpecialValueText("auto")
+    return spin
+
+
+class DecodingPanel(QGroupBox):
+    method_changed = Signal(str)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__("Decoding", parent)
+        self._registries: Registries | None = None
+        self._pending: dict[str, Any] = {}
+        self.method = QComboBox()
+        self.method.setEnabled(False)
+        self.method.addItem("loading engine…", "")
+        self.method.currentIndexChanged.connect(self._on_method)
+        self.policy = QComboBox()
+        self.policy.setEnabled(False)
+        self.policy.currentIndexChanged.connect(self._on_policy)
+        self.lossy_badge = QLabel("LOSSY")
+        self.lossy_badge.setStyleSheet(LOSSY_STYLE)
+        self.lossy_badge.setToolTip("this policy may change the output compared to the target")
+        self.lossy_badge.setVisible(False)
+        self.k = QLabeledSlider(Qt.Orientation.Horizontal)
+        self.k.setRange(1, 16)
+        self.k.setValue(4)
+        self.temperature = QLabeledDoubleSlider(Qt.Orientation.Horizontal)
+        self.temperature.setRange(0.0, 2.0)
+        self.temperature.setSingleStep(0.05)
+        self.temperature.setDecimals(2)
+        self.top_p = QDoubleSpinBox()
+        self.top_p.setRange(0.05, 1.0)
+        self.top_p.setSingleStep(0.05)
+        self.top_p.setValue(1.0)
+        self.max_new_tokens = _spin(1, 4096)
+        self.max_new_tokens.setValue(64)
+        self.seed = _spin(0, 2**31 - 1)
+        self.tree_depth = _spin(0, 16, auto=True)
+        self.tree_topk = _spin(0, 32, auto=True)
+        self.tree_tokens = _spin(0, 256, auto=True)
+
+        policy_row = QHBoxLayout()
+        policy_row.addWidget(self.policy, 1)
+        policy_row.addWidget(self.lossy_badge)
+        numbers = QHBoxLayout()
+        numbers.addWidget(self.top_p)
+        numbers.addWidget(QLabel("seed"))
+        numbers.addWidget(self.seed)
+        self._form = QFormLayout(self)
+        self._form.addRow("Method", self.method)
+        self._form.addRow("Policy", policy_row)
+        self._form.addRow("Draft length k", self.k)
+        self._form.addRow("Temperature", self.temperature)
+        self._form.addRow("Top-p", numbers)
+        self._form.addRow("Max new tokens", self.max_new_tokens)
+        self._form.addRow("Tree depth", self.tree_depth)
+        self._form.addRow("Tree top-k", self.tree_topk)
+        self._form.addRow("Tree size", self.tree_tokens)
+        self._show_tree(False)
+
+    # -- registries -------------------------------------------------------------------------
+    def set_registries(self, registries: Registries) -> None:
+        self._registries = registries
+        wanted_method = self._pending.get("method") or self.method_name()
+        wanted_policy = self._pending.get("policy") or self.policy_name()
+        self.method.blockSignals(True)
+        self.method.clear()
+        for info in registries.methods:
+            self.method.addItem(info.label, info.name)
+        self.method.blockSignals(False)
+        self.policy.blockSignals(True)
+        self.policy.clear()
+        for policy in registries.policies:
+            self.policy.addItem(
+                f"{policy.name} (lossy)" if policy.lossy else policy.name, policy.name
+            )
+        self.policy.blockSignals(False)
+        self.method.setEnabled(True)
+        self.policy.setEnabled(True)
+        self._select(self.method, wanted_method)
+        self._select(self.policy, wanted_policy or "lossless")
+        self._on_method()
+        self._on_policy()
+
+    def method_name(self) -> str:
+        return self.method.currentData() or ""
+
+    def policy_name(self) -> str:
+        return self.policy.currentData() or "lossless"
+
+    def is_lossy(self) -> bool:
+        if self._registries is None:
+            return False
+        return any(p.lossy for p in self._registries.policies if p.name == self.policy_name())
+
+    # -- values -----------------------------------------------------------------------------
+    def config(self) -> DecodeConfig:
+        return DecodeConfig(
+            max_new_tokens=self.max_new_tokens.value(),
+            k=self.k.value(),
+            temperature=round(self.temperature.value(), 2),
+            top_p=round(self.top_p.value(), 2),
+            seed=self.seed.value(),
+            policy=self.policy_name(),
+            tree_depth=self.tree_depth.value() or None,
+            tree_topk=self.tree_topk.value() or None,
+            tree_tokens=self.tree_tokens.value() or None,
+        )
+
+    def values(self) -> dict[str, Any]:
+        return {
+            "method": self.method_name() or self._pending.get("method", ""),
+            "policy": self.policy_name(),
+            "k": self.k.value(),
+            "temperature": round(self.temperature.value(), 2),
+            "top_p": round(self.top_p.value(), 2),
+            "max_new_tokens": self.max_new_tokens.value(),
+            "seed": self.seed.value(),
+            "tree_depth": self.tree_depth.value(),
+            "tree_topk": self.tree_topk.value(),
+            "tree_tokens": self.tree_tokens.value(),
+        }
+
+    def apply(self, values: dict[str, Any]) -> None:
+        self._pending = {"method": values["method"], "policy": values["policy"]}
+        self.k.setValue(int(values["k"]))
+        self.temperature.setValue(float(values["temperature"]))
+        self.top_p.setValue(float(values["top_p"]))
+        self.max_new_tokens.setValue(int(values["max_new_tokens"]))
+        self.seed.setValue(int(values["seed"]))
+        self.tree_depth.setValue(int(values["tree_depth"]))
+        self.tree_topk.setValue(int(values["tree_topk"]))
+        self.tree_tokens.setValue(int(values["tree_tokens"]))
+        if self._registries is not None:
+            self._select(self.method, values["method"])
+            self._select(self.policy, values["policy"])
+
+    # -- internals --------------------------------------------------------------------------
+    @staticmethod
+    def _select(combo: QComboBox, name: str) -> None:
+        index = combo.findData(name)
+        if index >= 0:
+            combo.setCurrentIndex(index)
+
+    def _on_method(self) -> None:
+        name = self.method_name()
+        info = self._registries.method(name) if self._registries else None
+        self._show_tree(bool(info and info.tree))
+        self.k.setEnabled(name not in ("", "ar") and not (info and info.tree))
+        if name:
+            self._pending["method"] = name
+            self.method_changed.emit(name)
+
+    def _on_policy(self) -> None:
+        self.lossy_badge.setVisible(self.is_lossy())
+        if self.policy.currentData():
+            self._pending["policy"] = self.policy_name()
+
+    def _show_tree(self, visible: bool) -> None:
+        for widget in (self.tree_depth, self.tree_topk, self.tree_tokens):
+            self._form.setRowVisible(widget, visible)

@@ -1,0 +1,60 @@
+"""The four live plots; step data accumulates per run and redraws are throttled (~10 Hz)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pyqtgraph as pg
+from PySide6.QtWidgets import QVBoxLayout, QWidget
+from superqt.utils import qthrottled
+
+from app.plot_data import Series
+from app.widgets.acceptance_plot import AcceptancePlot
+from app.widgets.position_plot import PositionPlot
+from app.widgets.speed_plot import SpeedPlot
+from app.widgets.tree_plot import TreePlot
+from specdec_core.events import Step
+
+REDRAW_MS = 100
+
+
+class PlotsPanel(QWidget):
+    def __init__(self, parent: QWidget | None = None) -> None:
+        pg.setConfigOptions(antialias=True, background="w", foreground="#333")
+        super().__init__(parent)
+        self.acceptance = AcceptancePlot()
+        self.speed = SpeedPlot()
+        self.positions = PositionPlot()
+        self.tree = TreePlot()
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        for plot in (self.acceptance, self.speed, self.positions, self.tree):
+            plot.setMinimumHeight(150)
+            layout.addWidget(plot)
+        self.series: dict[str, Series] = {}
+        self.redraws = 0
+        self.request_redraw = qthrottled(self.redraw, timeout=REDRAW_MS, leading=False, parent=self)
+
+    def set_labeler(self, labeler: Callable[[int], str]) -> None:
+        self.tree.labeler = labeler
+
+    def reset(self) -> None:
+        self.series.clear()
+        for plot in (self.acceptance, self.speed, self.positions, self.tree):
+            plot.reset()
+
+    def begin_series(self, name: str, color: str) -> None:
+        self.series[name] = Series(name, color)
+
+    def add_step(self, name: str, step: Step) -> None:
+        self.series[name].add_step(step)
+        self.request_redraw()
+
+    def redraw(self) -> None:
+        series = list(self.series.values())
+        self.acceptance.sync(series)
+        self.speed.sync(series)
+        self.positions.sync(series)
+        latest = series[-1] if series else None
+        self.tree.show_tree(latest.last_tree if latest else None)
+        self.redraws += 1

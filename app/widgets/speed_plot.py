@@ -1,0 +1,31 @@
+"""Tokens per second over engine time (cumulative tokens ÷ cumulative seconds), one line per run."""
+
+from __future__ import annotations
+
+import pyqtgraph as pg
+
+from app.plot_data import Series
+
+
+class SpeedPlot(pg.PlotWidget):
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        self.setTitle("Tokens per second over time")
+        self.setLabel("bottom", "engine time (s)")
+        self.setLabel("left", "tokens / s")
+        self.showGrid(x=True, y=True, alpha=0.25)
+        self.setMouseEnabled(x=False, y=False)
+        self.legend = self.addLegend(offset=(-10, -10), labelTextSize="8pt")
+        self.items: dict[str, pg.PlotDataItem] = {}
+
+    def reset(self) -> None:
+        for item in self.items.values():
+            self.removeItem(item)
+        self.legend.clear()
+        self.items.clear()
+
+    def sync(self, series: list[Series]) -> None:
+        for s in series:
+            if s.name not in self.items:
+                self.items[s.name] = self.plot(pen=pg.mkPen(s.color, width=2.5), name=s.name)
+            self.items[s.name].setData(s.time, s.tps)

@@ -1,0 +1,134 @@
+"""Background work: a QObject moved to a QThread, one signal per engine event.
+
+The pattern of superqt's `new_worker_qthread` / `GeneratorWorker`: the worker iterates a
+generator in its thread and emits signals; the window connects to them (queued, so slots run
+in the GUI thread); the worker never touches a widget. Stop sets a `threading.Event` that the
+engine checks between steps; if the stream yields another Step after Stop was seen, the
+worker closes it, so Stop always takes effect within one step. Exceptions become `errored`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import traceback
+from collections.abc import Callable, Iterator
+
+from PySide6.QtCore import QObject, QThread, Signal, Slot
+
+from app.engine import Progress, StopFlag
+from specdec_core.errors import SpecdecError
+from specdec_core.events import Event, Finished, Started, Step
+
+log = logging.getLogger(__name__)
+
+EventSource = Callable[[StopFlag, Progress], Iterator[Event]]
+
+
+class EventWorker(QObject):
+    """Runs one event stream; emits `started_run`, `stepped`, `finished_run`, then `done`."""
+
+    started_run = Signal(object)  # Started
+    stepped = Signal(object)  # Step
+    finished_run = Signal(object)  # Finished
+    progress = Signal(str, float)
+    errored = Signal(str, bool)  # message, is a user error (SpecdecError)
+    done = Signal()
+
+    def __init__(self, source: EventSource) -> None:
+        super().__init__()
+        self._source = source
+        self.stop_flag = threading.Event()
+
+    def stop(self) -> None:
+        self.stop_flag.set()
+
+    @Slot()
+    def work(self) -> None:
+        try:
+            self._iterate(self._source(self.stop_flag, self.progress.emit))
+        except SpecdecError as error:
+            self.errored.emit(str(error), True)
+        except Exception as error:  # a bug or a library failure: show it, keep the window alive
+            log.error("run failed:\n%s", traceback.format_exc())
+            self.errored.emit(f"{type(error).__name__}: {error}", False)
+        finally:
+            self.done.emit()
+
+    def _iterate(self, stream: Iterator[Event]) -> None:
+        stopping = False
+        try:
+            for event in stream:
+                if stopping and not isinstance(event, Finished):
+                    break  # the engine ignored the flag for a whole step: abandon it
+                self._emit(event)
+                if isinstance(event, Finished):
+                    break
+                stopping = self.stop_flag.is_set()
+        finally:
+            close = getattr(stream, "close", None)
+            if close is not None:
+                close()
+
+    def _emit(self, event: Event) -> None:
+        if isinstance(event, Step):
+            self.stepped.emit(event)
+        elif isinstance(event, Started):
+            self.started_run.emit(event)
+        elif isinstance(event, Finished):
+            self.finished_run.emit(event)
+
+
+class TaskWorker(QObject):
+    """Runs one callable (model loading, engine import) with progress; emits `result`."""
+
+    result = Signal(object)
+    progress = Signal(str, float)
+    errored = Signal(str, bool)
+    done = Signal()
+
+    def __init__(self, task: Callable[[Progress], object]) -> None:
+        super().__init__()
+        self._task = task
+        self.stop_flag = threading.Event()  # not interruptible; kept for a uniform Job API
+
+    def stop(self) -> None:
+        self.stop_flag.set()
+
+    @Slot()
+    def work(self) -> None:
+        try:
+            self.result.emit(self._task(self.progress.emit))
+        except SpecdecError as error:
+            self.errored.emit(str(error), True)
+        except Exception as error:
+            log.error("task failed:\n%s", traceback.format_exc())
+            self.errored.emit(f"{type(error).__name__}: {error}", False)
+        finally:
+            self.done.emit()
+
+
+class Job:
+    """A worker and the QThread it lives in; the thread quits when the worker is done."""
+
+    def __init__(self, worker: EventWorker | TaskWorker) -> None:
+        self.worker = worker
+        self.thread = QThread()
+        worker.moveToThread(self.thread)
+        self.thread.started.connect(worker.work)
+        worker.done.connect(self.thread.quit)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.worker.stop()
+
+    def is_running(self) -> bool:
+        return self.thread.isRunning()
+
+    def shutdown(self, timeout_ms: int) -> bool:
+        """Ask the worker to stop and wait for its thread; True if it ended."""
+        self.worker.stop()
+        self.thread.quit()
+        return self.thread.wait(timeout_ms)

@@ -1,0 +1,118 @@
+"""A fake engine for GUI tests: a synthetic event stream, no model, no torch work."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+from app.engine import (
+    MethodInfo,
+    PolicyInfo,
+    Progress,
+    Registries,
+    RunRequest,
+    StopFlag,
+    TargetInfo,
+)
+from specdec_core.errors import SpecdecError
+from specdec_core.events import DraftTree, Event, Finished, RunSummary, Started, Step, Token
+from specdec_core.events import TokenKind as Kind
+
+METHODS = (
+    MethodInfo("ar", "Autoregressive", None),
+    MethodInfo("classic", "Classic draft", "draft"),
+    MethodInfo("eagle2", "EAGLE-2", "head", tree=True),
+)
+POLICIES = (PolicyInfo("lossless", False), PolicyInfo("threshold", True))
+TREE = DraftTree(
+    tokens=(11, 12, 13, 14, 15), parents=(-1, -1, 0, 0, 2), scores=(0.0,) * 5, accepted=(0, 2)
+)
+
+
+def fake_step(index: int, method: str) -> Step:
+    """ar: one target token; classic: k=4 drafts, index % 5 accepted; eagle2: a fixed tree."""
+
+    def token(n: int, kind: Kind, q: float | None = None) -> Token:
+        return Token(100 + n, f" w{index}.{n}", kind, index, 0.5, q)
+
+    if method == "ar":
+        return Step(index, (token(0, Kind.TARGET),), 0, 0, 0.001, 0.01)
+    if method == "eagle2":
+        tokens = (
+            token(0, Kind.ACCEPTED_DRAFT, 1.0),
+            token(1, Kind.ACCEPTED_DRAFT, 1.0),
+            token(2, Kind.BONUS),
+        )
+        return Step(index, tokens, 5, 2, 0.002, 0.01, tree=TREE)
+    accepted = index % 5
+    tokens = [token(n, Kind.ACCEPTED_DRAFT, 0.8) for n in range(accepted)]
+    tokens.append(token(accepted, Kind.BONUS if accepted == 4 else Kind.CORRECTION))
+    rejected = () if accepted == 4 else (Token(999, " no", Kind.REJECTED_DRAFT, index, 0.0, 0.3),)
+    return Step(index, tuple(tokens), 4, accepted, 0.002, 0.01, rejected=rejected)
+
+
+class FakeEngine:
+    def __init__(self, steps: int = 12, delay: float = 0.0, honour_stop: bool = True) -> None:
+        self.steps = steps
+        self.delay = delay
+        self.honour_stop = honour_stop
+        self.fail_next: Exception | None = None
+        self.loads: list[str] = []
+        self.requests: list[RunRequest] = []
+        self.produced = 0  # steps yielded by the current/last run
+        self.step_event = threading.Event()  # set at each yielded step
+
+    def registries(self) -> Registries:
+        return Registries(METHODS, POLICIES)
+
+    def load_target(self, spec: str, device: str, dtype: str, progress: Progress) -> TargetInfo:
+        progress(f"loading {spec}", 0.5)
+        self.loads.append(spec)
+        return TargetInfo(spec, "cpu", "float32", 135_000_000)
+
+    def events(self, request: RunRequest, stop: StopFlag, progress: Progress) -> Iterator[Event]:
+        self.requests.append(request)
+        if self.fail_next is not None:
+            error, self.fail_next = self.fail_next, None
+            raise error
+        self.produced = 0
+        yield Started(5, request.method, request.config.as_dict())
+        ids: list[int] = []
+        index = 0
+        while index < self.steps:
+            if self.honour_stop and stop.is_set():
+                break
+            time.sleep(self.delay)
+            step = fake_step(index, request.method)
+            ids.extend(t.id for t in step.tokens)
+            self.produced += 1
+            self.step_event.set()
+            yield step
+            index += 1
+        reason = "stopped" if stop.is_set() else "max_tokens"
+        yield Finished(_summary(request, ids, index, reason))
+
+    def token_text(self, token_id: int) -> str:
+        return f"t{token_id}"
+
+
+def _summary(request: RunRequest, ids: list[int], steps: int, reason: str) -> RunSummary:
+    return RunSummary(
+        method=request.method,
+        policy=request.config.policy,
+        lossy=request.config.policy != "lossless",
+        prompt_tokens=5,
+        new_tokens=len(ids),
+        token_ids=tuple(ids),
+        text="".join(f" t{i}" for i in ids),
+        steps=steps,
+        wall_seconds=0.01 * max(steps, 1),
+        draft_seconds=0.0,
+        verify_seconds=0.0,
+        prefill_seconds=0.0,
+        stop_reason=reason,
+    )
+
+
+__all__ = ["FakeEngine", "SpecdecError", "fake_step"]
