@@ -14,6 +14,7 @@ from collections.abc import Callable
 from specdec_core.errors import SpecdecError
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
+AUTO = "auto"
 
 
 def command(name: str):
@@ -36,7 +37,9 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
 
 def add_decode_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("--k", type=int, default=4, help="draft length for chain methods")
+    parser.add_argument(
+        "--k", type=k_value, default=4, help="draft length for chain methods, or auto (measured)"
+    )
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=0)
@@ -63,6 +66,16 @@ def add_decode_options(parser: argparse.ArgumentParser) -> None:
         "hybrid), w (ensemble)",
     )
     parser.add_argument("--raw", action="store_true", help="do not apply the chat template")
+
+
+def k_value(text: str) -> int | str:
+    """`--k`: a draft length, or 'auto' (a short sweep picks it; `specdec_core.autotune`)."""
+    if text == AUTO:
+        return AUTO
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer or 'auto', got '{text}'") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -96,13 +109,18 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--csv-out", default=None)
     add_model_options(bench)
     add_decode_options(bench)
+
+    from specdec_core.cli_tuning import add_parsers  # sweep, export (registers their commands)
+
+    add_parsers(sub)
     return parser
 
 
 def decode_config(args: argparse.Namespace):
     from specdec_core.config import DecodeConfig
 
-    for name, value, low in (("--max-new-tokens", args.max_new_tokens, 1), ("--k", args.k, 0)):
+    k = DecodeConfig.k if args.k == AUTO else args.k  # auto: tuned once the models are loaded
+    for name, value, low in (("--max-new-tokens", args.max_new_tokens, 1), ("--k", k, 0)):
         if value < low:
             raise SpecdecError(f"{name} must be at least {low} (got {value})")
     if args.temperature < 0:
@@ -112,7 +130,7 @@ def decode_config(args: argparse.Namespace):
     tree_tokens = None if args.tree_tokens == "auto" else _int(args.tree_tokens, "--tree-tokens")
     return DecodeConfig(
         max_new_tokens=args.max_new_tokens,
-        k=args.k,
+        k=k,
         temperature=args.temperature,
         top_p=args.top_p,
         seed=args.seed,
@@ -162,6 +180,7 @@ def model_specs(args: argparse.Namespace) -> dict[str, str]:
 
 @command("generate")
 def cmd_generate(args: argparse.Namespace) -> int:
+    from specdec_core.cli_tuning import resolve_auto_k
     from specdec_core.models import load_model
     from specdec_core.prompts import encode_prompt, read_prompt_file
     from specdec_core.runner import prepare_extra, run
@@ -174,6 +193,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     target = load_model(args.target, args.device, args.dtype, progress=_progress(args))
     prompt_ids = encode_prompt(target.tokenizer, text, args.raw)
     extra = prepare_extra(args.method, target, model_specs(args))
+    config = resolve_auto_k(args, config, target, [args.method])
     summary = run(target, args.method, prompt_ids, config, extra)
     record = {
         "method": summary.method,
@@ -218,6 +238,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         stderr_progress,
         write_outputs,
     )
+    from specdec_core.cli_tuning import resolve_auto_k
     from specdec_core.methods import METHODS
     from specdec_core.models import load_model
     from specdec_core.prompts import read_prompt_file
@@ -233,6 +254,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         check_policy(variant[1].policy, variant[1].policy_params)
     prompts = read_prompt_file(args.prompts, args.limit)
     target = load_model(args.target, args.device, args.dtype, progress=_progress(args))
+    config = resolve_auto_k(args, config, target, methods)
     result = run_bench(
         target, methods, prompts, config, model_specs(args), args.raw, progress=stderr_progress
     )

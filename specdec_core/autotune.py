@@ -1,0 +1,116 @@
+"""Auto-tune the draft length k: a short sweep on this device, then the argmax of its table.
+
+`--k auto` (generate / bench) and the GUI's "Tune" action call `autotune_k`. It measures each
+candidate k on a few short prompts with the current models, temperature and policy — a sweep
+(`specdec_core.sweep`) over k alone, speedup as a ratio to `ar` measured in the same run — and
+returns the whole table, the chosen k and a sentence saying why. The choice is the row with the
+highest speedup; a tie (within 1%, well inside timing noise) goes to the smaller k, which drafts
+less and wastes less when acceptance drops.
+
+Only chain drafters have a k; a tree method (EAGLE-2) is tuned with a sweep over its tree size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from specdec_core.config import DecodeConfig
+from specdec_core.errors import SpecdecError
+from specdec_core.models import LoadedModel
+from specdec_core.sweep import BenchMeasure, Grid, Measure, SweepProgress, run_sweep
+
+CANDIDATES = (1, 2, 3, 4, 6, 8)
+TREE_METHODS = ("eagle2",)  # methods whose draft is a tree: no k to tune
+TIE = 0.01  # speedups within 1% of the best count as a tie
+TUNING_MAX_NEW_TOKENS = 48
+TUNING_PROMPTS = (  # short, varied chat prompts: prose, code, a list
+    "Explain in a few sentences why the sky is blue.",
+    "Write a Python function that returns the n-th Fibonacci number.",
+    "List five tips for writing clear technical documentation.",
+)
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    method: str
+    table: list[dict[str, Any]]  # one row per k: k, tokens_per_second, speedup_vs_ar, tau, …
+    k: int  # the choice
+    reason: str
+
+    def format_table(self) -> str:
+        lines = [f"{'k':>3}{'tok/s':>9}{'speedup':>9}{'tau':>7}", "-" * 28]
+        for row in self.table:
+            mark = "  <- chosen" if row["k"] == self.k else ""
+            lines.append(
+                f"{row['k']:>3}{row['tokens_per_second']:>9.1f}{row['speedup_vs_ar']:>8.2f}x"
+                f"{row['mean_accept_length']:>7.2f}{mark}"
+            )
+        return "\n".join(lines)
+
+
+def choose_k(table: list[dict[str, Any]]) -> tuple[int, str]:
+    """The k with the highest speedup (ties within `TIE` go to the smaller k), and why."""
+    if not table:
+        raise SpecdecError("auto-tune measured nothing; check the prompts and the method")
+    best = max(table, key=lambda row: row["speedup_vs_ar"])
+    near = [row for row in table if row["speedup_vs_ar"] >= best["speedup_vs_ar"] * (1 - TIE)]
+    chosen = min(near, key=lambda row: row["k"])
+    reason = (
+        f"k={chosen['k']}: {chosen['speedup_vs_ar']:.2f}x vs ar "
+        f"(τ {chosen['mean_accept_length']:.2f}), the highest measured speedup"
+    )
+    if chosen is not best:
+        reason += (
+            f" within {TIE:.0%} of k={best['k']} ({best['speedup_vs_ar']:.2f}x); "
+            "the smaller k wins ties"
+        )
+    return chosen["k"], reason
+
+
+def autotune_k(
+    method: str,
+    config: DecodeConfig,
+    measure: Measure,
+    candidates: Sequence[int] = CANDIDATES,
+    progress: Callable[[SweepProgress], None] | None = None,
+) -> TuneResult:
+    """Measure `method` at each candidate k (all else as in `config`) and pick the best."""
+    check_tunable(method)
+    grid = Grid({"k": sorted(set(candidates))})
+    result = run_sweep(method, grid, config, measure, progress=progress)
+    table = [{"k": row["point"]["k"], **_metrics(row)} for row in result.points]
+    k, reason = choose_k(table)
+    return TuneResult(method=method, table=table, k=k, reason=reason)
+
+
+def tune_on_device(
+    target: LoadedModel,
+    method: str,
+    config: DecodeConfig,
+    specs: dict[str, str],
+    prompts: Sequence[str] = TUNING_PROMPTS,
+    candidates: Sequence[int] = CANDIDATES,
+    progress: Callable[[SweepProgress], None] | None = None,
+) -> TuneResult:
+    """`autotune_k` with the real models: short runs (`TUNING_MAX_NEW_TOKENS`) on `prompts`."""
+    check_tunable(method)
+    short = replace(config, max_new_tokens=min(config.max_new_tokens, TUNING_MAX_NEW_TOKENS))
+    measure = BenchMeasure(target, prompts, specs, raw=False)
+    return autotune_k(method, short, measure, candidates, progress)
+
+
+def check_tunable(method: str) -> None:
+    if method == "ar":
+        raise SpecdecError("--k auto needs a speculative method; 'ar' drafts nothing")
+    if method in TREE_METHODS:
+        raise SpecdecError(
+            f"--k auto tunes chain drafters; '{method}' drafts a tree: "
+            f"use `specdec sweep --method {method} --tree-tokens ... --tree-depth ...`"
+        )
+
+
+def _metrics(row: dict[str, Any]) -> dict[str, Any]:
+    keys = ("tokens_per_second", "speedup_vs_ar", "mean_accept_length", "ar_tokens_per_second")
+    return {key: row[key] for key in keys}

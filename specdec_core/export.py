@@ -1,0 +1,196 @@
+"""`specdec export`: carry a tuned setting to a serving engine (vLLM or SGLang).
+
+vLLM takes one JSON object, `--speculative-config '{...}'`; SGLang takes command-line flags.
+Only the speculative part is exported: temperature and top-p are per-request sampling
+parameters in both engines (send them with each request), and a lossy policy has no
+equivalent there (both verify losslessly by default), which the notes say.
+
+Mapping (playground -> vLLM `speculative_config` key | SGLang flag):
+
+- classic          -> method "draft_model", model = draft   | --speculative-algorithm STANDALONE
+- eagle            -> method "eagle" ("eagle3" for an EAGLE-3 head)
+                                                            | --speculative-algorithm EAGLE (EAGLE3)
+- eagle2 (tree)    -> method "eagle"/"eagle3", a chain      | --speculative-algorithm EAGLE (EAGLE3)
+- ngram            -> method "ngram"                        | --speculative-algorithm NGRAM
+- --draft / --head -> model                                 | --speculative-draft-model-path
+- k (chain)        -> num_speculative_tokens = k            | --speculative-num-steps k,
+                      --speculative-eagle-topk 1, --speculative-num-draft-tokens k+1
+- tree depth / top-k / tokens -> num_speculative_tokens = depth
+                                  | --speculative-num-steps, --speculative-eagle-topk,
+                                    --speculative-num-draft-tokens (root included, as here)
+- --ngram-max      -> prompt_lookup_max (prompt_lookup_min 1)
+                      | --speculative-ngram-max-match-window-size (min 1),
+                        --speculative-ngram-max-bfs-breadth 1 (a chain, like our drafter),
+                        --speculative-num-draft-tokens k+1
+
+Sources: vLLM `vllm/config/speculative.py` (`SpeculativeConfig`: `method` in "ngram",
+"draft_model", "eagle", "eagle3", …; `model`; `num_speculative_tokens`; `prompt_lookup_max`,
+`prompt_lookup_min`) and docs/features/speculative_decoding/{eagle,draft_model,n_gram}.md.
+SGLang docs/advanced_features/speculative_decoding.md ("Full Parameter Reference": algorithms
+EAGLE, EAGLE3, STANDALONE, NGRAM; `--speculative-num-draft-tokens` counts the verified root,
+"if topk=1, it is adjusted to num_steps + 1"; all three tree flags are set together or left
+unset for SGLang's own auto choice; NGRAM's `--speculative-ngram-*` window and BFS flags).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from safetensors import safe_open
+
+from specdec_core.config import DecodeConfig
+from specdec_core.errors import SpecdecError
+from specdec_core.resources import resource_path
+
+ENGINES = ("vllm", "sglang")
+EMBEDDED_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"  # the embedded target's original repo
+BUNDLED = {"head": "eagle_head", "draft": "draft"}  # `embedded` head / draft under resources/
+
+# playground method -> (what it needs, vLLM method, SGLang algorithm); EAGLE-3 heads upgrade
+# eagle -> eagle3 / EAGLE -> EAGLE3.
+METHOD_MAP: dict[str, tuple[str | None, str, str]] = {
+    "classic": ("draft", "draft_model", "STANDALONE"),
+    "eagle": ("head", "eagle", "EAGLE"),
+    "eagle2": ("head", "eagle", "EAGLE"),
+    "ngram": (None, "ngram", "NGRAM"),
+}
+TREE_METHODS = ("eagle2",)
+
+
+@dataclass(frozen=True)
+class Export:
+    engine: str
+    payload: str  # what to paste: the JSON (vLLM) or the flags (SGLang)
+    command: str  # a full example server command
+    notes: list[str] = field(default_factory=list)
+
+
+def export(
+    engine: str, method: str, config: DecodeConfig, target: str = "embedded", model: str = ""
+) -> Export:
+    """The engine's speculative settings for `method` at `config`; `model` is the draft or head
+    spec (`embedded` = the bundled one). Raises `SpecdecError` for what cannot be exported."""
+    if engine not in ENGINES:
+        raise SpecdecError(f"unknown engine '{engine}'; choose one of: {', '.join(ENGINES)}")
+    if method not in METHOD_MAP:
+        raise SpecdecError(
+            f"method '{method}' has no serving-engine equivalent; export one of: "
+            f"{', '.join(METHOD_MAP)}"
+        )
+    needs, vllm_method, sglang_algorithm = METHOD_MAP[method]
+    notes: list[str] = []
+    path = _resolve(needs, model or "embedded", notes) if needs else None
+    if needs == "head" and head_format(path) == "eagle3":
+        vllm_method, sglang_algorithm = "eagle3", "EAGLE3"
+    steps, topk, tokens = _shape(method, config, notes)
+    target_id = _target(target, notes)
+    if config.policy != "lossless":
+        notes.append(
+            f"policy '{config.policy}' is lossy and has no equivalent in {engine}: the engine "
+            "verifies losslessly, so expect a lower τ and the target's exact output"
+        )
+    notes.append("temperature / top-p are per-request sampling parameters: send them with requests")
+    if engine == "vllm":
+        spec = {"method": vllm_method, "num_speculative_tokens": steps}
+        if path is not None:
+            spec["model"] = path
+        if method == "ngram":
+            spec.update(prompt_lookup_max=config.ngram_max, prompt_lookup_min=1)
+        if method in TREE_METHODS:
+            notes.append(
+                "vLLM's EAGLE proposer drafts a chain: the tree's depth becomes "
+                "num_speculative_tokens; top-k and tree size do not carry over"
+            )
+        payload = json.dumps(spec)
+        command = f"vllm serve {shlex.quote(target_id)} --speculative-config {shlex.quote(payload)}"
+        return Export(engine, payload, command, notes)
+    flags = ["--speculative-algorithm", sglang_algorithm]
+    if path is not None:
+        flags += ["--speculative-draft-model-path", path]
+    if method == "ngram":
+        flags += [
+            "--speculative-num-draft-tokens", str(steps + 1),
+            "--speculative-ngram-min-match-window-size", "1",
+            "--speculative-ngram-max-match-window-size", str(config.ngram_max),
+            "--speculative-ngram-max-bfs-breadth", "1",
+        ]  # fmt: skip
+        notes.append("SGLang's NGRAM speculation runs on CUDA only")
+    elif steps is not None:
+        flags += [
+            "--speculative-num-steps", str(steps),
+            "--speculative-eagle-topk", str(topk),
+            "--speculative-num-draft-tokens", str(tokens),
+        ]  # fmt: skip
+    payload = shlex.join(flags)
+    command = f"python -m sglang.launch_server --model-path {shlex.quote(target_id)} {payload}"
+    return Export(engine, payload, command, notes)
+
+
+def _shape(method: str, config: DecodeConfig, notes: list[str]) -> tuple:
+    """(steps, top-k, draft tokens incl. the root); all None = let the engine choose."""
+    if method not in TREE_METHODS:
+        if config.k < 1:
+            raise SpecdecError(f"--k must be at least 1 to export (got {config.k})")
+        return config.k, 1, config.k + 1
+    given = (config.tree_depth, config.tree_topk, config.tree_tokens)
+    if all(v is None for v in given):
+        notes.append(
+            "tree size is 'auto' here: the engine picks its own tree (SGLang's auto choice); "
+            "pass --tree-depth, --tree-topk and --tree-tokens to export a tuned tree"
+        )
+        return None, None, None
+    if any(v is None for v in given):
+        raise SpecdecError(
+            "give all three of --tree-depth, --tree-topk and --tree-tokens "
+            "(SGLang takes the tree's steps, top-k and draft tokens together), or none"
+        )
+    return given
+
+
+def head_format(path: str | None) -> str:
+    """'eagle3' for an EAGLE-3 head (a `midlayer`, DESIGN.md §2.5), else 'eagle' (EAGLE-1/2)."""
+    if path is None or not Path(path, "config.json").is_file():
+        return "eagle"  # a hub id: cannot look inside offline; EAGLE-1/2 is the default
+    config = json.loads(Path(path, "config.json").read_text())
+    if any("Eagle3" in arch for arch in config.get("architectures") or []):
+        return "eagle3"
+    for weights in Path(path).glob("*.safetensors"):
+        with safe_open(str(weights), framework="pt") as handle:
+            if any(key.startswith("midlayer.") for key in handle.keys()):  # noqa: SIM118
+                return "eagle3"
+    return "eagle"
+
+
+def _resolve(needs: str, spec: str, notes: list[str]) -> str:
+    if spec != "embedded":
+        local = Path(spec).expanduser()
+        return str(local.resolve()) if local.exists() else spec
+    bundled = resource_path(BUNDLED[needs])
+    if not (bundled / "config.json").is_file():
+        raise SpecdecError(
+            f"this install has no bundled {needs}; pass --{needs} with a directory or hub id"
+        )
+    what = "EAGLE head" if needs == "head" else "draft model"
+    notes.append(
+        f"the bundled {what} is the local directory {bundled}; it is in EAGLE's official "
+        "format (config.json + weights), which vLLM and SGLang load: copy it to the server"
+        if needs == "head"
+        else f"the bundled {what} is the local directory {bundled} (a LlamaForCausalLM): "
+        "copy it to the server"
+    )
+    return str(bundled)
+
+
+def _target(spec: str, notes: list[str]) -> str:
+    if spec in ("embedded", "smollm2"):
+        notes.append(
+            f"the embedded target is {EMBEDDED_HUB_ID} (served from its original checkpoint, "
+            "not the GGUF)"
+        )
+        return EMBEDDED_HUB_ID
+    if spec.endswith(".gguf"):
+        notes.append("vLLM / SGLang speculation wants the original checkpoint, not a .gguf")
+    return spec

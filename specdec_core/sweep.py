@@ -1,0 +1,232 @@
+"""`specdec sweep`: speedup and τ of one method over a grid of settings, measured in one run.
+
+The grid is the cartesian product of the requested values, nothing more: `--k 1,2 --temperature
+0,1` is exactly four points. Speedup is a ratio measured in this process (DESIGN.md §5): the
+autoregressive baseline is run on the same prompts once per temperature, the first time a
+point at that temperature is measured, and every point records the baseline it was divided by.
+A resumed sweep measures its baseline again, so each ratio still comes from one process.
+
+Results are written to the JSON file after every point, so Ctrl+C (or a crash) keeps the points
+finished so far, and `resume=True` skips the points the file already holds — provided it was
+measured with the same method, target, prompts and fixed settings (otherwise a `SpecdecError`).
+
+The loop only needs a `Measure` (method, config, reference token ids -> bench-style metrics);
+`BenchMeasure` is the real one, built on the benchmark's own per-prompt runner, so whatever
+the benchmark reports per method (fidelity numbers included) lands in each point.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+from specdec_core.bench import _aggregate, _extra, _run_one, _warm_up, compare_to_reference
+from specdec_core.config import DecodeConfig
+from specdec_core.decode import StopFlag
+from specdec_core.errors import SpecdecError
+from specdec_core.models import LoadedModel
+from specdec_core.prompts import encode_prompt
+
+AXES = ("temperature", "k", "tree_tokens", "tree_depth", "tree_topk")  # DecodeConfig fields
+PARAM_PREFIX = "policy_params."  # axis name of a policy parameter, e.g. policy_params.tau
+Point = dict[str, Any]
+
+
+class Measure(Protocol):
+    def __call__(
+        self, method: str, config: DecodeConfig, reference: list[list[int]] | None
+    ) -> dict[str, Any]:
+        """Bench-style metrics (`tokens_per_second`, `mean_accept_length`, …) and `token_ids`
+        (one list per prompt); `reference` is the baseline's token ids at that temperature."""
+
+
+@dataclass(frozen=True)
+class Grid:
+    """Named axes -> values; `points()` is their cartesian product, temperature outermost."""
+
+    axes: dict[str, list[Any]]
+
+    def __post_init__(self) -> None:
+        for name, values in self.axes.items():
+            if name not in AXES and not name.startswith(PARAM_PREFIX):
+                raise SpecdecError(f"cannot sweep '{name}'; choose from: {', '.join(AXES)}")
+            if not values:
+                raise SpecdecError(f"the sweep axis '{name}' has no values")
+            if len(set(map(json.dumps, values))) != len(values):
+                raise SpecdecError(f"the sweep axis '{name}' repeats a value: {values}")
+
+    def points(self) -> list[Point]:
+        names = sorted(self.axes, key=lambda n: (n != "temperature", _order(n)))
+        combos = itertools.product(*(self.axes[n] for n in names))
+        return [dict(zip(names, combo, strict=True)) for combo in combos]
+
+
+def _order(name: str) -> int:
+    return AXES.index(name) if name in AXES else len(AXES)
+
+
+def apply_point(base: DecodeConfig, point: Point) -> DecodeConfig:
+    """`base` with the point's values (policy parameters merged into `policy_params`)."""
+    params = dict(base.policy_params)
+    fields = {}
+    for name, value in point.items():
+        if name.startswith(PARAM_PREFIX):
+            params[name.removeprefix(PARAM_PREFIX)] = value
+        else:
+            fields[name] = value
+    return replace(base, **fields, policy_params=params)
+
+
+def point_key(point: Point) -> str:
+    return json.dumps(point, sort_keys=True)
+
+
+@dataclass
+class SweepProgress:
+    done: int  # points finished, including those resumed from the file
+    total: int
+    point: Point
+    record: dict[str, Any]
+    eta_seconds: float | None  # from the points measured in this process
+
+
+@dataclass
+class SweepResult:
+    header: dict[str, Any]
+    points: list[dict[str, Any]] = field(default_factory=list)
+
+    def best(self, temperature: float | None = None) -> dict[str, Any] | None:
+        rows = [r for r in self.points if temperature is None or _temp(r) == temperature]
+        return max(rows, key=lambda r: r["speedup_vs_ar"], default=None)
+
+    def as_dict(self) -> dict[str, Any]:
+        temperatures = sorted({_temp(r) for r in self.points})
+        return {
+            "sweep": self.header,
+            "points": self.points,
+            "best": self.best(),
+            "best_by_temperature": {str(t): self.best(t) for t in temperatures},
+        }
+
+    def write(self, path: Path) -> None:
+        """Write atomically, so an interrupt during the write never corrupts earlier points."""
+        scratch = path.with_name(path.name + ".tmp")
+        scratch.write_text(json.dumps(self.as_dict(), indent=2))
+        scratch.replace(path)
+
+
+def _temp(record: dict[str, Any]) -> float:
+    return record["config"]["temperature"]
+
+
+def run_sweep(
+    method: str,
+    grid: Grid,
+    base: DecodeConfig,
+    measure: Measure,
+    header: dict[str, Any] | None = None,
+    json_out: Path | None = None,
+    resume: bool = False,
+    progress: Callable[[SweepProgress], None] | None = None,
+    stop: StopFlag | None = None,
+) -> SweepResult:
+    fixed = {k: v for k, v in base.as_dict().items() if k not in grid.axes}
+    header = {"method": method, "axes": grid.axes, "base_config": fixed, **(header or {})}
+    result = SweepResult(header=header)
+    if resume:
+        result.points = _resumable(json_out, header)
+    done = {point_key(r["point"]) for r in result.points}
+    todo = [p for p in grid.points() if point_key(p) not in done]
+    total = len(done) + len(todo)
+    baselines: dict[float, dict[str, Any]] = {}
+    started = time.perf_counter()
+    for index, point in enumerate(todo):
+        if stop is not None and stop.is_set():
+            break
+        config = apply_point(base, point)
+        ar = baselines.get(config.temperature)
+        if ar is None:
+            ar = baselines[config.temperature] = measure("ar", _baseline(config), None)
+        metrics = measure(method, config, ar["token_ids"])
+        record = _record(point, config, metrics, ar)
+        result.points.append(record)
+        if json_out is not None:
+            result.write(json_out)
+        if progress is not None:
+            elapsed = time.perf_counter() - started
+            eta = elapsed / (index + 1) * (len(todo) - index - 1)
+            progress(SweepProgress(len(result.points), total, point, record, eta))
+    return result
+
+
+def _baseline(config: DecodeConfig) -> DecodeConfig:
+    """The autoregressive reference: the point's sampling settings, always lossless."""
+    return replace(config, policy="lossless", policy_params={})
+
+
+def _record(
+    point: Point, config: DecodeConfig, metrics: dict[str, Any], ar: dict[str, Any]
+) -> dict[str, Any]:
+    ar_tps = ar["tokens_per_second"]
+    record = {k: v for k, v in metrics.items() if k != "token_ids"}
+    record.update(
+        point=point,
+        config=config.as_dict(),
+        ar_tokens_per_second=ar_tps,
+        speedup_vs_ar=metrics["tokens_per_second"] / ar_tps if ar_tps else 0.0,
+    )
+    return record
+
+
+def _resumable(json_out: Path | None, header: dict[str, Any]) -> list[dict[str, Any]]:
+    if json_out is None:
+        raise SpecdecError("--resume needs --json-out FILE (the file of the interrupted sweep)")
+    if not json_out.is_file():
+        return []
+    try:
+        saved = json.loads(json_out.read_text())
+        saved_header, points = saved["sweep"], saved["points"]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        raise SpecdecError(f"{json_out} is not a sweep result; pass another --json-out") from None
+    fixed = [k for k in header if k != "axes"]
+    changed = [k for k in fixed if saved_header.get(k) != header[k]]
+    if changed:
+        raise SpecdecError(
+            f"{json_out} was measured with other settings ({', '.join(changed)} differ); "
+            "rerun with the same settings, or pass another --json-out to start afresh"
+        )
+    return list(points)
+
+
+class BenchMeasure:
+    """Measures a method on the prompts with the benchmark's runner (one model load each)."""
+
+    def __init__(
+        self, target: LoadedModel, prompts: Sequence[str], specs: dict[str, str], raw: bool
+    ) -> None:
+        self.target = target
+        self.specs = specs
+        self.encoded = [encode_prompt(target.tokenizer, p, raw) for p in prompts]
+        self.extras: dict[str, object | None] = {}
+        _warm_up(target, self.encoded[0], DecodeConfig())
+
+    def __call__(
+        self, method: str, config: DecodeConfig, reference: list[list[int]] | None
+    ) -> dict[str, Any]:
+        if method not in self.extras:
+            self.extras[method] = _extra(method, self.target, self.specs)
+        rows = []
+        for index, ids in enumerate(self.encoded):
+            row = _run_one(method, self.target, ids, config, self.extras[method])
+            row.update(
+                compare_to_reference(
+                    row, row["token_ids"] if reference is None else reference[index]
+                )
+            )
+            rows.append(row)
+        return {**_aggregate(rows), "token_ids": [row["token_ids"] for row in rows]}

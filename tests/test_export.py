@@ -1,0 +1,130 @@
+"""`specdec export`: the vLLM speculative config and the SGLang flags carry the documented names.
+
+Documented names: vLLM `SpeculativeConfig` (vllm/config/speculative.py) and SGLang's
+"Full Parameter Reference" (docs/advanced_features/speculative_decoding.md); see
+`specdec_core.export` for the mapping table.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+
+from specdec_core.cli import main
+from specdec_core.config import DecodeConfig
+from specdec_core.errors import SpecdecError
+from specdec_core.export import export
+
+VLLM_KEYS = {"method", "model", "num_speculative_tokens", "prompt_lookup_max", "prompt_lookup_min"}
+VLLM_METHODS = {"ngram", "draft_model", "eagle", "eagle3"}
+SGLANG_FLAGS = {
+    "--speculative-algorithm",
+    "--speculative-draft-model-path",
+    "--speculative-num-steps",
+    "--speculative-eagle-topk",
+    "--speculative-num-draft-tokens",
+    "--speculative-ngram-min-match-window-size",
+    "--speculative-ngram-max-match-window-size",
+    "--speculative-ngram-max-bfs-breadth",
+}
+SGLANG_ALGORITHMS = {"EAGLE", "EAGLE3", "STANDALONE", "NGRAM"}
+
+
+def _head(tmp_path, architecture: str = "LlamaForCausalLM"):
+    head = tmp_path / "head"
+    head.mkdir()
+    (head / "config.json").write_text(json.dumps({"architectures": [architecture]}))
+    return str(head)
+
+
+def vllm(method: str, config: DecodeConfig, model: str = "") -> dict:
+    spec = json.loads(export("vllm", method, config, model=model).payload)
+    assert set(spec) <= VLLM_KEYS and spec["method"] in VLLM_METHODS
+    return spec
+
+
+def sglang(method: str, config: DecodeConfig, model: str = "") -> dict[str, str]:
+    words = shlex.split(export("sglang", method, config, model=model).payload)
+    flags = dict(zip(words[::2], words[1::2], strict=True))
+    assert set(flags) <= SGLANG_FLAGS and flags["--speculative-algorithm"] in SGLANG_ALGORITHMS
+    return flags
+
+
+def test_vllm_config_per_method(tmp_path):
+    head = _head(tmp_path)
+    k5 = DecodeConfig(k=5, ngram_max=4)
+    assert vllm("eagle", k5, head) == {
+        "method": "eagle",
+        "num_speculative_tokens": 5,
+        "model": head,
+    }
+    assert vllm("classic", k5, "org/draft") == {
+        "method": "draft_model",
+        "num_speculative_tokens": 5,
+        "model": "org/draft",
+    }
+    assert vllm("ngram", k5) == {
+        "method": "ngram",
+        "num_speculative_tokens": 5,
+        "prompt_lookup_max": 4,
+        "prompt_lookup_min": 1,
+    }
+    tree = DecodeConfig(tree_depth=4, tree_topk=3, tree_tokens=12)
+    assert vllm("eagle2", tree, head)["num_speculative_tokens"] == 4
+
+
+def test_sglang_flags_per_method(tmp_path):
+    head = _head(tmp_path)
+    k3 = DecodeConfig(k=3, ngram_max=5)
+    assert sglang("eagle", k3, head) == {
+        "--speculative-algorithm": "EAGLE",
+        "--speculative-draft-model-path": head,
+        "--speculative-num-steps": "3",
+        "--speculative-eagle-topk": "1",
+        "--speculative-num-draft-tokens": "4",  # counts the root: num_steps + 1 for a chain
+    }
+    assert sglang("classic", k3, "org/draft")["--speculative-algorithm"] == "STANDALONE"
+    ngram = sglang("ngram", k3)
+    assert ngram["--speculative-algorithm"] == "NGRAM"
+    assert ngram["--speculative-ngram-max-match-window-size"] == "5"
+    assert "--speculative-draft-model-path" not in ngram
+    tree = sglang("eagle2", DecodeConfig(tree_depth=4, tree_topk=3, tree_tokens=12), head)
+    assert (tree["--speculative-num-steps"], tree["--speculative-eagle-topk"]) == ("4", "3")
+    assert tree["--speculative-num-draft-tokens"] == "12"
+
+
+def test_an_eagle3_head_exports_as_eagle3(tmp_path):
+    head = _head(tmp_path, "LlamaForCausalLMEagle3")
+    assert vllm("eagle", DecodeConfig(), head)["method"] == "eagle3"
+    assert sglang("eagle2", DecodeConfig(), head)["--speculative-algorithm"] == "EAGLE3"
+
+
+def test_auto_tree_leaves_the_engine_to_choose_and_a_partial_tree_is_refused(tmp_path):
+    head = _head(tmp_path)
+    result = export("sglang", "eagle2", DecodeConfig(), model=head)
+    assert "--speculative-num-steps" not in result.payload
+    assert any("auto" in note for note in result.notes)
+    with pytest.raises(SpecdecError, match="all three"):
+        export("sglang", "eagle2", DecodeConfig(tree_depth=3), model=head)
+
+
+def test_notes_say_what_does_not_carry_over(tmp_path):
+    result = export("vllm", "ngram", DecodeConfig(policy="threshold"))
+    assert any("lossy" in note for note in result.notes)
+    assert any("HuggingFaceTB/SmolLM2-135M-Instruct" in note for note in result.notes)
+    assert result.command.startswith("vllm serve HuggingFaceTB/SmolLM2-135M-Instruct")
+    with pytest.raises(SpecdecError, match="no serving-engine equivalent"):
+        export("vllm", "ar", DecodeConfig())
+
+
+def test_cli_export_prints_the_payload_on_stdout(capsys):
+    assert main(["export", "--engine", "vllm", "--method", "ngram", "--k", "6"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["num_speculative_tokens"] == 6
+    assert "# example: vllm serve" in captured.err
+    assert main(["export", "--engine", "sglang", "--method", "ngram", "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["engine"] == "sglang" and "NGRAM" in record["payload"]
+    assert main(["export", "--engine", "vllm", "--method", "ngram", "--k", "auto"]) == 2
