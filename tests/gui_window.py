@@ -1,0 +1,33 @@
+"""Shared pytest fixtures for the window tests: a MainWindow on a fake engine."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.main_window import MainWindow
+from tests.gui_fake import FakeEngine
+
+
+@pytest.fixture(name="make_window")
+def make_window_fixture(qtbot, tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECDEC_CONFIG_DIR", str(tmp_path / "config"))
+    windows: list[MainWindow] = []
+
+    def make(engine: FakeEngine | None = None, settings_file=None) -> MainWindow:
+        window = MainWindow(
+            engine=engine or FakeEngine(),
+            settings_file=settings_file or tmp_path / "config" / "settings.json",
+        )
+        qtbot.addWidget(window)
+        window.show()
+        qtbot.waitUntil(window.ready, timeout=5000)
+        windows.append(window)
+        return window
+
+    yield make
+    for window in windows:
+        window.controller.shutdown(5000)
+
+
+def wait_idle(qtbot, window: MainWindow, timeout: int = 5000) -> None:
+    qtbot.waitUntil(lambda: not window.controller.running, timeout=timeout)

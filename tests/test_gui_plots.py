@@ -1,0 +1,84 @@
+"""Live plots: every plot receives the step data; redraws are throttled."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.plot_data import Series, node_depths
+from app.widgets.plots_panel import PlotsPanel
+from tests.gui_fake import TREE, fake_step
+
+
+@pytest.fixture
+def panel(qtbot):
+    widget = PlotsPanel()
+    qtbot.addWidget(widget)
+    return widget
+
+
+def test_series_accumulates_acceptance_length_mean_speed_and_positions():
+    series = Series("classic", "#000")
+    steps = [fake_step(i, "classic") for i in range(5)]  # accepts 0, 1, 2, 3, 4 of k = 4
+    for step in steps:
+        series.add_step(step)
+    assert series.accept == [1, 2, 3, 4, 5]
+    assert series.mean[-1] == pytest.approx(15 / 5)  # τ = new tokens / target forwards
+    assert series.time[-1] == pytest.approx(5 * 0.012)
+    assert series.tps[-1] == pytest.approx(15 / (5 * 0.012))
+    assert series.drafted_at == [5, 5, 5, 5]
+    assert series.accepted_at == [4, 3, 2, 1]
+    assert series.position_rates() == [0.8, 0.6, 0.4, 0.2]
+
+
+def test_plots_receive_the_step_data(panel):
+    panel.begin_series("Classic draft", "#E69F00")
+    for i in range(5):
+        panel.add_step("Classic draft", fake_step(i, "classic"))
+    panel.redraw()
+
+    points, mean = panel.acceptance.items["Classic draft"]
+    assert list(points.getData()[1]) == [1, 2, 3, 4, 5]
+    assert list(mean.getData()[1]) == pytest.approx([1, 1.5, 2, 2.5, 3])
+    x, y = panel.speed.items["Classic draft"].getData()
+    assert len(x) == 5 and y[-1] == pytest.approx(15 / 0.06)
+    bars = panel.positions.items["Classic draft"]
+    assert list(bars.opts["height"]) == pytest.approx([0.8, 0.6, 0.4, 0.2])
+    assert panel.tree.tree is None and panel.tree.note.isVisible()
+
+
+def test_one_curve_per_run_when_comparing(panel):
+    for name in ("Autoregressive", "Classic draft"):
+        panel.begin_series(name, "#123456")
+        panel.add_step(name, fake_step(0, "ar" if name == "Autoregressive" else "classic"))
+    panel.redraw()
+    assert set(panel.acceptance.items) == {"Autoregressive", "Classic draft"}
+    assert set(panel.speed.items) == {"Autoregressive", "Classic draft"}
+    assert set(panel.positions.items) == {"Classic draft"}  # autoregressive drafts nothing
+    panel.reset()
+    assert not panel.acceptance.items and not panel.series
+
+
+def test_the_tree_plot_shows_the_last_tree_with_the_accepted_path(panel):
+    panel.set_labeler(lambda token_id: f"t{token_id}")
+    panel.begin_series("EAGLE-2", "#009E73")
+    panel.add_step("EAGLE-2", fake_step(0, "eagle2"))
+    panel.redraw()
+    assert panel.tree.tree == TREE
+    assert len(panel.tree.nodes.data) == len(TREE.tokens) + 1  # + the root
+    path_x, _ = panel.tree.path.getData()
+    assert len(path_x) == 2 * len(TREE.accepted)  # one segment per accepted node
+    edges_x, _ = panel.tree.edges.getData()
+    assert len(edges_x) == 2 * (len(TREE.tokens) - len(TREE.accepted))
+    visible = [label.toPlainText() for label in panel.tree.labels if label.isVisible()]
+    assert visible == [f"t{token}" for token in TREE.tokens]
+    assert node_depths(TREE.parents) == [1, 1, 2, 2, 3]
+
+
+def test_redraws_are_throttled(panel, qtbot):
+    panel.begin_series("Autoregressive", "#6b6b6b")
+    for i in range(200):
+        panel.add_step("Autoregressive", fake_step(i, "ar"))
+    qtbot.waitUntil(lambda: panel.redraws >= 1, timeout=2000)
+    qtbot.wait(150)
+    assert panel.redraws <= 3
+    assert len(panel.acceptance.items["Autoregressive"][0].getData()[0]) == 200

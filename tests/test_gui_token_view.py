@@ -1,0 +1,87 @@
+"""Token view and legend: one colour per token kind, a tooltip per token, rejected drafts."""
+
+from __future__ import annotations
+
+from app.palette import KIND_COLORS, KIND_LABELS
+from app.widgets.legend import Legend
+from app.widgets.token_view import TokenView
+from specdec_core.events import Step, Token, TokenKind
+from tests.gui_fake import fake_step
+
+
+def _all_kinds_step() -> Step:
+    tokens = (
+        Token(1, "The", TokenKind.ACCEPTED_DRAFT, 3, 0.91, 0.85),
+        Token(2, " cat", TokenKind.CORRECTION, 3, 0.42, None),
+        Token(3, " sat", TokenKind.BONUS, 3, 0.77, None),
+        Token(4, " down", TokenKind.TARGET, 3, 0.66, None),
+    )
+    rejected = (Token(9, " dog", TokenKind.REJECTED_DRAFT, 3, 0.0, 0.3),)
+    return Step(3, tokens, 2, 1, 0.0, 0.0, rejected=rejected)
+
+
+def test_each_token_kind_gets_its_colour_and_tooltip(qtbot):
+    view = TokenView()
+    qtbot.addWidget(view)
+    view.set_show_rejected(True)
+    view.add_step(_all_kinds_step())
+
+    kinds = [t.kind for t in view.tokens]
+    assert kinds == [
+        TokenKind.ACCEPTED_DRAFT,
+        TokenKind.REJECTED_DRAFT,  # shown right after the accepted prefix it competed with
+        TokenKind.CORRECTION,
+        TokenKind.BONUS,
+        TokenKind.TARGET,
+    ]
+    for index, token in enumerate(view.tokens):
+        fmt = view.format_of(index)
+        if token.kind is TokenKind.REJECTED_DRAFT:
+            assert fmt.fontStrikeOut()
+            assert fmt.foreground().color().name() == KIND_COLORS[token.kind].lower()
+        else:
+            assert not fmt.fontStrikeOut()
+            assert fmt.background().color().name() == KIND_COLORS[token.kind].lower()
+        tip = fmt.toolTip()
+        assert KIND_LABELS[token.kind] in tip
+        assert f"step {token.step}" in tip
+        assert "p_target" in tip and "q_draft" in tip
+    assert "p_target = 0.910" in view.format_of(0).toolTip()
+    assert "q_draft = 0.850" in view.format_of(0).toolTip()
+    assert "q_draft = —" in view.format_of(2).toolTip()
+    assert view.toPlainText() == "The dog cat sat down"
+
+
+def test_the_tooltip_lookup_finds_the_token_under_a_position(qtbot):
+    view = TokenView()
+    qtbot.addWidget(view)
+    view.add_step(_all_kinds_step())
+    text = view.toPlainText()  # "The cat sat down"
+    assert view.token_at(text.index("cat")).text == " cat"
+    assert view.token_at(0).text == "The"
+    assert view.token_at(len(text)) is None
+
+
+def test_rejected_drafts_are_hidden_until_asked_for_and_the_text_streams_per_step(qtbot):
+    view = TokenView()
+    qtbot.addWidget(view)
+    for index in range(3):
+        view.add_step(fake_step(index, "classic"))
+    assert all(t.kind is not TokenKind.REJECTED_DRAFT for t in view.tokens)
+    shown = len(view.tokens)
+    view.set_show_rejected(True)
+    rejected = [t for t in view.tokens if t.kind is TokenKind.REJECTED_DRAFT]
+    assert len(rejected) == 3 and len(view.tokens) == shown + 3
+    view.set_show_rejected(False)
+    assert len(view.tokens) == shown
+    view.clear_tokens()
+    assert view.toPlainText() == "" and view.tokens == []
+
+
+def test_the_legend_has_one_chip_per_kind_in_its_colour(qtbot):
+    legend = Legend()
+    qtbot.addWidget(legend)
+    assert set(legend.chips) == set(TokenKind)
+    for kind, chip in legend.chips.items():
+        assert KIND_COLORS[kind] in chip.styleSheet()
+        assert chip.text() == KIND_LABELS[kind]

@@ -1,0 +1,167 @@
+"""The main window on a fake event stream: generate, stop, compare, errors, shutdown."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from PySide6.QtCore import Qt
+
+from specdec_core.errors import SpecdecError
+from specdec_core.events import TokenKind
+from tests.gui_fake import FakeEngine
+from tests.gui_window import make_window_fixture, wait_idle  # noqa: F401  (fixture)
+
+
+def test_generate_streams_tokens_into_the_view_and_the_plots(make_window, qtbot):
+    window = make_window()
+    window.decoding.k.setValue(6)
+    window.generate()
+    wait_idle(qtbot, window)
+    request = window.engine.requests[-1]
+    assert request.method == "classic" and request.config.k == 6
+    kinds = {t.kind for t in window.token_view.tokens}
+    assert {TokenKind.ACCEPTED_DRAFT, TokenKind.CORRECTION, TokenKind.BONUS} <= kinds
+    assert "τ = 2.75" in window.summary.text()
+    assert len(window.plots.series["Classic draft"].steps) == 12
+    assert window.status.state.text() == "ready"
+
+
+def test_ctrl_return_generates(make_window, qtbot):
+    window = make_window()
+    qtbot.keyClick(window.prompt.editor, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
+    wait_idle(qtbot, window)
+    assert len(window.engine.requests) == 1
+    assert "\n" not in window.prompt.text()
+
+
+def test_methods_and_policies_come_from_the_registries(make_window):
+    window = make_window()
+    labels = [window.decoding.method.itemText(i) for i in range(window.decoding.method.count())]
+    assert labels == ["Autoregressive", "Classic draft", "EAGLE-2"]
+    form = window.decoding._form
+    assert not form.isRowVisible(window.decoding.tree_depth)
+    window.decoding._select(window.decoding.method, "eagle2")
+    assert form.isRowVisible(window.decoding.tree_depth)
+    assert not window.decoding.lossy_badge.isVisibleTo(window)
+    window.decoding._select(window.decoding.policy, "threshold")
+    assert window.decoding.lossy_badge.isVisibleTo(window)
+    assert window.decoding.policy.currentText() == "threshold (lossy)"
+    assert set(window.compare.checks) == {"ar", "classic", "eagle2"}
+
+
+def test_stop_takes_effect_within_one_step(make_window, qtbot):
+    engine = FakeEngine(steps=100_000, delay=0.02)
+    window = make_window(engine)
+    window.generate()
+    qtbot.waitUntil(lambda: engine.produced >= 3, timeout=5000)
+    at_stop = engine.produced
+    qtbot.keyClick(window, Qt.Key.Key_Escape)
+    wait_idle(qtbot, window, timeout=2000)
+    assert engine.produced <= at_stop + 1
+    assert "stopped" in window.summary.text()
+
+
+def test_stop_takes_effect_within_one_step_even_if_the_engine_ignores_the_flag(make_window, qtbot):
+    engine = FakeEngine(steps=100_000, delay=0.02, honour_stop=False)
+    window = make_window(engine)
+    window.generate()
+    qtbot.waitUntil(lambda: engine.produced >= 3, timeout=5000)
+    at_stop = engine.produced
+    window.stop()
+    wait_idle(qtbot, window, timeout=2000)
+    assert engine.produced <= at_stop + 2  # the step in flight, at most one more, then closed
+    shown = len(window.plots.series["Classic draft"].steps)
+    assert shown <= at_stop + 1
+
+
+def test_compare_gives_one_column_per_method_and_a_filled_table(make_window, qtbot, tmp_path):
+    window = make_window()
+    window.compare.checks["eagle2"].setChecked(True)
+    window.run_compare()
+    wait_idle(qtbot, window)
+    assert list(window.compare.columns.columns) == ["ar", "classic", "eagle2"]
+    colors = {c.color for c in window.compare.columns.columns.values()}
+    assert len(colors) == 3
+    table = window.compare.table
+    assert table.rowCount() == 3
+    for row in range(3):
+        for column in range(table.columnCount()):
+            assert table.item(row, column).text()
+    assert table.item(0, 6).text() == "1.00×" and table.item(0, 7).text() == "yes"
+    assert table.item(1, 4).text() == "2.75"
+    assert set(window.plots.series) == {"Autoregressive", "Classic draft", "EAGLE-2"}
+
+    window.export("csv", tmp_path / "c.csv")
+    window.export("json", tmp_path / "c.json")
+    window.export("png", tmp_path / "c.png")
+    lines = (tmp_path / "c.csv").read_text().splitlines()
+    assert lines[0].startswith("method,label,policy") and len(lines) == 4
+    data = json.loads((tmp_path / "c.json").read_text())
+    assert [m["method"] for m in data["methods"]] == ["ar", "classic", "eagle2"]
+    assert (tmp_path / "c.png").stat().st_size > 1000
+
+
+def test_an_engine_error_shows_a_message_and_the_next_generate_works(make_window, qtbot):
+    engine = FakeEngine()
+    window = make_window(engine)
+    engine.fail_next = SpecdecError("the prompt is empty; type a prompt")
+    window.generate()
+    wait_idle(qtbot, window)
+    qtbot.waitUntil(lambda: window.error_box is not None and window.error_box.isVisible())
+    assert "type a prompt" in window.error_box.text()
+    window.error_box.close()
+
+    engine.fail_next = RuntimeError("boom")
+    window.generate()
+    wait_idle(qtbot, window)
+    assert "RuntimeError: boom" in window.last_error
+
+    window.generate()
+    wait_idle(qtbot, window)
+    assert window.token_view.tokens and "τ" in window.summary.text()
+
+
+def test_an_error_in_a_comparison_stops_the_queue(make_window, qtbot):
+    engine = FakeEngine()
+    window = make_window(engine)
+    engine.fail_next = SpecdecError("no draft")
+    window.run_compare()
+    wait_idle(qtbot, window)
+    assert len(engine.requests) == 1 and window.last_error == "no draft"
+    assert window.ready()
+
+
+def test_closing_during_a_run_leaves_no_live_thread(make_window, qtbot):
+    engine = FakeEngine(steps=100_000, delay=0.01, honour_stop=False)
+    window = make_window(engine)
+    window.generate()
+    qtbot.waitUntil(lambda: engine.produced >= 2, timeout=5000)
+    job = window.controller._run_job
+    assert job is not None and job.is_running()
+    window.close()
+    assert not job.thread.isRunning()
+    assert window.controller.live_threads() == 0
+
+
+def test_a_failed_model_load_is_reported_and_the_window_stays_usable(make_window, qtbot):
+    engine = FakeEngine()
+    window = make_window(engine)
+
+    def fail(spec, device, dtype, progress):
+        raise SpecdecError(f"model not found: {spec}; give a model directory or a .gguf file")
+
+    engine.load_target = fail
+    window.models.target.set_spec("/nope")
+    window.load_target()
+    qtbot.waitUntil(lambda: window.last_error is not None, timeout=5000)
+    assert "model not found" in window.models.message.text()
+    assert not window.ready() and window.models.load_button.isEnabled()
+
+
+def test_the_window_module_does_not_import_torch():
+    """The window opens before torch is imported (the engine loads in a worker thread)."""
+    code = "import sys, app.main_window; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
