@@ -71,6 +71,8 @@ def generate(
     eos = target.eos_ids
     method = method or drafter.name
     info = {**config.as_dict(), "policy": verifier.name, "lossy": verifier.lossy}
+    describe = getattr(drafter, "describe", None)  # e.g. the tree size a drafter chose
+    info.update(describe(config) if describe is not None else {})
     yield Started(len(prompt_ids), method, {**info, **(started_info or {})})
 
     started = _now(target.device)

@@ -157,7 +157,7 @@ def test_greedy_tree_output_equals_target_greedy(tiny_target, tiny_draft, branch
 
 
 @torch.inference_mode()
-def _joint_first_two(model, ids: list[int], temperature: float, top_p: float) -> torch.Tensor:
+def joint_first_two(model, ids: list[int], temperature: float, top_p: float) -> torch.Tensor:
     """Exact target distribution of the first two generated tokens (EOS then EOS).  # [V * V]"""
     first = probs(model(torch.tensor([ids])).logits[0, -1], temperature, top_p)  # [V]
     batch = torch.tensor([[*ids, x] for x in range(VOCAB)])  # [V, s+1]
@@ -189,7 +189,7 @@ def test_tree_sampling_follows_target_distribution(tiny_target, tiny_draft, temp
     drafter = TopKTreeDrafter(tiny_draft.model, (3, 2))
     samples = 3000
     drawn, accepted = sample_first_two(tiny_target, drafter, ids, config, samples, seed=11)
-    expected = _joint_first_two(tiny_target.model, ids, temperature, top_p)
+    expected = joint_first_two(tiny_target.model, ids, temperature, top_p)
     assert chi_square_pvalue(drawn, expected) > 1e-3
     assert 0.1 * samples < accepted  # the tree path, not only the residual, was exercised
 
@@ -205,7 +205,7 @@ def test_tree_sampling_test_detects_a_biased_rule(tiny_target, tiny_draft, monke
     drafter = TopKTreeDrafter(tiny_draft.model, (3, 2))
     drawn, _ = sample_first_two(tiny_target, drafter, ids, config, 600, seed=11)
     monkeypatch.undo()
-    expected = _joint_first_two(tiny_target.model, ids, 1.0, 1.0)
+    expected = joint_first_two(tiny_target.model, ids, 1.0, 1.0)
     with pytest.raises(AssertionError):
         assert chi_square_pvalue(drawn, expected) > 1e-3
 

@@ -2,6 +2,8 @@
 
 Two methods, as transformers' `CandidateGenerator`: `propose` and `commit`. A drafter keeps
 whatever state it needs (its own KV cache, features) and must roll it back on `commit`.
+Optionally `describe(config) -> dict` reports settings it chose itself (EAGLE-2's tree size);
+the decode loop merges it into the `Started` event's and the summary's config.
 """
 
 from __future__ import annotations

@@ -1,0 +1,208 @@
+"""EAGLE-2 tree size for this device: `--tree-tokens auto` (DESIGN §2.5).
+
+A tree step costs one target forward over the tree plus `depth` head steps over the top-k beam,
+and gains the expected number of accepted tokens. Both costs are measured on this device, once
+per process and model (`measure_target`, `measure_head`, cached); the gain comes from an
+acceptance prior: the head's rank-r token is the target's with probability π_r, where the
+chance that one of its top-k is right is α(k) = 1 − (1 − α₁)·k^(−1/2) (α₁ = top-1 acceptance).
+Under that prior `expected_tau` runs the same beam search the drafter runs (top-k by cumulative
+probability, best `total_tokens − 1` nodes) and sums the nodes' path probabilities: E[τ] =
+1 + Σ P(node on the accepted path). `choose` takes the shape with the most tokens per second.
+
+On a GPU a forward over 60 tokens costs about as much as over one, so this lands on EAGLE's
+defaults (60 tokens, depth 6, top-k 10); on a CPU every verified token costs ~1.5 ms on top of
+a ~40 ms forward, so trees stay small. Units: `depth` is the longest draft path (tree levels;
+EAGLE's code counts expansions after the root, one fewer); `total_tokens` counts the root (the
+pending token), as EAGLE's `total_token`.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from specdec_core.target import Target
+
+TARGET_SIZES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)  # tokens per measured target forward
+HEAD_ROWS = (1, 2, 4, 6, 8, 10)  # beam widths per measured head step
+MAX_DEPTH, MAX_TOPK, MAX_TOKENS = 8, 10, 60  # EAGLE: 60 tokens, top-k 10
+PREFIX = 128  # cached tokens under the measured forwards (a short chat prompt)
+ALPHA1 = 0.6  # prior top-1 acceptance of a trained head
+
+
+@dataclass(frozen=True)
+class TreeShape:
+    depth: int  # longest draft path (tree levels)
+    topk: int  # beam width and children per expanded node
+    total_tokens: int  # tree nodes + the root
+
+    @property
+    def nodes(self) -> int:
+        return self.total_tokens - 1
+
+
+@dataclass(frozen=True)
+class Costs:
+    target: dict[int, float]  # tokens -> seconds per target forward
+    head: dict[int, float]  # rows -> seconds per head step (layer + lm_head + top-k)
+
+    def target_seconds(self, n: int) -> float:
+        return _interpolate(self.target, n)
+
+    def head_seconds(self, k: int) -> float:
+        return _interpolate(self.head, k)
+
+
+@dataclass(frozen=True)
+class Choice:
+    shape: TreeShape
+    expected_tau: float
+    step_seconds: float | None  # None when the shape was given, not sized
+    reason: str
+    costs: Costs | None = field(default=None, repr=False)
+
+    def describe(self) -> dict:
+        """The chosen size for the Started event, the CLI and the benchmark JSON."""
+        return {
+            "tree_depth": self.shape.depth,
+            "tree_topk": self.shape.topk,
+            "tree_tokens": self.shape.total_tokens,
+            "tree_sizing": self.reason,
+        }
+
+
+def expected_tau(shape: TreeShape, alpha1: float = ALPHA1) -> float:
+    """E[accepted tokens + 1] of the EAGLE-2 tree of `shape` under the acceptance prior."""
+    return float(_tau_curve(shape.depth, shape.topk, alpha1)[shape.nodes])
+
+
+def choose(
+    costs: Costs,
+    alpha1: float | None = ALPHA1,
+    depth: int | None = None,
+    topk: int | None = None,
+    total_tokens: int | None = None,
+) -> Choice:
+    """The shape with the most expected tokens per second; given dimensions stay fixed."""
+    alpha1 = ALPHA1 if alpha1 is None else alpha1
+    best: tuple[float, TreeShape, float, float] | None = None
+    for d in [depth] if depth else range(1, MAX_DEPTH + 1):
+        for k in [topk] if topk else range(1, MAX_TOPK + 1):
+            curve = _tau_curve(d, k, alpha1)  # [candidates + 1]
+            most = min(MAX_TOKENS, len(curve))
+            for n in [total_tokens] if total_tokens else range(2, most + 1):
+                tau = float(curve[min(n - 1, len(curve) - 1)])
+                seconds = costs.target_seconds(n) + d * costs.head_seconds(k)
+                if best is None or tau / seconds > best[0] * (1 + 1e-3):
+                    best = (tau / seconds, TreeShape(d, k, n), tau, seconds)
+    assert best is not None
+    _, shape, tau, seconds = best
+    reason = (
+        f"auto: E[tau] {tau:.2f} under a top-1 acceptance prior {alpha1:.2f}; step "
+        f"{1000 * seconds:.1f} ms = target over {shape.total_tokens} tokens "
+        f"{1000 * costs.target_seconds(shape.total_tokens):.1f} ms (1 token "
+        f"{1000 * costs.target_seconds(1):.1f} ms) + {shape.depth} head steps x{shape.topk} "
+        f"of {1000 * costs.head_seconds(shape.topk):.2f} ms"
+    )
+    return Choice(shape, tau, seconds, reason, costs)
+
+
+def _tau_curve(depth: int, topk: int, alpha1: float) -> torch.Tensor:
+    """E[tau] for the best 0, 1, 2, … nodes of the beam search under the prior.  # [c + 1]"""
+    pi = _rank_probs(topk, alpha1)  # [k]
+    beam, values = pi, [pi]  # level 1: the root's top-k
+    for _ in range(depth - 1):
+        children = (beam[:, None] * pi[None, :]).flatten()  # [k*k]
+        values.append(children)
+        beam = children.topk(topk).values
+    ranked = torch.cat(values).sort(descending=True).values
+    return torch.cat([torch.ones(1, dtype=ranked.dtype), 1.0 + ranked.cumsum(0)])
+
+
+_TARGET_COSTS: dict[tuple, dict[int, float]] = {}
+_HEAD_COSTS: dict[tuple, dict[int, float]] = {}
+
+
+def measure_target(model) -> dict[int, float]:
+    """Seconds per target forward over n tree tokens after a cached prefix (cached per process)."""
+    key = _model_key(model)
+    if key not in _TARGET_COSTS:
+        _TARGET_COSTS[key] = _measure_target(model)
+    return _TARGET_COSTS[key]
+
+
+def measure_head(key: tuple, step: Callable[[int], None]) -> dict[int, float]:
+    """Seconds per head step over k rows; `step(k)` runs one (cached per process under `key`)."""
+    if key not in _HEAD_COSTS:
+        _HEAD_COSTS[key] = {k: _seconds(lambda k=k: step(k)) for k in HEAD_ROWS}
+    return _HEAD_COSTS[key]
+
+
+@torch.inference_mode()
+def _measure_target(model) -> dict[int, float]:
+    runner = Target(model)
+    vocab = int(model.config.vocab_size)
+    prefix = min(PREFIX, int(getattr(model.config, "max_position_embeddings", 2048)) // 2)
+    runner.prefill([i % vocab for i in range(prefix)])
+    sizes = [n for n in TARGET_SIZES if prefix + n < 2 * prefix]
+
+    def forward(n: int) -> None:
+        chain = tuple(range(-1, n - 2))  # a chain through the tree path: same cost as a tree
+        runner.forward([7 % vocab] * n, chain if n > 1 else None)
+        runner.keep(prefix, [])
+
+    return {n: _seconds(lambda n=n: forward(n)) for n in sizes}
+
+
+def _seconds(run: Callable[[], None], repeats: int = 3) -> float:
+    run()  # warm-up
+    times = []
+    for _ in range(repeats):
+        _sync()
+        start = time.perf_counter()
+        run()
+        _sync()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def _model_key(model) -> tuple:
+    config = model.config
+    return (
+        getattr(config, "_name_or_path", ""),
+        config.hidden_size,
+        config.num_hidden_layers,
+        config.vocab_size,
+        str(model.device),
+        str(model.dtype),
+        id(model),
+    )
+
+
+def _rank_probs(k: int, alpha1: float) -> torch.Tensor:
+    """π_r for r = 1..k: α(r) − α(r−1) with α(r) = 1 − (1 − α₁)·r^(−1/2).  # [k]"""
+    r = torch.arange(1, k + 1, dtype=torch.float64)
+    alpha = 1 - (1 - alpha1) * r.rsqrt()
+    return torch.diff(alpha, prepend=torch.zeros(1, dtype=torch.float64))
+
+
+def _interpolate(table: dict[int, float], x: int) -> float:
+    """Linear between measured points; linear extrapolation past the largest."""
+    points = sorted(table.items())
+    if x <= points[0][0]:
+        return points[0][1]
+    for (x0, y0), (x1, y1) in zip(points, points[1:], strict=False):
+        if x <= x1:
+            return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    (x0, y0), (x1, y1) = points[-2:] if len(points) > 1 else (points[0], points[0])
+    slope = (y1 - y0) / (x1 - x0) if x1 != x0 else 0.0
+    return y1 + slope * (x - x1)
