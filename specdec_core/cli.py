@@ -110,9 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_options(bench)
     add_decode_options(bench)
 
-    from specdec_core.cli_tuning import add_parsers  # sweep, export (registers their commands)
+    from specdec_core.cli_tuning import add_parsers  # sweep, export
 
-    add_parsers(sub)
+    COMMANDS.update(add_parsers(sub))  # not via @command: under `python -m` this is __main__
     return parser
 
 
@@ -225,6 +225,13 @@ def cmd_generate(args: argparse.Namespace) -> int:
         f"stop: {summary.stop_reason}",
         file=sys.stderr,
     )
+    if "tree_sizing" in summary.config:  # a tree method: the size it used and why
+        c = summary.config
+        print(
+            f"[tree] {c['tree_tokens']} tokens, depth {c['tree_depth']}, top-k "
+            f"{c['tree_topk']} ({c['tree_sizing']})",
+            file=sys.stderr,
+        )
     return 0
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,6 @@ from specdec_core.cli import (
     add_decode_options,
     add_model_options,
     check_policy,
-    command,
     decode_config,
     model_specs,
 )
@@ -34,7 +34,8 @@ GRID_AXES = {  # option dest -> (sweep axis, cast, smallest value, 'auto' allowe
 }
 
 
-def add_parsers(sub) -> None:
+def add_parsers(sub) -> dict[str, Callable[[argparse.Namespace], int]]:
+    """Add `sweep` and `export` to the `specdec` subparsers; returns their handlers."""
     from specdec_core.export import ENGINES, METHOD_MAP
     from specdec_core.methods import METHODS
 
@@ -73,6 +74,7 @@ def add_parsers(sub) -> None:
     export.add_argument("--json", action="store_true", help="print one JSON object")
     add_model_options(export)
     add_decode_options(export)
+    return {"sweep": cmd_sweep, "export": cmd_export}
 
 
 def resolve_auto_k(args, config: DecodeConfig, target, methods: list[str]) -> DecodeConfig:
@@ -95,7 +97,6 @@ def resolve_auto_k(args, config: DecodeConfig, target, methods: list[str]) -> De
     return replace(config, k=tuned.k)
 
 
-@command("sweep")
 def cmd_sweep(args: argparse.Namespace) -> int:
     from specdec_core.models import load_model
     from specdec_core.prompts import read_prompt_file
@@ -137,7 +138,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
-@command("export")
 def cmd_export(args: argparse.Namespace) -> int:
     from specdec_core.export import export
 

@@ -34,7 +34,7 @@ def render_png(result: dict[str, Any], path: str | Path) -> None:
     if not points:
         raise SpecdecError("the sweep has no finished points to plot")
     varying = [n for n, values in result["sweep"]["axes"].items() if len(values) > 1]
-    fidelity = fidelity_keys(points)
+    fidelity = fidelity_keys(points) if any(p.get("lossy") for p in points) else []
     figure = Figure(figsize=(6.5 * (1 + bool(fidelity)), 4.8), layout="constrained")
     axes = figure.subplots(1, 1 + bool(fidelity), squeeze=False)[0]
     title = f"{result['sweep']['method']}: speedup vs ar"
@@ -110,16 +110,23 @@ def _curve(ax, points: list[dict[str, Any]], axis: str | None) -> None:
 
 
 def _fidelity(ax, points: list[dict[str, Any]], keys: list[str]) -> None:
-    for key in keys:
-        taus = [p["mean_accept_length"] for p in points]
-        ax.plot(taus, [p[key] for p in points], "o", label=key)
-        for p in points:
-            label = ",".join(_label(v) for v in p["point"].values())
-            ax.annotate(label, (p["mean_accept_length"], p[key]), fontsize=7)
+    """τ against agreement (left axis, 0..1) and target log-prob (right axis)."""
+    taus = [p["mean_accept_length"] for p in points]
+    labels = [",".join(_label(v) for v in p["point"].values()) for p in points]
+    logprob = ax.twinx()
+    colors = ("tab:blue", "tab:orange", "tab:red", "tab:purple")
+    for key, marker, color in zip(keys, "os^v", colors, strict=False):
+        side = logprob if "logprob" in key else ax
+        values = [p[key] for p in points]
+        side.plot(taus, values, marker, color=color, linestyle="none", label=key)
+        for tau, value, label in zip(taus, values, labels, strict=True):
+            side.annotate(label, (tau, value), fontsize=7)
     ax.set_xlabel("τ (mean accepted length)")
-    ax.set_ylabel("fidelity")
+    ax.set_ylabel("agreement with greedy ar")
+    logprob.set_ylabel("mean target log-prob")
     ax.set_title("price of lossy acceptance")
-    ax.legend(fontsize=8)
+    handles = ax.get_legend_handles_labels()[0] + logprob.get_legend_handles_labels()[0]
+    ax.legend(handles=handles, fontsize=8)
 
 
 def _folded_note(varying: list[str]) -> str:

@@ -133,7 +133,7 @@ def test_png_heatmap_curve_and_fidelity_panel(tmp_path):
     two_axes = run_sweep("eagle", grid, DecodeConfig(), FakeMeasure({2: 1.3})).as_dict()
     one_axis = run_sweep("eagle", Grid({"k": [1, 2, 4]}), DecodeConfig(), FakeMeasure()).as_dict()
     for point in one_axis["points"]:
-        point.update(prefix_agreement=0.5, mean_logprob=-1.2)
+        point.update(lossy=True, prefix_agreement=0.5, mean_logprob=-1.2)
     for name, result in (("heat.png", two_axes), ("curve.png", one_axis)):
         render_png(result, tmp_path / name)
         assert (tmp_path / name).read_bytes()[:8] == PNG_MAGIC
