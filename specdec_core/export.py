@@ -47,7 +47,7 @@ from specdec_core.resources import resource_path
 
 ENGINES = ("vllm", "sglang")
 EMBEDDED_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"  # the embedded target's original repo
-BUNDLED = {"head": "eagle_head", "draft": "draft"}  # `embedded` head / draft under resources/
+BUNDLED = {"head": "head", "draft": "draft"}  # `embedded` head / draft under resources/
 
 # playground method -> (what it needs, vLLM method, SGLang algorithm); EAGLE-3 heads upgrade
 # eagle -> eagle3 / EAGLE -> EAGLE3.
@@ -85,6 +85,13 @@ def export(
     path = _resolve(needs, model or "embedded", notes) if needs else None
     if needs == "head" and head_format(path) == "eagle3":
         vllm_method, sglang_algorithm = "eagle3", "EAGLE3"
+    elif needs == "head" and _has_draft_vocab(path):
+        notes.append(
+            "this EAGLE-1 layout head drafts over a reduced vocabulary (d2t / t2d, EAGLE-3 "
+            "convention); the engines' EAGLE-1/2 path drafts with the target's full lm_head, "
+            "so check that your engine version accepts the extra tensors (SGLang's own "
+            "reduced-vocabulary option for EAGLE-2 is FR-Spec, --speculative-token-map)"
+        )
     steps, topk, tokens = _shape(method, config, notes)
     target_id = _target(target, notes)
     if config.policy != "lossless":
@@ -157,11 +164,22 @@ def head_format(path: str | None) -> str:
     config = json.loads(Path(path, "config.json").read_text())
     if any("Eagle3" in arch for arch in config.get("architectures") or []):
         return "eagle3"
-    for weights in Path(path).glob("*.safetensors"):
+    return "eagle3" if any(k.startswith("midlayer.") for k in _weight_keys(path)) else "eagle"
+
+
+def _weight_keys(path: str | None) -> list[str]:
+    """Tensor names of a local head directory (safetensors headers only; [] otherwise)."""
+    if path is None or not Path(path).is_dir():
+        return []
+    keys: list[str] = []
+    for weights in sorted(Path(path).glob("*.safetensors")):
         with safe_open(str(weights), framework="pt") as handle:
-            if any(key.startswith("midlayer.") for key in handle.keys()):  # noqa: SIM118
-                return "eagle3"
-    return "eagle"
+            keys.extend(handle.keys())
+    return keys
+
+
+def _has_draft_vocab(path: str | None) -> bool:
+    return "d2t" in _weight_keys(path)
 
 
 def _resolve(needs: str, spec: str, notes: list[str]) -> str:

@@ -128,3 +128,19 @@ def test_cli_export_prints_the_payload_on_stdout(capsys):
     record = json.loads(capsys.readouterr().out)
     assert record["engine"] == "sglang" and "NGRAM" in record["payload"]
     assert main(["export", "--engine", "vllm", "--method", "ngram", "--k", "auto"]) == 2
+
+
+def test_head_layout_is_read_from_the_weight_names(tmp_path):
+    import torch
+    from safetensors.torch import save_file
+
+    head = _head(tmp_path)  # a plain LlamaConfig: the weights decide
+    save_file({"midlayer.self_attn.q_proj.weight": torch.zeros(2, 2)}, f"{head}/model.safetensors")
+    assert vllm("eagle", DecodeConfig(), head)["method"] == "eagle3"
+    save_file(
+        {"layers.0.mlp.up_proj.weight": torch.zeros(2, 2), "d2t": torch.zeros(2)},
+        f"{head}/model.safetensors",
+    )
+    result = export("vllm", "eagle", DecodeConfig(), model=head)
+    assert json.loads(result.payload)["method"] == "eagle"
+    assert any("reduced vocabulary" in note for note in result.notes)
