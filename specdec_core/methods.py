@@ -31,10 +31,17 @@ def _classic(target: LoadedModel, draft: object | None) -> Drafter:
     return ClassicDrafter(draft.model, target.vocab_size)
 
 
+def _eagle(target: LoadedModel, head: object | None) -> Drafter:
+    from specdec_core.drafters.eagle import EagleDrafter
+
+    return EagleDrafter(head, target.model.config.num_hidden_layers)
+
+
 METHODS: dict[str, Method] = {
     "ar": Method("ar", "Autoregressive", None, lambda target, extra: AutoregressiveDrafter()),
     "classic": Method("classic", "Classic draft", "draft", _classic),
     "ngram": Method("ngram", "N-gram lookup", None, lambda target, extra: NgramDrafter()),
+    "eagle": Method("eagle", "EAGLE (chain)", "head", _eagle),
 }
 
 

@@ -32,7 +32,22 @@ def load_draft(spec: str, target: LoadedModel) -> LoadedModel:
     return load_model(spec, device=str(target.device), dtype=_dtype_name(target))
 
 
-EXTRA_LOADERS: dict[str, ExtraLoader] = {"draft": load_draft}
+def load_head(spec: str, target: LoadedModel) -> object:
+    """`embedded` is the bundled EAGLE head for the embedded model; else a directory / hub id."""
+    from specdec_core.eagle.formats import load_head as load_eagle_head
+
+    if spec == "embedded":
+        bundled = resource_path("head")
+        if not (bundled / "config.json").is_file():
+            raise SpecdecError(
+                "this install has no bundled EAGLE head; pass --head DIR (train one with "
+                "specdec train eagle) or an EAGLE head hub id"
+            )
+        spec = str(bundled)
+    return load_eagle_head(spec, target)
+
+
+EXTRA_LOADERS: dict[str, ExtraLoader] = {"draft": load_draft, "head": load_head}
 
 
 def prepare_extra(method: str, target: LoadedModel, specs: dict[str, str]) -> object | None:

@@ -1,0 +1,89 @@
+"""EAGLE-1 chain drafting: autoregression on the target's features, the token one step ahead.
+
+The head's KV cache holds one row per pair (f_t, x_{t+1}) at position t: the target's feature
+of token t and the token that follows it. With a committed sequence ids[0..n-1] (ids[n-1]
+pending), the cache covers t = 0..n-2 and the last row's output predicts f_{n-1} and, through
+the lm_head, the first draft token. `propose` then feeds its own predicted features back
+(pairs (f̂, d_i)) for k-1 more steps; `commit` truncates those guesses and runs the head over the
+target's true features for the accepted tokens, so the cache again holds only real pairs.
+
+q = sampling.probs(head logits) with the target's temperature / top-p (draft tokens outside a
+reduced draft vocabulary get q = 0), which keeps the lossless verifier exact.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specdec_core import kv_cache
+from specdec_core.config import DecodeConfig
+from specdec_core.drafters.base import EMPTY, Proposal
+from specdec_core.eagle.head import EagleHead
+from specdec_core.sampling import probs, sample
+from specdec_core.target import TargetOutput
+
+
+def feature_layers(head: EagleHead, target_layers: int) -> tuple[int, ...]:
+    """Target layers whose inputs an EAGLE-3 head reads (low to high); none for EAGLE-1."""
+    if head.kind != "eagle3":
+        return ()
+    return (2, target_layers // 2, target_layers - 3)
+
+
+def head_features(head: EagleHead, out: TargetOutput) -> torch.Tensor:
+    """[n, F] features the head expects from a target output."""
+    if head.kind == "eagle3":
+        return torch.cat(out.layer_hidden, dim=-1)  # [n, 3h]
+    return out.hidden  # [n, h]
+
+
+class EagleDrafter:
+    name = "eagle"
+    needs_features = True
+
+    def __init__(self, head: EagleHead, target_layers: int) -> None:
+        self.head = head
+        self.feature_layers = feature_layers(head, target_layers)
+        self.cache = head.new_cache()
+        self.last: tuple[torch.Tensor, torch.Tensor] | None = None  # ([1,1,h], [Vd]) prediction
+
+    def begin(self, ids: list[int], features: TargetOutput) -> None:
+        self.cache = self.head.new_cache()
+        self.last = None
+        self._advance(head_features(self.head, features), ids[1:], start=0)
+
+    @torch.inference_mode()
+    def propose(self, ids: list[int], config: DecodeConfig, generator: torch.Generator) -> Proposal:
+        if self.last is None or config.k <= 0:
+            return EMPTY
+        hidden, logits = self.last
+        position = len(ids) - 1  # the pair (f̂_{n-1}, d_1) sits at position n-1
+        tokens, rows = [], []
+        for i in range(config.k):
+            q = probs(self.head.to_target(logits), config.temperature, config.top_p)  # [V]
+            token = int(q.argmax()) if config.greedy else sample(q, generator)
+            tokens.append(token)
+            rows.append(q)
+            if i + 1 < config.k:
+                out = self._step(hidden, [token], position + i)
+                hidden, logits = out.hidden[:, -1:], out.logits[0, -1]
+        return Proposal(tokens=tokens, q=torch.stack(rows))
+
+    def commit(self, ids: list[int], accepted: int, features: TargetOutput) -> None:
+        start = len(ids) - accepted - 2  # position of the previous pending token
+        kv_cache.truncate(self.cache, min(start, kv_cache.cache_length(self.cache)))
+        self._advance(head_features(self.head, features), ids[start + 1 :], start)
+
+    @torch.inference_mode()
+    def _advance(self, features: torch.Tensor, next_tokens: list[int], start: int) -> None:
+        """Run real pairs (features[i], next_tokens[i]) at positions start.. into the cache."""
+        if len(next_tokens) == 0:
+            return
+        out = self._step(features[None], next_tokens, start)
+        self.last = (out.hidden[:, -1:], out.logits[0, -1])
+
+    def _step(self, features: torch.Tensor, tokens: list[int], start: int):
+        device = features.device
+        token_ids = torch.tensor([tokens], device=device)  # [1, n]
+        positions = torch.arange(start, start + len(tokens), device=device)[None]  # [1, n]
+        return self.head.step(features, token_ids, positions, None, self.cache)

@@ -1,0 +1,148 @@
+"""Read and write EAGLE heads in the official checkpoint layouts.
+
+A head directory holds `config.json` (a LlamaConfig with `num_hidden_layers: 1`; EAGLE-1
+heads add `bias`, EAGLE-3 heads `draft_vocab_size`) and `model.safetensors` or
+`pytorch_model.bin` with the keys of DESIGN §2.5. The layout is recognised from the keys:
+`midlayer.*` is EAGLE-3, `layers.0.*` is EAGLE-1/2. Heads trained here use the EAGLE-1 layout
+and may add `d2t` / `t2d` (a reduced draft vocabulary, EAGLE-3 convention) plus
+`specdec_card.json` (the model card). An `embed_tokens.weight` stored in a checkpoint is ignored:
+the embedding always comes from the target, which must then be the model the head was trained on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import LlamaConfig
+
+from specdec_core.eagle.head import EagleHead
+from specdec_core.errors import SpecdecError
+from specdec_core.models import LoadedModel
+
+CARD = "specdec_card.json"
+
+
+def head_kind(state: dict[str, torch.Tensor]) -> str:
+    if any(key.startswith("midlayer.") for key in state):
+        return "eagle3"
+    if any(key.startswith("layers.0.") for key in state):
+        return "eagle1"
+    raise SpecdecError(
+        "this is not an EAGLE head: expected keys 'layers.0.*' (EAGLE-1/2) or 'midlayer.*' "
+        f"(EAGLE-3), found e.g. {', '.join(sorted(state)[:4])}"
+    )
+
+
+def head_from_state(
+    config: LlamaConfig, state: dict[str, torch.Tensor], target_hidden: int, target_vocab: int
+) -> EagleHead:
+    """Build a head from a config and an official-layout state dict; check it fits the target."""
+    state = {key.removeprefix("model."): value for key, value in state.items()}
+    state.pop("embed_tokens.weight", None)
+    kind = head_kind(state)
+    hidden = state["fc.weight"].shape[0]
+    if hidden != target_hidden or config.hidden_size != target_hidden:
+        raise SpecdecError(
+            f"the EAGLE head has hidden size {hidden} but the target has {target_hidden}; "
+            "use a head trained for this target (or train one: specdec train eagle)"
+        )
+    vocab = int(state["t2d"].shape[0]) if "t2d" in state else int(config.vocab_size)
+    if vocab != target_vocab:
+        raise SpecdecError(
+            f"the EAGLE head has a vocabulary of {vocab} tokens but the target has "
+            f"{target_vocab}; use a head trained for this target"
+        )
+    draft_vocab = int(state["d2t"].shape[0]) if "d2t" in state else 0
+    if kind == "eagle3":
+        draft_vocab = int(state["lm_head.weight"].shape[0])
+        if "d2t" not in state:  # a full-vocabulary EAGLE-3 head: identity maps
+            state["d2t"] = torch.zeros(draft_vocab, dtype=torch.long)
+            state["t2d"] = torch.ones(vocab, dtype=torch.bool)
+    config = LlamaConfig(**{**config.to_dict(), "vocab_size": vocab})
+    bias = "fc.bias" in state
+    head = EagleHead(config, kind=kind, bias=bias, draft_vocab=draft_vocab)
+    state = {k: v.to(torch.long) if k == "d2t" else v for k, v in state.items()}
+    missing, unexpected = head.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise SpecdecError(
+            f"the EAGLE head's weights do not match its {kind} layout (missing: "
+            f"{', '.join(missing[:4]) or 'none'}; "
+            f"unexpected: {', '.join(unexpected[:4]) or 'none'})"
+        )
+    return head
+
+
+def load_head(spec: str, target: LoadedModel) -> EagleHead:
+    """Load a head from a local directory or hub id, bound to `target` on its device/dtype."""
+    directory = _resolve(spec)
+    config_path = directory / "config.json"
+    if not config_path.is_file():
+        raise SpecdecError(f"{spec} has no config.json; is it an EAGLE head directory?")
+    config = LlamaConfig(**json.loads(config_path.read_text()))
+    state = _read_state(directory, spec)
+    model = target.model
+    head = head_from_state(
+        config, state, model.config.hidden_size, model.get_output_embeddings().weight.shape[0]
+    )
+    head.to(device=target.device, dtype=target.dtype).eval()
+    return head.bind(model.get_input_embeddings(), model.get_output_embeddings())
+
+
+def save_head(
+    head: EagleHead,
+    directory: str | Path,
+    card: dict | None = None,
+    dtype: torch.dtype = torch.float16,
+) -> Path:
+    """Save in the official layout (safetensors, `dtype`), plus the model card if given."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    config = head.config.to_dict()
+    config.update(num_hidden_layers=1, bias=head.kind == "eagle1" and head.fc.bias is not None)
+    if head.draft_vocab:
+        config["draft_vocab_size"] = head.draft_vocab
+    if head.kind == "eagle3":
+        config["architectures"] = ["LlamaForCausalLMEagle3"]
+    config.pop("_attn_implementation_autoset", None)
+    (directory / "config.json").write_text(json.dumps(config, indent=2, default=str))
+    state = {
+        key: value.detach().to("cpu", dtype if value.is_floating_point() else value.dtype)
+        for key, value in head.state_dict().items()
+    }
+    save_file({k: v.contiguous() for k, v in state.items()}, str(directory / "model.safetensors"))
+    if card is not None:
+        (directory / CARD).write_text(json.dumps(card, indent=2))
+    return directory
+
+
+def _read_state(directory: Path, spec: str) -> dict[str, torch.Tensor]:
+    if (directory / "model.safetensors").is_file():
+        return load_file(str(directory / "model.safetensors"))
+    if (directory / "pytorch_model.bin").is_file():
+        return torch.load(directory / "pytorch_model.bin", map_location="cpu", weights_only=True)
+    raise SpecdecError(f"{spec} has no model.safetensors or pytorch_model.bin")
+
+
+def _resolve(spec: str) -> Path:
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        return path
+    if path.exists() or spec.startswith((".", "/", "~")) or "/" not in spec:
+        raise SpecdecError(f"EAGLE head not found: {spec}; give a head directory or a hub id")
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(spec))
+    except Exception:  # offline, missing repo, auth: the same advice for a user
+        offline = os.environ.get("HF_HUB_OFFLINE") == "1"
+        hint = (
+            "the hub is offline (HF_HUB_OFFLINE=1) and it is not in the local cache; "
+            "download it once online or pass a local directory"
+            if offline
+            else "check the id and your network, or pass a local directory"
+        )
+        raise SpecdecError(f"cannot get EAGLE head '{spec}': {hint}") from None
