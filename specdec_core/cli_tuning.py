@@ -64,6 +64,12 @@ def add_parsers(sub) -> dict[str, Callable[[argparse.Namespace], int]]:
     sweep.add_argument("--json-out", default=None, help="results, rewritten after every point")
     sweep.add_argument("--png-out", default=None, help="heatmap / curve of speedup")
     sweep.add_argument("--resume", action="store_true", help="skip points already in --json-out")
+    sweep.add_argument(
+        "--baseline",
+        default="temperature",
+        choices=["temperature", "point"],
+        help="measure ar once per temperature (default) or again before every point",
+    )
 
     export = sub.add_parser(
         "export",
@@ -125,7 +131,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     measure = BenchMeasure(target, prompts, model_specs(args), args.raw)
     try:
         result = run_sweep(
-            args.method, grid, base, measure, header, json_out, args.resume, _progress_line
+            args.method,
+            grid,
+            base,
+            measure,
+            {**header, "baseline": args.baseline},
+            json_out,
+            args.resume,
+            _progress_line,
+            baseline=args.baseline,
         )
     except KeyboardInterrupt:
         saved = f"the finished points are in {json_out}" if json_out else "nothing was saved"

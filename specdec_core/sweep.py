@@ -4,7 +4,9 @@ The grid is the cartesian product of the requested values, nothing more: `--k 1,
 0,1` is exactly four points. Speedup is a ratio measured in this process (DESIGN.md §5): the
 autoregressive baseline is run on the same prompts once per temperature, the first time a
 point at that temperature is measured, and every point records the baseline it was divided by.
-A resumed sweep measures its baseline again, so each ratio still comes from one process.
+A resumed sweep measures its baseline again, so each ratio still comes from one process; with
+`baseline="point"` it is measured again right before every point (twice the time, robust
+against a machine whose load drifts during the sweep).
 
 Results are written to the JSON file after every point, so Ctrl+C (or a crash) keeps the points
 finished so far, and `resume=True` skips the points the file already holds — provided it was
@@ -33,6 +35,7 @@ from specdec_core.models import LoadedModel
 from specdec_core.prompts import encode_prompt
 
 AXES = ("temperature", "k", "tree_tokens", "tree_depth", "tree_topk")  # DecodeConfig fields
+BASELINES = ("temperature", "point")  # how often `ar` is measured: per temperature, per point
 PARAM_PREFIX = "policy_params."  # axis name of a policy parameter, e.g. policy_params.tau
 Point = dict[str, Any]
 
@@ -134,7 +137,12 @@ def run_sweep(
     resume: bool = False,
     progress: Callable[[SweepProgress], None] | None = None,
     stop: StopFlag | None = None,
+    baseline: str = "temperature",
 ) -> SweepResult:
+    """Measure every point of `grid` not yet in `json_out` (with `resume`). `baseline`:
+    'temperature' measures `ar` once per temperature, 'point' again before every point."""
+    if baseline not in BASELINES:
+        raise SpecdecError(f"unknown baseline '{baseline}'; choose one of: {', '.join(BASELINES)}")
     fixed = {k: v for k, v in base.as_dict().items() if k not in grid.axes}
     header = {"method": method, "axes": grid.axes, "base_config": fixed, **(header or {})}
     result = SweepResult(header=header)
@@ -149,7 +157,7 @@ def run_sweep(
         if stop is not None and stop.is_set():
             break
         config = apply_point(base, point)
-        ar = baselines.get(config.temperature)
+        ar = baselines.get(config.temperature) if baseline == "temperature" else None
         if ar is None:
             ar = baselines[config.temperature] = measure("ar", _baseline(config), None)
         metrics = measure(method, config, ar["token_ids"])

@@ -168,3 +168,12 @@ def test_cli_sweep_writes_json_and_png_and_resumes(tmp_path, monkeypatch, tiny_t
     assert cli.main([*argv, "--k", "1,2,3", "--temperature", "0", "--resume"]) == 0
     assert [p["point"]["k"] for p in json.loads(out.read_text())["points"]] == [1, 2, 3]
     assert cli.main(["sweep", "--method", "ngram", "--prompts", str(prompts)]) == 2
+
+
+def test_baseline_per_point_measures_ar_before_every_point():
+    measure = FakeMeasure()
+    grid = Grid({"k": [1, 2, 3]})
+    run_sweep("classic", grid, DecodeConfig(), measure, baseline="point")
+    assert [m for m, _ in measure.calls] == ["ar", "classic"] * 3
+    with pytest.raises(SpecdecError, match="baseline"):
+        run_sweep("classic", grid, DecodeConfig(), FakeMeasure(), baseline="never")
