@@ -270,3 +270,25 @@ def test_bench_method_entries_name_a_policy_and_its_parameters():
     assert parse_variant("ngram:threshold", base)[1].policy_params == {}
     with pytest.raises(SpecdecError):
         parse_variant("ngram:threshold:tau=high", base)
+
+
+def test_bench_reports_fidelity_per_policy_entry(tiny_target):
+    from specdec_core.bench import run_bench
+
+    config = DecodeConfig(max_new_tokens=12, k=3)
+    methods = ["ngram", "ngram:threshold:tau=0", "ngram:ensemble:w=1"]
+    result = run_bench(tiny_target, methods, ["w3 w4 w5 w6 w3 w4 w5"], config, specs={})
+    ar, lossless, lossy = (result.methods[m] for m in ["ar", "ngram", "ngram:threshold:tau=0"])
+    assert ar["prefix_agreement"] == ar["token_agreement"] == 1.0
+    assert lossless["identical_to_ar"] == 1.0 and not lossless["lossy"]
+    assert lossy["lossy"] and not result.methods["ngram:ensemble:w=1"]["lossy"]
+    assert lossless["mean_logprob"] == pytest.approx(ar["mean_logprob"])
+    assert {row["policy"] for row in result.per_prompt} == {"lossless", "threshold", "ensemble"}
+
+
+def test_cli_rejects_an_unknown_policy_parameter_before_loading_a_model(capsys):
+    from specdec_core.cli import main
+
+    argv = ["generate", "--prompt", "hi", "--policy", "typical", "--policy-param", "tau=0.1"]
+    assert main(argv) == 2
+    assert "takes: epsilon" in capsys.readouterr().err
