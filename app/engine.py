@@ -94,8 +94,7 @@ class SpecdecEngine:
             MethodInfo(m.name, m.label, m.needs, m.name in TREE_METHODS) for m in METHODS.values()
         )
         policies = tuple(
-            PolicyInfo(name, bool(getattr(factory, "lossy", False)))
-            for name, factory in VERIFIERS.items()
+            PolicyInfo(name, _is_lossy(name, factory)) for name, factory in VERIFIERS.items()
         )
         return Registries(methods, policies)
 
@@ -148,3 +147,9 @@ class SpecdecEngine:
             self._extras[key] = loader(spec, self._target)
             progress(f"loaded {needs} '{spec}'", 1.0)
         return self._extras[key]
+
+
+def _is_lossy(name: str, factory: object) -> bool:
+    """A policy that does not declare itself is lossy unless it is `lossless`."""
+    declared = getattr(factory, "lossy", None)
+    return name != "lossless" if declared is None else bool(declared)

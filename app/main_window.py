@@ -85,7 +85,8 @@ class MainWindow(QMainWindow):
         scroll.setWidget(left)
         scroll.setWidgetResizable(True)
         scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        scroll.setMinimumWidth(380)
+        bar = scroll.verticalScrollBar().sizeHint().width()
+        scroll.setMinimumWidth(left.minimumSizeHint().width() + bar + 2)
 
         self.prompt = PromptPanel()
         self.token_view = TokenView()
@@ -118,7 +119,7 @@ class MainWindow(QMainWindow):
             self.splitter.addWidget(widget)
         self.splitter.setStretchFactor(1, 3)
         self.splitter.setStretchFactor(2, 2)
-        self.splitter.setSizes([400, 700, 500])
+        self.splitter.setSizes([420, 680, 500])
         self.setCentralWidget(self.splitter)
         self.status = StatusBar()
         self.setStatusBar(self.status)

@@ -16,8 +16,16 @@ KIND_LABELS: dict[TokenKind, str] = {
     TokenKind.ACCEPTED_DRAFT: "accepted draft",
     TokenKind.CORRECTION: "correction",
     TokenKind.BONUS: "bonus",
-    TokenKind.TARGET: "target (autoregressive)",
+    TokenKind.TARGET: "target",
     TokenKind.REJECTED_DRAFT: "rejected draft",
+}
+
+KIND_HELP: dict[TokenKind, str] = {
+    TokenKind.ACCEPTED_DRAFT: "proposed by the drafter and accepted by the target",
+    TokenKind.CORRECTION: "the target's own token where it rejected the draft",
+    TokenKind.BONUS: "a free extra token from the target after a fully accepted draft",
+    TokenKind.TARGET: "a plain token of the target (autoregressive, nothing drafted)",
+    TokenKind.REJECTED_DRAFT: "a draft the target rejected (display only, not in the output)",
 }
 
 TEXT_COLOR = "#1b1b1b"

@@ -83,3 +83,11 @@ def test_the_pyside_refcount_workaround_targets_only_the_broken_release():
     assert qt_compat.needs_workaround("6.12.0", (3, 11))
     assert not qt_compat.needs_workaround("6.12.0", (3, 12))
     assert not qt_compat.needs_workaround("6.11.3", (3, 11))
+
+
+def test_a_policy_that_does_not_declare_lossy_counts_as_lossy_unless_lossless():
+    from app.engine import _is_lossy
+
+    assert _is_lossy("ensemble", object())
+    assert not _is_lossy("lossless", object())
+    assert not _is_lossy("custom", type("P", (), {"lossy": False}))

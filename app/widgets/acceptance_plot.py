@@ -11,12 +11,14 @@ from app.plot_data import Series
 class AcceptancePlot(pg.PlotWidget):
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
-        self.setTitle("Acceptance length per step (line: running mean τ)")
+        self.setTitle("Tokens per step · line: running mean τ", size="10pt")
         self.setLabel("bottom", "step")
         self.setLabel("left", "tokens / step")
         self.showGrid(x=True, y=True, alpha=0.25)
         self.setMouseEnabled(x=False, y=False)
-        self.legend = self.addLegend(offset=(-10, 10), labelTextSize="8pt")
+        self.legend = self.addLegend(
+            offset=(-10, 10), labelTextSize="8pt", brush=(255, 255, 255, 210)
+        )
         self.items: dict[str, tuple[pg.PlotDataItem, pg.PlotDataItem]] = {}
 
     def reset(self) -> None:

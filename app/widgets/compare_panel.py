@@ -7,6 +7,7 @@ from PySide6.QtWidgets import (
     QCheckBox,
     QHBoxLayout,
     QLabel,
+    QMenu,
     QPushButton,
     QVBoxLayout,
     QWidget,
@@ -16,6 +17,7 @@ from app.engine import Registries
 from app.export import CompareResult
 from app.widgets.compare_columns import CompareColumns
 from app.widgets.compare_table import CompareTable
+from app.widgets.legend import Legend
 
 
 class ComparePanel(QWidget):
@@ -32,24 +34,28 @@ class ComparePanel(QWidget):
         self.run_button = QPushButton("Run comparison")
         self.run_button.setToolTip("Run the checked methods on the prompt (Ctrl+Shift+Return)")
         self.run_button.clicked.connect(self.run_requested)
-        self.export_buttons: dict[str, QPushButton] = {}
         top = QHBoxLayout()
         top.addLayout(self._checks_row)
         top.addStretch(1)
         top.addWidget(self.run_button)
+        second = QHBoxLayout()
+        second.addWidget(Legend(), 1)
+        self.export_button = QPushButton("Export")
+        self.export_button.setToolTip("Export the comparison as CSV, JSON or PNG")
+        self.export_button.setEnabled(False)
+        menu = QMenu(self.export_button)
         for kind in ("csv", "json", "png"):
-            button = QPushButton(kind.upper())
-            button.setToolTip(f"Export the comparison as {kind.upper()}")
-            button.setEnabled(False)
-            button.clicked.connect(lambda _=False, k=kind: self.export_requested.emit(k))
-            self.export_buttons[kind] = button
-            top.addWidget(button)
+            action = menu.addAction(f"{kind.upper()}…")
+            action.triggered.connect(lambda _=False, k=kind: self.export_requested.emit(k))
+        self.export_button.setMenu(menu)
+        second.addWidget(self.export_button)
         self.columns = CompareColumns()
         self.table = CompareTable()
         self.table.setFixedHeight(self.table.fitted_height())
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addLayout(top)
+        layout.addLayout(second)
         layout.addWidget(self.columns, 1)
         layout.addWidget(self.table)
 
@@ -59,8 +65,8 @@ class ComparePanel(QWidget):
             check.deleteLater()
         self.checks.clear()
         for info in registries.methods:
-            check = QCheckBox(info.label)
-            check.setToolTip(info.name)
+            check = QCheckBox(info.name)
+            check.setToolTip(info.label)
             if info.name == "ar":
                 check.setChecked(True)
                 check.setEnabled(False)
@@ -85,15 +91,13 @@ class ComparePanel(QWidget):
         self.results.clear()
         self.columns.clear()
         self.table.show_results([])
-        for button in self.export_buttons.values():
-            button.setEnabled(False)
+        self.export_button.setEnabled(False)
 
     def add_result(self, result: CompareResult) -> None:
         self.results.append(result)
         self.columns.columns[result.method].finish(result.summary)
         self.table.show_results(self.results)
-        for button in self.export_buttons.values():
-            button.setEnabled(True)
+        self.export_button.setEnabled(True)
 
     def set_busy(self, busy: bool) -> None:
         self.run_button.setEnabled(not busy)

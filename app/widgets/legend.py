@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QWidget
 
-from app.palette import KIND_COLORS, KIND_LABELS, TEXT_COLOR
+from app.palette import KIND_COLORS, KIND_HELP, KIND_LABELS, TEXT_COLOR
 from specdec_core.events import TokenKind
 
 
@@ -17,6 +17,7 @@ class Legend(QWidget):
         self.chips: dict[TokenKind, QLabel] = {}
         for kind in TokenKind:
             chip = QLabel(KIND_LABELS[kind])
+            chip.setToolTip(KIND_HELP[kind])
             if kind is TokenKind.REJECTED_DRAFT:
                 style = f"color: {KIND_COLORS[kind]}; text-decoration: line-through;"
             else:

@@ -12,8 +12,9 @@ GROUP_WIDTH = 0.8
 class PositionPlot(pg.PlotWidget):
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
-        self.setTitle("Acceptance rate per draft position")
+        self.setTitle("Acceptance rate by draft position", size="10pt")
         self.setLabel("bottom", "draft position")
+        self.getAxis("bottom").setTickSpacing(1, 1)
         self.setLabel("left", "accepted / drafted")
         self.showGrid(x=False, y=True, alpha=0.25)
         self.setYRange(0.0, 1.05, padding=0)

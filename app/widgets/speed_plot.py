@@ -10,12 +10,15 @@ from app.plot_data import Series
 class SpeedPlot(pg.PlotWidget):
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
-        self.setTitle("Tokens per second over time")
+        self.setTitle("Tokens per second over time", size="10pt")
         self.setLabel("bottom", "engine time (s)")
+        self.getAxis("bottom").enableAutoSIPrefix(False)
         self.setLabel("left", "tokens / s")
         self.showGrid(x=True, y=True, alpha=0.25)
         self.setMouseEnabled(x=False, y=False)
-        self.legend = self.addLegend(offset=(-10, -10), labelTextSize="8pt")
+        self.legend = self.addLegend(
+            offset=(-10, -10), labelTextSize="8pt", brush=(255, 255, 255, 210)
+        )
         self.items: dict[str, pg.PlotDataItem] = {}
 
     def reset(self) -> None:

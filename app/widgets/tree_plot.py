@@ -20,9 +20,11 @@ MAX_LABELS = 48
 class TreePlot(pg.PlotWidget):
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
-        self.setTitle("Last draft tree (accepted path in green)")
+        self.setTitle("Last draft tree · accepted path in green", size="10pt")
         self.hideAxis("left")
         self.setLabel("bottom", "depth")
+        self.getAxis("bottom").enableAutoSIPrefix(False)
+        self.getAxis("bottom").setTickSpacing(1, 1)
         self.setMouseEnabled(x=False, y=False)
         self.labeler: Callable[[int], str] = str
         self.edges = self.plot(pen=pg.mkPen(OTHER, width=1), connect="pairs")
@@ -38,6 +40,7 @@ class TreePlot(pg.PlotWidget):
         )
         self.addItem(self.note)
         self.tree: DraftTree | None = None
+        self.show_tree(None)
 
     def reset(self) -> None:
         self.show_tree(None)
@@ -51,8 +54,12 @@ class TreePlot(pg.PlotWidget):
             for label in self.labels:
                 label.setVisible(False)
             self.note.setVisible(True)
+            self.note.setPos(0.5, 0.5)
+            self.getAxis("bottom").setStyle(showValues=False)
+            self.setRange(xRange=(0, 1), yRange=(0, 1), padding=0)
             return
         self.note.setVisible(False)
+        self.getAxis("bottom").setStyle(showValues=True)
         x, y = _layout(tree)
         accepted = set(tree.accepted)
         ex, ey, px, py = [], [], [], []
@@ -71,7 +78,7 @@ class TreePlot(pg.PlotWidget):
             if visible:
                 label.setText(self.labeler(tree.tokens[i]).replace("\n", "↵"))
                 label.setPos(x[i] + 0.08, y[i])
-        self.setXRange(-0.2, max(x) + 0.8, padding=0)
+        self.setRange(xRange=(-0.2, max(x) + 0.8), yRange=(min(y) - 0.5, max(y) + 0.5), padding=0)
 
 
 def _layout(tree: DraftTree) -> tuple[list[float], list[float]]:

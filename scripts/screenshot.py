@@ -1,0 +1,84 @@
+"""Take docs/screenshot.png: the real window after a Compare run on the embedded model.
+
+Run under a virtual X server so the result matches a desktop (fonts, styles):
+
+    xvfb-run -s "-screen 0 1600x1000x24" python scripts/screenshot.py
+
+Settings go to a temporary config dir, so the user's own settings are untouched. Methods:
+autoregressive, classic with the target itself as draft (or the bundled draft if present),
+and every other registered method that needs no extra model (e.g. n-gram lookup).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def _wait(app, condition, timeout: float) -> None:
+    end = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > end:
+            raise TimeoutError("the window did not get there in time")
+        app.processEvents()
+        time.sleep(0.01)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=str(ROOT / "docs" / "screenshot.png"))
+    parser.add_argument("--prompt", default="Explain speculative decoding in three sentences.")
+    parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--size", default="1600x1000")
+    args = parser.parse_args()
+    os.environ.setdefault("SPECDEC_CONFIG_DIR", tempfile.mkdtemp(prefix="specdec-shot-"))
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+    from PySide6.QtWidgets import QApplication
+
+    from app import qt_compat
+    from app.main_window import MainWindow
+    from specdec_core.resources import resource_path
+
+    qt_compat.apply()
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    window = MainWindow()
+    width, height = (int(v) for v in args.size.split("x"))
+    window.resize(width, height)
+    bundled_draft = (resource_path("draft") / "config.json").is_file()
+    window.models.draft.set_spec("embedded" if bundled_draft else "smollm2")
+    window.models.device.setCurrentText("cpu")
+    window.show()
+    _wait(app, window.ready, 300)
+
+    window.prompt.set_text(args.prompt)
+    window.decoding.max_new_tokens.setValue(args.max_new_tokens)
+    window.decoding.k.setValue(4)
+    registries = window.registries
+    extra = [m.name for m in registries.methods if m.name != "ar" and m.needs is None]
+    window.compare.set_selected(["classic", *extra])
+    window.run_compare()
+    _wait(app, lambda: not window.controller.running, 600)
+    if window.last_error:
+        print("error:", window.last_error, file=sys.stderr)
+        return 1
+    for _ in range(20):  # let throttled redraws and layouts settle
+        app.processEvents()
+        time.sleep(0.02)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    window.grab().save(str(out))
+    print(f"wrote {out} ({window.width()}x{window.height()})")
+    window.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
