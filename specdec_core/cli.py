@@ -40,6 +40,12 @@ def add_decode_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--k", type=k_value, default=4, help="draft length for chain methods, or auto (measured)"
     )
+    parser.add_argument(
+        "--k-schedule",
+        default="fixed",
+        choices=["fixed", "adaptive"],
+        help="adaptive: k grows after a fully accepted draft, shrinks after a rejection",
+    )
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=0)
@@ -140,6 +146,7 @@ def decode_config(args: argparse.Namespace):
         tree_topk=args.tree_topk,
         tree_tokens=tree_tokens,
         ngram_max=args.ngram_max,
+        k_schedule=getattr(args, "k_schedule", "fixed"),
     )
 
 

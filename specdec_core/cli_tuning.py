@@ -23,6 +23,7 @@ from specdec_core.cli import (
     model_specs,
 )
 from specdec_core.config import DecodeConfig
+from specdec_core.drafters.adaptive import SCHEDULES
 from specdec_core.errors import SpecdecError
 
 GRID_AXES = {  # option dest -> (sweep axis, cast, smallest value, 'auto' allowed)
@@ -31,6 +32,7 @@ GRID_AXES = {  # option dest -> (sweep axis, cast, smallest value, 'auto' allowe
     "tree_tokens": ("tree_tokens", int, 2, True),
     "tree_depth": ("tree_depth", int, 1, True),
     "tree_topk": ("tree_topk", int, 1, True),
+    "k_schedule": ("k_schedule", str, None, False),
 }
 
 
@@ -51,7 +53,7 @@ def add_parsers(sub) -> dict[str, Callable[[argparse.Namespace], int]]:
     add_decode_options(sweep)
     for dest, (_, cast, _, auto) in GRID_AXES.items():
         flag = "--" + dest.replace("_", "-")
-        kind = "integers" if cast is int else "numbers"
+        kind = {int: "integers", float: "numbers", str: "names"}[cast]
         extra = " ('auto' = sized for the device)" if auto else ""
         sweep.add_argument(flag, dest=dest, default=None, help=f"comma-separated {kind}{extra}")
     sweep.add_argument(
@@ -214,6 +216,9 @@ def _axes(args: argparse.Namespace) -> dict[str, list[Any]]:
         axes[f"policy_params.{name.strip()}"] = [
             _grid_value(v, float, None, False, "--policy-param-grid") for v in values.split(",")
         ]
+    unknown = set(axes.get("k_schedule", [])) - set(SCHEDULES)
+    if unknown:
+        raise SpecdecError(f"--k-schedule: unknown {sorted(unknown)}; use {', '.join(SCHEDULES)}")
     return axes
 
 
@@ -236,6 +241,7 @@ def _base_config(args: argparse.Namespace) -> DecodeConfig:
     fixed = argparse.Namespace(**vars(args))
     fixed.k, fixed.temperature = DecodeConfig.k, DecodeConfig.temperature
     fixed.tree_tokens, fixed.tree_depth, fixed.tree_topk = AUTO, None, None
+    fixed.k_schedule = DecodeConfig.k_schedule
     return decode_config(fixed)
 
 

@@ -19,6 +19,7 @@ class DecodeConfig:
     tree_topk: int | None = None
     tree_tokens: int | None = None  # None = auto-size for the device
     ngram_max: int = 3
+    k_schedule: str = "fixed"  # or "adaptive": k follows acceptance (drafters/adaptive.py)
 
     @property
     def greedy(self) -> bool:

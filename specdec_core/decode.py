@@ -23,6 +23,7 @@ import torch
 
 from specdec_core.config import DecodeConfig
 from specdec_core.detokenize import IncrementalDetokenizer
+from specdec_core.drafters.adaptive import apply_schedule
 from specdec_core.drafters.base import Drafter, Proposal
 from specdec_core.errors import SpecdecError
 from specdec_core.events import DraftTree, Event, Finished, RunSummary, Started, Step, Token
@@ -65,6 +66,7 @@ def generate(
             f"{target.context_length}; shorten the prompt"
         )
     verifier = verifier or make_verifier(config.policy, **config.policy_params)
+    drafter = apply_schedule(drafter, config)  # a fixed k, or a wrapper that adapts it
     generator = generator or make_generator(config.seed, target.device)
     runner = Target(target.model, drafter.feature_layers)
     detok = IncrementalDetokenizer(target.tokenizer, prompt_ids)

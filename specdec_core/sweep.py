@@ -34,7 +34,7 @@ from specdec_core.errors import SpecdecError
 from specdec_core.models import LoadedModel
 from specdec_core.prompts import encode_prompt
 
-AXES = ("temperature", "k", "tree_tokens", "tree_depth", "tree_topk")  # DecodeConfig fields
+AXES = ("temperature", "k", "tree_tokens", "tree_depth", "tree_topk", "k_schedule")  # config fields
 BASELINES = ("temperature", "point")  # how often `ar` is measured: per temperature, per point
 PARAM_PREFIX = "policy_params."  # axis name of a policy parameter, e.g. policy_params.tau
 Point = dict[str, Any]

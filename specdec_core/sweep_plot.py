@@ -134,8 +134,11 @@ def _folded_note(varying: list[str]) -> str:
     return f" (best over {', '.join(folded)})" if folded else ""
 
 
-def _sortable(value: Any) -> tuple[int, float]:
-    return (1, 0.0) if value is None else (0, float(value))
+def _sortable(value: Any) -> tuple[int, float, str]:
+    """Numbers ascending, then names, then None ('auto')."""
+    if value is None:
+        return (2, 0.0, "")
+    return (1, 0.0, value) if isinstance(value, str) else (0, float(value), "")
 
 
 def _max(grid: list[list[float]]) -> float:
