@@ -164,7 +164,12 @@ def head_format(path: str | None) -> str:
     config = json.loads(Path(path, "config.json").read_text())
     if any("Eagle3" in arch for arch in config.get("architectures") or []):
         return "eagle3"
-    return "eagle3" if any(k.startswith("midlayer.") for k in _weight_keys(path)) else "eagle"
+    keys = _weight_keys(path)
+    if not keys:
+        return "eagle"
+    from specdec_core.eagle.formats import head_kind  # the layout rule, from the weight names
+
+    return "eagle3" if head_kind(dict.fromkeys(keys)) == "eagle3" else "eagle"
 
 
 def _weight_keys(path: str | None) -> list[str]:
@@ -183,6 +188,8 @@ def _has_draft_vocab(path: str | None) -> bool:
 
 
 def _resolve(needs: str, spec: str, notes: list[str]) -> str:
+    if spec == "smollm2":  # the embedded target itself, e.g. as its own draft
+        return EMBEDDED_HUB_ID
     if spec != "embedded":
         local = Path(spec).expanduser()
         return str(local.resolve()) if local.exists() else spec
