@@ -177,3 +177,18 @@ def test_baseline_per_point_measures_ar_before_every_point():
     assert [m for m, _ in measure.calls] == ["ar", "classic"] * 3
     with pytest.raises(SpecdecError, match="baseline"):
         run_sweep("classic", grid, DecodeConfig(), FakeMeasure(), baseline="never")
+
+
+def test_cli_k_auto_prints_the_table_and_generates_with_the_chosen_k(
+    monkeypatch, tiny_target, capsys
+):
+    from specdec_core import cli, models
+
+    monkeypatch.setattr(models, "load_model", lambda *args, **kwargs: tiny_target)
+    argv = ["generate", "--method", "ngram", "--k", "auto", "--prompt", "w3 w4 w3 w4", "--raw"]
+    assert cli.main([*argv, "--max-new-tokens", "8", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert "<- chosen" in captured.err and "chosen k=" in captured.err
+    chosen = int(captured.err.split("chosen k=")[1].split(":")[0])
+    assert json.loads(captured.out)["config"]["k"] == chosen
+    assert cli.main(["generate", "--method", "ar", "--k", "auto", "--prompt", "w3"]) == 2
