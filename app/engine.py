@@ -34,6 +34,7 @@ class MethodInfo:
 class PolicyInfo:
     name: str
     lossy: bool
+    params: tuple[tuple[str, float], ...] = ()  # parameter names and defaults (lossy policies)
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,8 @@ class SpecdecEngine:
             MethodInfo(m.name, m.label, m.needs, m.name in TREE_METHODS) for m in METHODS.values()
         )
         policies = tuple(
-            PolicyInfo(name, _is_lossy(name, factory)) for name, factory in VERIFIERS.items()
+            PolicyInfo(name, _is_lossy(name, factory), _params(factory))
+            for name, factory in VERIFIERS.items()
         )
         return Registries(methods, policies)
 
@@ -147,6 +149,11 @@ class SpecdecEngine:
             self._extras[key] = loader(spec, self._target)
             progress(f"loaded {needs} '{spec}'", 1.0)
         return self._extras[key]
+
+
+def _params(factory: object) -> tuple[tuple[str, float], ...]:
+    params = getattr(factory, "PARAMS", None) or {}
+    return tuple((str(k), float(v)) for k, v in dict(params).items())
 
 
 def _is_lossy(name: str, factory: object) -> bool:

@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import qt_compat
+from app import history, qt_compat
 from app.engine import Engine, Registries, RunRequest, SpecdecEngine, TargetInfo
 from app.export import CompareResult, write_csv, write_json
 from app.menus import Actions, create_actions, create_menus, show_about
@@ -264,6 +264,7 @@ class MainWindow(QMainWindow):
 
     def _on_finished(self, summary: RunSummary) -> None:
         self.plots.redraw()
+        history.record(summary, self.prompt.text())
         method = summary.method
         if self.compare_mode:
             self.compare.add_result(

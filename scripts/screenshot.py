@@ -38,7 +38,9 @@ def main() -> int:
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--size", default="1600x1000")
     args = parser.parse_args()
-    os.environ.setdefault("SPECDEC_CONFIG_DIR", tempfile.mkdtemp(prefix="specdec-shot-"))
+    scratch = tempfile.mkdtemp(prefix="specdec-shot-")
+    os.environ.setdefault("SPECDEC_CONFIG_DIR", scratch)
+    os.environ.setdefault("SPECDEC_DATA_DIR", scratch)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     from PySide6.QtWidgets import QApplication

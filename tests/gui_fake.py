@@ -24,7 +24,7 @@ METHODS = (
     MethodInfo("classic", "Classic draft", "draft"),
     MethodInfo("eagle2", "EAGLE-2", "head", tree=True),
 )
-POLICIES = (PolicyInfo("lossless", False), PolicyInfo("threshold", True))
+POLICIES = (PolicyInfo("lossless", False), PolicyInfo("threshold", True, (("tau", 0.3),)))
 TREE = DraftTree(
     tokens=(11, 12, 13, 14, 15), parents=(-1, -1, 0, 0, 2), scores=(0.0,) * 5, accepted=(0, 2)
 )

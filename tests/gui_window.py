@@ -11,6 +11,7 @@ from tests.gui_fake import FakeEngine
 @pytest.fixture(name="make_window")
 def make_window_fixture(qtbot, tmp_path, monkeypatch):
     monkeypatch.setenv("SPECDEC_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.setenv("SPECDEC_DATA_DIR", str(tmp_path / "data"))
     windows: list[MainWindow] = []
 
     def make(engine: FakeEngine | None = None, settings_file=None) -> MainWindow:

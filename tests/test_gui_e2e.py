@@ -11,6 +11,7 @@ from app.main_window import MainWindow
 @pytest.mark.slow
 def test_the_window_runs_the_embedded_model_end_to_end(qtbot, tmp_path, monkeypatch):
     monkeypatch.setenv("SPECDEC_CONFIG_DIR", str(tmp_path))
+    monkeypatch.setenv("SPECDEC_DATA_DIR", str(tmp_path))
     window = MainWindow(engine=SpecdecEngine(), settings_file=tmp_path / "settings.json")
     qtbot.addWidget(window)
     window.models.device.setCurrentText("cpu")

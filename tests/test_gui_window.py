@@ -165,3 +165,25 @@ def test_the_window_module_does_not_import_torch():
     code = "import sys, app.main_window; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_a_lossy_policy_shows_its_parameters_and_they_reach_the_engine(make_window, qtbot):
+    window = make_window()
+    assert not window.decoding.params
+    window.decoding._select(window.decoding.policy, "threshold")
+    assert window.decoding._form.isRowVisible(window.decoding.params_box)
+    assert window.decoding.params["tau"].value() == 0.3
+    window.decoding.params["tau"].setValue(0.15)
+    window.generate()
+    wait_idle(qtbot, window)
+    config = window.engine.requests[-1].config
+    assert config.policy == "threshold" and config.policy_params == {"tau": 0.15}
+    assert "LOSSY" in window.summary.text()
+
+
+def test_each_finished_run_is_appended_to_the_history(make_window, qtbot, tmp_path):
+    window = make_window()
+    window.generate()
+    wait_idle(qtbot, window)
+    lines = (tmp_path / "data" / "history.jsonl").read_text().splitlines()
+    assert len(lines) == 1 and json.loads(lines[0])["method"] == "classic"

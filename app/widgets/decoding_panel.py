@@ -57,6 +57,10 @@ class DecodingPanel(QGroupBox):
         self.lossy_badge.setStyleSheet(LOSSY_STYLE)
         self.lossy_badge.setToolTip("this policy may change the output compared to the target")
         self.lossy_badge.setVisible(False)
+        self.params_box = QWidget()
+        self.params_layout = QHBoxLayout(self.params_box)
+        self.params_layout.setContentsMargins(0, 0, 0, 0)
+        self.params: dict[str, QDoubleSpinBox] = {}
         self.k = QLabeledSlider(Qt.Orientation.Horizontal)
         self.k.setRange(1, 16)
         self.k.setValue(4)
@@ -85,6 +89,7 @@ class DecodingPanel(QGroupBox):
         self._form = QFormLayout(self)
         self._form.addRow("Method", self.method)
         self._form.addRow("Policy", policy_row)
+        self._form.addRow("Policy params", self.params_box)
         self._form.addRow("Draft length k", self.k)
         self._form.addRow("Temperature", self.temperature)
         self._form.addRow("Top-p", numbers)
@@ -93,6 +98,7 @@ class DecodingPanel(QGroupBox):
         self._form.addRow("Tree top-k", self.tree_topk)
         self._form.addRow("Tree size", self.tree_tokens)
         self._show_tree(False)
+        self._form.setRowVisible(self.params_box, False)
 
     # -- registries -------------------------------------------------------------------------
     def set_registries(self, registries: Registries) -> None:
@@ -138,6 +144,7 @@ class DecodingPanel(QGroupBox):
             top_p=round(self.top_p.value(), 2),
             seed=self.seed.value(),
             policy=self.policy_name(),
+            policy_params={name: spin.value() for name, spin in self.params.items()},
             tree_depth=self.tree_depth.value() or None,
             tree_topk=self.tree_topk.value() or None,
             tree_tokens=self.tree_tokens.value() or None,
@@ -189,8 +196,34 @@ class DecodingPanel(QGroupBox):
 
     def _on_policy(self) -> None:
         self.lossy_badge.setVisible(self.is_lossy())
+        self._build_params()
         if self.policy.currentData():
             self._pending["policy"] = self.policy_name()
+
+    def _build_params(self) -> None:
+        """One spin box per parameter of the chosen policy (its defaults preset)."""
+        for spin in self.params.values():
+            spin.deleteLater()
+        while self.params_layout.count():
+            item = self.params_layout.takeAt(0)
+            if item.widget() is not None:
+                item.widget().deleteLater()
+        self.params.clear()
+        policy = None
+        if self._registries is not None:
+            policy = next(
+                (p for p in self._registries.policies if p.name == self.policy_name()), None
+            )
+        for name, default in policy.params if policy else ():
+            spin = QDoubleSpinBox()
+            spin.setRange(-1e6, 1e6)
+            spin.setDecimals(3)
+            spin.setSingleStep(0.05)
+            spin.setValue(default)
+            self.params_layout.addWidget(QLabel(name))
+            self.params_layout.addWidget(spin, 1)
+            self.params[name] = spin
+        self._form.setRowVisible(self.params_box, bool(self.params))
 
     def _show_tree(self, visible: bool) -> None:
         for widget in (self.tree_depth, self.tree_topk, self.tree_tokens):
