@@ -135,6 +135,7 @@ def _run_one(method: str, target: LoadedModel, ids: list[int], config, extra) ->
         "verify_seconds": summary.verify_seconds,
         "lossy": summary.lossy,
         "mean_logprob": mean_logprob(target.model, ids, summary.token_ids),
+        "tree": tree_label(summary.config),
     }
 
 
@@ -155,6 +156,7 @@ def _aggregate(rows: list[dict]) -> dict:
         "draft_ms_per_step": 1000 * sum(draft) / steps if draft and steps else None,
         "verify_ms_per_step": 1000 * sum(verify) / steps if verify and steps else None,
         "lossy": any(r.get("lossy", False) for r in rows),
+        "tree": rows[0].get("tree"),  # the tree size a tree method chose (same for all prompts)
         **_fidelity(rows),
     }
 
@@ -204,9 +206,21 @@ def format_table(result: BenchResult) -> str:
         ]
         lines.append(
             f"{name:<{width}}{m['tokens_per_second']:>8.1f}{m['speedup_vs_ar']:>8.2f}x"
-            f"{m['mean_accept_length']:>7.2f}{''.join(cells)}  {'LOSSY' if m['lossy'] else ''}"
+            f"{m['mean_accept_length']:>7.2f}{''.join(cells)}  {_note(m)}"
         )
     return "\n".join(lines)
+
+
+def tree_label(config: dict) -> str | None:
+    """'tokens/depth/top-k' of a tree method's run (None for chains), as chosen or given."""
+    if "tree_sizing" not in config:  # set by tree drafters' describe()
+        return None
+    return f"{config['tree_tokens']}/{config['tree_depth']}/{config['tree_topk']}"
+
+
+def _note(m: dict) -> str:
+    tree = f"tree {m['tree']} (tokens/depth/top-k)" if m.get("tree") else ""
+    return " ".join(filter(None, ["LOSSY" if m["lossy"] else "", tree]))
 
 
 def _cell(value: float | None, width: int, spec: str) -> str:

@@ -37,11 +37,18 @@ def _eagle(target: LoadedModel, head: object | None) -> Drafter:
     return EagleDrafter(head, target.model.config.num_hidden_layers)
 
 
+def _eagle2(target: LoadedModel, head: object | None) -> Drafter:
+    from specdec_core.drafters.eagle2 import Eagle2Drafter
+
+    return Eagle2Drafter(head, target.model)
+
+
 METHODS: dict[str, Method] = {
     "ar": Method("ar", "Autoregressive", None, lambda target, extra: AutoregressiveDrafter()),
     "classic": Method("classic", "Classic draft", "draft", _classic),
     "ngram": Method("ngram", "N-gram lookup", None, lambda target, extra: NgramDrafter()),
     "eagle": Method("eagle", "EAGLE (chain)", "head", _eagle),
+    "eagle2": Method("eagle2", "EAGLE-2 (tree)", "head", _eagle2),
 }
 
 

@@ -1,0 +1,180 @@
+"""EAGLE-2: a dynamic draft tree grown by the EAGLE head's own confidence (Li et al., EMNLP 2024).
+
+    root     = top-k of the head's distribution after the last committed token
+    repeat depth − 1 times:
+        run the head on the k beam nodes (tree mask over its own cache)
+        each beam node's top-k children, scored by cumulative log-prob
+        next beam = the global top-k of those k·k children
+    tree     = the best `total_tokens − 1` of all candidates, sorted parents first
+
+The head's cache holds one row per committed pair (f_t, x_{t+1}) for t < len(ids) − 1, exactly
+like the target's cache; drafting appends the beam rows, each seeing the cached prefix, its
+ancestors and itself (positions = prefix length + depth − 1), and `propose` truncates them
+again. `commit` feeds the target's own rows for the accepted path (the previous pending token
+and the accepted drafts), so after a step both caches equal a fresh prefill of the accepted
+sequence. The tree shape comes from `DecodeConfig` or, where a dimension is None, from the
+measured costs of this device (`tree_sizing`). Works with EAGLE-1/2 and EAGLE-3 heads.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specdec_core import kv_cache, tree_sizing
+from specdec_core.config import DecodeConfig
+from specdec_core.drafters.base import EMPTY, Proposal
+from specdec_core.drafters.eagle import feature_layers, head_features
+from specdec_core.eagle.head import EagleHead
+from specdec_core.target import TargetOutput
+from specdec_core.tree_sizing import Choice, TreeShape
+
+
+class Eagle2Drafter:
+    name = "eagle2"
+    needs_features = True
+
+    def __init__(self, head: EagleHead, target_model) -> None:
+        self.head = head
+        self.target_model = target_model
+        self.feature_layers = feature_layers(head, int(target_model.config.num_hidden_layers))
+        self.cache = head.new_cache()
+        self.root: tuple[torch.Tensor, torch.Tensor] | None = None  # head (hidden [h], logits [Vd])
+        self._choices: dict[tuple, Choice] = {}
+
+    # -- tree size -------------------------------------------------------------------------
+    def describe(self, config: DecodeConfig) -> dict:
+        return self.choice(config).describe()
+
+    def choice(self, config: DecodeConfig) -> Choice:
+        """The tree shape for `config`: given dimensions, the rest sized for this device."""
+        key = (config.tree_depth, config.tree_topk, config.tree_tokens)
+        if key not in self._choices:
+            if all(key):
+                shape = TreeShape(*key)
+                self._choices[key] = Choice(shape, tree_sizing.expected_tau(shape), None, "given")
+            else:
+                costs = tree_sizing.Costs(
+                    target=tree_sizing.measure_target(self.target_model),
+                    head=tree_sizing.measure_head(self._head_key(), self._time_head_step),
+                )
+                self._choices[key] = tree_sizing.choose(costs, None, *key)
+        return self._choices[key]
+
+    # -- the drafter protocol --------------------------------------------------------------
+    def begin(self, ids: list[int], features: TargetOutput) -> None:
+        self.cache = self.head.new_cache()
+        self.root = None
+        self._feed(features, ids[1:])
+
+    @torch.inference_mode()
+    def propose(self, ids: list[int], config: DecodeConfig, generator: torch.Generator) -> Proposal:
+        if self.root is None:  # a one-token prompt: no (feature, token) pair yet
+            return EMPTY
+        shape = self.choice(config).shape
+        prefix = kv_cache.cache_length(self.cache)
+        try:
+            tokens, parents, scores = self._grow(shape, prefix)
+        finally:
+            kv_cache.truncate(self.cache, prefix)
+        return Proposal(tokens=tokens, parents=parents, scores=scores)
+
+    def commit(self, ids: list[int], accepted: int, features: TargetOutput) -> None:
+        self._feed(features, ids[len(ids) - accepted - 1 :])
+
+    # -- internals -------------------------------------------------------------------------
+    @torch.inference_mode()
+    def _feed(self, features: TargetOutput, tokens: list[int]) -> None:
+        """Append the pairs (target feature f_t, token x_{t+1}) to the head's cache."""
+        if not tokens:
+            return
+        feature = head_features(self.head, features)  # [n, F]
+        start = kv_cache.cache_length(self.cache)
+        device = feature.device
+        positions = torch.arange(start, start + len(tokens), device=device)
+        ids = torch.tensor(tokens, device=device)
+        out = self.head.step(feature[None], ids[None], positions[None], None, self.cache)
+        self.root = (out.hidden[0, -1], out.logits[0, -1])
+
+    def _grow(self, shape: TreeShape, prefix: int) -> tuple[list[int], tuple[int, ...], tuple]:
+        k = shape.topk
+        hidden, logits = self.root  # [h], [Vd]
+        device = logits.device
+        top = logits.float().log_softmax(-1).topk(min(k, logits.shape[-1]))
+        k = top.indices.numel()
+        draft_ids = [top.indices]  # per level: candidates' draft-vocabulary ids
+        scores = [top.values]  # per level: cumulative log-probs
+        parents = [torch.full((k,), -1, device=device)]  # per level: parent candidate index
+        beam = torch.arange(k, device=device)  # global candidate index of each beam node
+        beam_in = hidden.expand(k, -1)  # [k, h] the hidden state each beam node continues
+        seen = torch.zeros(k, 0, dtype=torch.bool)  # [k, r] beam node sees drafted head row r
+        for level in range(1, shape.depth):
+            beam_tokens = self.head.target_ids(torch.cat(draft_ids)[beam])
+            seen = torch.cat([seen, torch.eye(k, dtype=torch.bool)], dim=1)  # [k, r + k]
+            mask = _tree_mask(seen, prefix, self._dtype(), device)
+            positions = torch.full((1, k), prefix + level - 1, device=device)
+            out = self.head.step(beam_in[None], beam_tokens[None], positions, mask, self.cache)
+            child = out.logits[0].float().log_softmax(-1).topk(k)  # [k, k]
+            cumulative = (torch.cat(scores)[beam][:, None] + child.values).flatten()  # [k*k]
+            offset = sum(len(s) for s in scores)
+            draft_ids.append(child.indices.flatten())
+            scores.append(cumulative)
+            parents.append(beam.repeat_interleave(k))
+            best = cumulative.topk(k).indices  # [k] next beam, as children of this level
+            beam = offset + best
+            beam_in = out.hidden[0][best // k]  # [k, h]
+            seen = seen[(best // k).cpu()]
+        return _select(
+            self.head.target_ids(torch.cat(draft_ids)),
+            torch.cat(scores),
+            torch.cat(parents),
+            shape.nodes,
+        )
+
+    def _dtype(self) -> torch.dtype:
+        return self.head.fc.weight.dtype
+
+    def _head_key(self) -> tuple:
+        return (id(self.head), self.head.kind, self.head.draft_vocab, str(self._dtype()))
+
+    @torch.inference_mode()
+    def _time_head_step(self, k: int) -> None:
+        """One beam step over k rows after a 128-row prefix, as `_grow` runs it (for sizing)."""
+        device = self.head.fc.weight.device
+        h = self.head.config.hidden_size
+        cache = self.head.new_cache()
+        prefix = 128
+        feature = torch.zeros(1, prefix + k, h, device=device, dtype=self._dtype())
+        tokens = torch.zeros(1, prefix + k, dtype=torch.long, device=device)
+        positions = torch.arange(prefix + k, device=device)[None]
+        self.head.step(feature[:, :prefix], tokens[:, :prefix], positions[:, :prefix], None, cache)
+        seen = torch.eye(k, dtype=torch.bool)
+        mask = _tree_mask(seen, prefix, self._dtype(), device)
+        out = self.head.step(
+            feature[:, prefix:], tokens[:, prefix:], positions[:, prefix:], mask, cache
+        )
+        out.logits[0].float().log_softmax(-1).topk(k)
+
+
+def _tree_mask(seen: torch.Tensor, prefix: int, dtype: torch.dtype, device) -> torch.Tensor:
+    """Additive mask [1, 1, k, prefix + r] from `seen` [k, r]: all of the prefix, plus seen rows."""
+    allowed = torch.cat([torch.ones(seen.shape[0], prefix, dtype=torch.bool), seen], dim=1)
+    mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
+    return mask[None, None].to(device)
+
+
+def _select(
+    tokens: torch.Tensor,  # [c] target ids of every candidate, level by level
+    scores: torch.Tensor,  # [c] cumulative log-probs
+    parents: torch.Tensor,  # [c] global candidate index of the parent, -1 = root
+    nodes: int,
+) -> tuple[list[int], tuple[int, ...], tuple[float, ...]]:
+    """The best `nodes` candidates, parents first, with parents re-indexed into the selection.
+
+    A child never scores above its parent and comes later, so a stable sort on the score
+    keeps every selected node's parent selected too.
+    """
+    order = torch.sort(-scores, stable=True).indices[:nodes]
+    chosen = order.sort().values  # candidate order is level order: parents first
+    index = {int(c): i for i, c in enumerate(chosen)}
+    tree_parents = tuple(index[int(p)] if p >= 0 else -1 for p in parents[chosen])
+    return tokens[chosen].tolist(), tree_parents, tuple(scores[chosen].tolist())
