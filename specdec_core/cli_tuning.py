@@ -80,6 +80,15 @@ def add_parsers(sub) -> dict[str, Callable[[argparse.Namespace], int]]:
     export.add_argument("--engine", required=True, choices=list(ENGINES))
     export.add_argument("--method", default="eagle", choices=list(METHOD_MAP))
     export.add_argument("--json", action="store_true", help="print one JSON object")
+    export.add_argument(
+        "--from-sweep",
+        default=None,
+        metavar="FILE",
+        help="export the fastest point of a `specdec sweep` JSON (method, models, settings)",
+    )
+    export.add_argument(
+        "--at-temperature", type=float, default=None, help="with --from-sweep: best at this T"
+    )
     add_model_options(export)
     add_decode_options(export)
     return {"sweep": cmd_sweep, "export": cmd_export}
@@ -155,15 +164,21 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from specdec_core.export import export
+    from specdec_core.export import best_of_sweep, export
 
-    if args.k == AUTO:
-        raise SpecdecError(
-            "export needs a number for --k; run `specdec generate --k auto …` to measure one"
-        )
-    config = decode_config(args)
-    model = args.head if args.method in ("eagle", "eagle2") else args.draft
-    result = export(args.engine, args.method, config, args.target, model)
+    if args.from_sweep:
+        best = best_of_sweep(args.from_sweep, args.at_temperature)
+        result = export(args.engine, best.method, best.config, best.target, best.model)
+        result.notes.insert(0, best.note)
+    else:
+        if args.k == AUTO:
+            raise SpecdecError(
+                "export needs a number for --k; run `specdec generate --k auto …` to measure "
+                "one, or export a sweep's best point with --from-sweep FILE"
+            )
+        config = decode_config(args)
+        model = args.head if args.method in ("eagle", "eagle2") else args.draft
+        result = export(args.engine, args.method, config, args.target, model)
     if args.json:
         print(json.dumps(result.__dict__))
         return 0

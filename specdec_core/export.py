@@ -23,6 +23,10 @@ Mapping (playground -> vLLM `speculative_config` key | SGLang flag):
                         --speculative-ngram-max-bfs-breadth 1 (a chain, like our drafter),
                         --speculative-num-draft-tokens k+1
 
+Units: a tree's depth is its longest draft path (levels), as SGLang's `num_steps` (a chain of
+k drafts is k steps); tree tokens count the root, as SGLang's `num_draft_tokens` and EAGLE's
+`total_token`.
+
 Sources: vLLM `vllm/config/speculative.py` (`SpeculativeConfig`: `method` in "ngram",
 "draft_model", "eagle", "eagle3", …; `model`; `num_speculative_tokens`; `prompt_lookup_max`,
 `prompt_lookup_min`) and docs/features/speculative_decoding/{eagle,draft_model,n_gram}.md.
@@ -36,7 +40,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from safetensors import safe_open
@@ -134,6 +138,44 @@ def export(
     payload = shlex.join(flags)
     command = f"python -m sglang.launch_server --model-path {shlex.quote(target_id)} {payload}"
     return Export(engine, payload, command, notes)
+
+
+@dataclass(frozen=True)
+class SweepChoice:
+    """The best point of a `specdec sweep` result, ready for `export`."""
+
+    method: str
+    config: DecodeConfig
+    target: str
+    model: str  # the draft or head spec the sweep used
+    note: str
+
+
+def best_of_sweep(path: str | Path, temperature: float | None = None) -> SweepChoice:
+    """The fastest point of a sweep JSON (at `temperature`, if given) as an export input."""
+    try:
+        data = json.loads(Path(path).read_text())
+        header = data["sweep"]
+        best = (
+            data["best"]
+            if temperature is None
+            else data["best_by_temperature"].get(str(float(temperature)))
+        )
+    except (OSError, json.JSONDecodeError, KeyError, TypeError):
+        raise SpecdecError(f"{path} is not a `specdec sweep` result (JSON)") from None
+    if best is None:
+        measured = ", ".join(data["best_by_temperature"]) or "none"
+        raise SpecdecError(f"{path} has no point at temperature {temperature} (has: {measured})")
+    names = {f.name for f in fields(DecodeConfig)}
+    config = DecodeConfig(**{k: v for k, v in best["config"].items() if k in names})
+    needs = METHOD_MAP.get(header["method"], (None,))[0]
+    model = header.get("specs", {}).get(needs or "", "embedded")
+    point = ", ".join(f"{k}={v}" for k, v in best["point"].items())
+    note = (
+        f"from {path}: the best point ({point}) ran {best['speedup_vs_ar']:.2f}x vs ar "
+        f"(τ {best['mean_accept_length']:.2f}) on {header.get('device', '?')}"
+    )
+    return SweepChoice(header["method"], config, header.get("target", "embedded"), model, note)
 
 
 def _shape(method: str, config: DecodeConfig, notes: list[str]) -> tuple:

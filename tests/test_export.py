@@ -144,3 +144,24 @@ def test_head_layout_is_read_from_the_weight_names(tmp_path):
     result = export("vllm", "eagle", DecodeConfig(), model=head)
     assert json.loads(result.payload)["method"] == "eagle"
     assert any("reduced vocabulary" in note for note in result.notes)
+
+
+def test_export_from_a_sweep_takes_its_best_point(tmp_path, capsys):
+    from specdec_core.sweep import Grid, run_sweep
+    from tests.test_sweep import FakeMeasure
+
+    out = tmp_path / "sweep.json"
+    grid = Grid({"k": [1, 2, 4], "temperature": [0.0, 1.0]})
+    header = {"target": "embedded", "device": "cpu", "specs": {"draft": "org/draft"}}
+    measure = FakeMeasure(speed={1: 1.1, 2: 1.6, 4: 1.3})
+    run_sweep("classic", grid, DecodeConfig(), measure, header, json_out=out)
+    assert main(["export", "--engine", "vllm", "--from-sweep", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out) == {
+        "method": "draft_model",
+        "num_speculative_tokens": 2,
+        "model": "org/draft",
+    }
+    assert "best point" in captured.err and "1.60x" in captured.err
+    argv = ["export", "--engine", "vllm", "--from-sweep", str(out), "--at-temperature", "0.5"]
+    assert main(argv) == 2
