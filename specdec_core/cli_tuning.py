@@ -194,9 +194,11 @@ def format_sweep(result: dict[str, Any]) -> str:
     per temperature."""
     names = list(result["sweep"]["axes"])
     lossy = any(p.get("lossy") for p in result["points"])
+    tree = any(p.get("tree") for p in result["points"])  # tokens/depth/top-k a tree method used
     header = "".join(f"{n.removeprefix('policy_params.'):>12}" for n in names)
     header += f"{'tok/s':>8}{'ar tok/s':>9}{'speedup':>9}{'tau':>7}"
     header += f"{'prefix':>8}{'logp':>8}" if lossy else ""
+    header += f"{'tree used':>12}" if tree else ""
     lines = [header, "-" * len(header)]
     for p in result["points"]:
         cells = "".join(f"{_show(p['point'][n]):>12}" for n in names)
@@ -204,6 +206,7 @@ def format_sweep(result: dict[str, Any]) -> str:
         cells += f"{p['speedup_vs_ar']:>8.2f}x{p['mean_accept_length']:>7.2f}"
         if lossy:
             cells += "".join(_number(p.get(key), 8) for key in ("prefix_agreement", "mean_logprob"))
+        cells += f"{p.get('tree') or '-':>12}" if tree else ""
         lines.append(cells)
     for temperature, best in result["best_by_temperature"].items():
         point = ", ".join(f"{k}={_show(v)}" for k, v in best["point"].items())
