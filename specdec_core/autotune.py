@@ -93,11 +93,14 @@ def tune_on_device(
     prompts: Sequence[str] = TUNING_PROMPTS,
     candidates: Sequence[int] = CANDIDATES,
     progress: Callable[[SweepProgress], None] | None = None,
+    extra: object | None = None,
 ) -> TuneResult:
-    """`autotune_k` with the real models: short runs (`TUNING_MAX_NEW_TOKENS`) on `prompts`."""
+    """`autotune_k` with the real models: short runs (`TUNING_MAX_NEW_TOKENS`) on `prompts`.
+    `extra` is the method's draft / head if already loaded (the GUI's Tune), else from `specs`."""
     check_tunable(method)
     short = replace(config, max_new_tokens=min(config.max_new_tokens, TUNING_MAX_NEW_TOKENS))
-    measure = BenchMeasure(target, prompts, specs, raw=False)
+    extras = {method: extra} if extra is not None else None
+    measure = BenchMeasure(target, prompts, specs, raw=False, extras=extras)
     return autotune_k(method, short, measure, candidates, progress)
 
 

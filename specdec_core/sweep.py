@@ -215,12 +215,18 @@ class BenchMeasure:
     """Measures a method on the prompts with the benchmark's runner (one model load each)."""
 
     def __init__(
-        self, target: LoadedModel, prompts: Sequence[str], specs: dict[str, str], raw: bool
+        self,
+        target: LoadedModel,
+        prompts: Sequence[str],
+        specs: dict[str, str],
+        raw: bool,
+        extras: dict[str, object | None] | None = None,
     ) -> None:
+        """`extras`: already loaded draft / head per method (e.g. the GUI's), else from `specs`."""
         self.target = target
         self.specs = specs
         self.encoded = [encode_prompt(target.tokenizer, p, raw) for p in prompts]
-        self.extras: dict[str, object | None] = {}
+        self.extras: dict[str, object | None] = dict(extras or {})
         _warm_up(target, self.encoded[0], DecodeConfig())
 
     def __call__(

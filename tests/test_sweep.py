@@ -140,8 +140,20 @@ def test_png_heatmap_curve_and_fidelity_panel(tmp_path):
 
 
 def test_a_real_sweep_on_tiny_models_measures_speedup_and_identity(tiny_target, tiny_draft):
-    measure = BenchMeasure(tiny_target, ["w1 w5 w9 w2"], {}, raw=True)
-    measure.extras["classic"] = tiny_draft
+    from specdec_core.autotune import tune_on_device
+
+    tuned = tune_on_device(
+        tiny_target,
+        "classic",
+        DecodeConfig(max_new_tokens=6),
+        {},
+        candidates=(1, 2),
+        extra=tiny_draft,
+    )
+    assert tuned.k in (1, 2) and len(tuned.table) == 2
+    measure = BenchMeasure(
+        tiny_target, ["w1 w5 w9 w2"], {}, raw=True, extras={"classic": tiny_draft}
+    )
     config = DecodeConfig(max_new_tokens=8)
     result = run_sweep("classic", Grid({"k": [1, 3]}), config, measure)
     assert [r["point"]["k"] for r in result.points] == [1, 3]
