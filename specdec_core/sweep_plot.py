@@ -74,6 +74,8 @@ def _heatmap_axes(varying: list[str]) -> tuple[str, str, list[str]]:
 
 
 def _heatmap(ax, points: list[dict[str, Any]], varying: list[str], figure) -> None:
+    from matplotlib.colors import TwoSlopeNorm
+
     rows_axis, cols_axis, _ = _heatmap_axes(varying)
     rows = sorted({_value(p, rows_axis) for p in points}, key=_sortable)
     cols = sorted({_value(p, cols_axis) for p in points}, key=_sortable)
@@ -83,7 +85,10 @@ def _heatmap(ax, points: list[dict[str, Any]], varying: list[str], figure) -> No
         if cell not in best or p["speedup_vs_ar"] > best[cell]["speedup_vs_ar"]:
             best[cell] = p
     grid = [[best.get((r, c), {}).get("speedup_vs_ar", float("nan")) for c in cols] for r in rows]
-    image = ax.imshow(grid, cmap="RdYlGn", vmin=0.5, vmax=max(1.5, _max(grid)), aspect="auto")
+    values = [v for row in grid for v in row if v == v]  # drop NaN (cells not measured)
+    low, high = min([0.5, *values]), max([1.5, *values])
+    norm = TwoSlopeNorm(vcenter=1.0, vmin=low, vmax=high)  # red below ar, green above
+    image = ax.imshow(grid, cmap="RdYlGn", norm=norm, aspect="auto")
     for i, r in enumerate(rows):
         for j, c in enumerate(cols):
             if (r, c) in best:
@@ -139,8 +144,3 @@ def _sortable(value: Any) -> tuple[int, float, str]:
     if value is None:
         return (2, 0.0, "")
     return (1, 0.0, value) if isinstance(value, str) else (0, float(value), "")
-
-
-def _max(grid: list[list[float]]) -> float:
-    values = [v for row in grid for v in row if v == v]  # drop NaN
-    return max(values, default=1.0)
