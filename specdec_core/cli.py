@@ -119,6 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
     from specdec_core.cli_tuning import add_parsers  # sweep, export
 
     COMMANDS.update(add_parsers(sub))  # not via @command: under `python -m` this is __main__
+    from specdec_core.eagle.cli_train import add_parsers as add_train_parser
+
+    COMMANDS.update(add_train_parser(sub))  # train eagle|draft
     return parser
 
 

@@ -78,8 +78,11 @@ def test_head_rollback_leaves_its_cache_equal_to_a_fresh_run(tiny_target, kind):
     target.keep(start, list(range(accepted + 1)))
     committed = [*ids, *proposal.tokens[:accepted], 11]
     rows = torch.arange(accepted + 1)
-    drafter.commit(committed, accepted, type(out)(None, out.hidden[rows],
-                                                  tuple(h[rows] for h in out.layer_hidden)))
+    drafter.commit(
+        committed,
+        accepted,
+        type(out)(None, out.hidden[rows], tuple(h[rows] for h in out.layer_hidden)),
+    )
 
     features = Target(tiny_target.model, drafter.feature_layers).prefill(committed[:-1])
     fresh = head.new_cache()

@@ -1,0 +1,47 @@
+"""`specdec train {eagle,draft}`: the CLI side of training (see eagle/pipeline.py)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+
+
+def add_parsers(sub) -> dict[str, Callable[[argparse.Namespace], int]]:
+    train = sub.add_parser("train", help="train an EAGLE head or a token-level draft")
+    train.add_argument("kind", choices=["eagle", "draft"])
+    train.add_argument("--target", default="embedded", help="embedded, hub id, dir or .gguf")
+    train.add_argument(
+        "--data",
+        default="self",
+        help="sharegpt, self (the target's own answers to ShareGPT prompts) or FILE.jsonl; "
+        "comma-separated to combine",
+    )
+    train.add_argument(
+        "--tokens", default="1000000", help="token budget (one, or one per --data source)"
+    )
+    train.add_argument("--epochs", type=int, default=2)
+    train.add_argument("--out", required=True, help="output directory (also resumes from it)")
+    train.add_argument("--work", default=None, help="cache for data and features (OUT/work)")
+    train.add_argument("--draft-vocab", type=int, default=8192, help="0 = full vocabulary")
+    train.add_argument("--max-len", type=int, default=512, help="tokens per training sequence")
+    train.add_argument("--batch-tokens", type=int, default=8192)
+    train.add_argument("--lr", type=float, default=5e-4)
+    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--val-prompts", type=int, default=4, help="held-out prompts for tau")
+    train.add_argument("--device", default="cpu", choices=["auto", "cpu", "cuda", "mps"])
+    train.add_argument(
+        "--feature-dtype",
+        default="bfloat16",
+        choices=["auto", "float32", "float16", "bfloat16"],
+        help="target dtype for data generation and features (bf16: ~2x faster on a CPU)",
+    )
+    return {"train": cmd_train}
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from specdec_core.eagle.pipeline import run_training
+
+    card = run_training(args)
+    print(json.dumps({k: card[k] for k in ("kind", "tokens", "epochs", "validation")}))
+    return 0

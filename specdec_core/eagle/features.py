@@ -1,0 +1,82 @@
+"""Target features for training: one forward per sequence, saved in resumable shards.
+
+For every sample the target's last hidden state after the final norm (the EAGLE feature) is
+stored for every position, in the target's dtype (bf16 is ~2x faster than fp32 on a CPU with
+avx512_bf16). Sequences are sorted by length and right-padded into batches of about
+`batch_tokens` tokens; with right padding the causal mask alone keeps padding invisible to
+real positions, so no attention mask is needed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from specdec_core.eagle.data import Sample
+
+
+@dataclass
+class Featured:
+    ids: torch.Tensor  # [n] int64 token ids
+    start: int  # loss counts for predicted positions >= start
+    hidden: torch.Tensor  # [n, h] target features (final-norm output)
+
+
+@torch.inference_mode()
+def extract_features(
+    model,
+    samples: list[Sample],
+    shard_dir: Path,
+    batch_tokens: int = 4096,
+    shard_samples: int = 256,
+    progress=None,
+) -> list[Featured]:
+    """Features for `samples`, computed in shards of `shard_samples` (reused when present)."""
+    shard_dir.mkdir(parents=True, exist_ok=True)
+    out: list[Featured] = []
+    pad = 0
+    for number, first in enumerate(range(0, len(samples), shard_samples)):
+        shard = shard_dir / f"feat-{number:05d}.pt"
+        if shard.is_file():
+            out.extend(Featured(**item) for item in torch.load(shard))
+        else:
+            chunk = samples[first : first + shard_samples]
+            made: list[dict] = []
+            order = sorted(range(len(chunk)), key=lambda i: len(chunk[i].ids))
+            batch: list[int] = []
+            for i in [*order, None]:
+                width = max((len(chunk[j].ids) for j in batch), default=0)
+                if (
+                    i is not None
+                    and (len(batch) + 1) * max(width, len(chunk[i].ids)) <= batch_tokens
+                ):
+                    batch.append(i)
+                    continue
+                if batch:
+                    made.extend(_forward(model, [chunk[j] for j in batch], pad))
+                batch = [i] if i is not None else []
+            torch.save(made, shard)
+            out.extend(Featured(**item) for item in made)
+        if progress is not None:
+            progress(
+                min(first + shard_samples, len(samples)), len(samples), sum(len(f.ids) for f in out)
+            )
+    return out
+
+
+def _forward(model, batch: list[Sample], pad: int) -> list[dict]:
+    width = max(len(s.ids) for s in batch)
+    input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
+    for row, sample in enumerate(batch):
+        input_ids[row, : len(sample.ids)] = torch.tensor(sample.ids)
+    hidden = model.model(input_ids=input_ids.to(model.device)).last_hidden_state  # [B, T, h]
+    return [
+        {
+            "ids": input_ids[row, : len(s.ids)].clone(),
+            "start": s.start,
+            "hidden": hidden[row, : len(s.ids)].cpu().clone(),
+        }
+        for row, s in enumerate(batch)
+    ]

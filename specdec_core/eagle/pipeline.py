@@ -1,0 +1,236 @@
+"""`specdec train`: data -> target features -> training -> a saved head / draft with a card.
+
+Everything expensive is cached under `--work` (default OUT/work) and reused by a rerun:
+generated answers (self-distillation) and feature shards. Conversations are split once
+(seeded): 64 are held out for validation; prompts for self-distillation come from the first
+4096 of the rest, ShareGPT answers from the others, so the two sources never overlap.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from specdec_core.eagle import data as datasets
+from specdec_core.eagle.features import Featured, extract_features
+from specdec_core.eagle.train import (
+    Objective,
+    TrainConfig,
+    build_model,
+    frequent_tokens,
+    teacher_forced_agreement,
+    train,
+)
+from specdec_core.errors import SpecdecError
+from specdec_core.models import LoadedModel, load_model
+
+HOLDOUT = 64
+SELF_PROMPTS = 4096
+
+
+def _log(message: str) -> None:
+    print(f"[train] {message}", file=sys.stderr, flush=True)
+
+
+def collect(source: str, target: LoadedModel, tokens: int, work: Path, max_len: int, seed: int):
+    """Samples from one source until about `tokens` tokens; plus held-out samples / prompts."""
+    tok = target.tokenizer
+    if source.endswith(".jsonl"):
+        return _jsonl(source, target, tokens, work, max_len), [], []
+    if source not in ("sharegpt", "self"):
+        raise SpecdecError(f"unknown --data '{source}'; use sharegpt, self or FILE.jsonl")
+    conversations = list(datasets.iter_sharegpt())
+    rest, held = datasets.split_conversations(len(conversations), HOLDOUT, seed)
+    held_samples = [
+        s for s in (datasets.render_conversation(tok, conversations[i], max_len) for i in held) if s
+    ]
+    held_prompts = [
+        p for p in (datasets.first_prompt(tok, conversations[i], 256) for i in held) if p
+    ]
+    samples: list[datasets.Sample] = []
+    if source == "sharegpt":
+        for i in rest[SELF_PROMPTS:]:
+            sample = datasets.render_conversation(tok, conversations[i], max_len)
+            if sample is not None:
+                samples.append(sample)
+                if sum(len(s.ids) for s in samples) >= tokens:
+                    break
+        return samples, held_samples, held_prompts
+    chunk = 512
+    for number, first in enumerate(range(0, SELF_PROMPTS, chunk)):
+        ids = rest[first : first + chunk]
+        prompts = [p for p in (datasets.first_prompt(tok, conversations[i], 256) for i in ids) if p]
+        samples += datasets.generate_answers(
+            target.model,
+            tok,
+            prompts,
+            128,
+            64,
+            work / "self" / f"chunk-{number:04d}",
+            progress=lambda n, total, made: _log(
+                f"self-distillation batch {n}/{total}: {made} tokens"
+            ),
+        )
+        if sum(len(s.ids) for s in samples) >= tokens:
+            break
+    return samples, held_samples, held_prompts
+
+
+def _jsonl(path: str, target: LoadedModel, tokens: int, work: Path, max_len: int):
+    samples, prompts = [], []
+    for line in Path(path).read_text().splitlines():
+        if not line.strip():
+            continue
+        record = json.loads(line)
+        if "text" in record:
+            ids = target.tokenizer(record["text"])["input_ids"][:max_len]
+            samples.append(datasets.Sample(ids, 0))
+        else:
+            text = record.get("prompt") or record["turns"][0]
+            messages = [{"from": "human", "value": text}]
+            prompt = datasets.first_prompt(target.tokenizer, messages, 256)
+            if prompt:
+                prompts.append(prompt)
+    if prompts:
+        samples += datasets.generate_answers(
+            target.model, target.tokenizer, prompts, 128, 64, work / "jsonl"
+        )
+    kept, total = [], 0
+    for sample in samples:
+        kept.append(sample)
+        total += len(sample.ids)
+        if total >= tokens:
+            break
+    return kept
+
+
+def run_training(args) -> dict:
+    """The `specdec train` command body; returns the model card."""
+    started = time.time()
+    out = Path(args.out)
+    work = Path(args.work) if args.work else out / "work"
+    sources = [s.strip() for s in args.data.split(",") if s.strip()]
+    budgets = [int(float(t)) for t in str(args.tokens).split(",")]
+    if len(budgets) == 1:
+        budgets = budgets * len(sources)
+    if len(budgets) != len(sources):
+        raise SpecdecError("--tokens takes one number, or one per --data source (comma-separated)")
+    torch.manual_seed(args.seed)
+    target = load_model(args.target, args.device, args.feature_dtype)
+    for p in target.model.parameters():
+        p.requires_grad_(False)
+    data: list[Featured] = []
+    held: list[Featured] = []
+    held_prompts: list[list[int]] = []
+    for source, budget in zip(sources, budgets, strict=True):
+        samples, held_samples, prompts = collect(
+            source, target, budget, work, args.max_len, args.seed
+        )
+        name = Path(source).stem if source.endswith(".jsonl") else source
+        _log(f"{name}: {len(samples)} sequences, {sum(len(s.ids) for s in samples)} tokens")
+        data += extract_features(
+            target.model,
+            samples,
+            work / f"features-{name}",
+            progress=lambda n, total, made: _log(f"features {n}/{total} sequences: {made} tokens"),
+        )
+        if held_samples and not held:
+            held = extract_features(target.model, held_samples, work / "features-heldout")
+            held_prompts = prompts
+    if not data:
+        raise SpecdecError("no training data; check --data and --tokens")
+    config = TrainConfig(
+        kind=args.kind,
+        epochs=args.epochs,
+        lr=args.lr,
+        batch_tokens=args.batch_tokens,
+        draft_vocab=args.draft_vocab,
+        seed=args.seed,
+    )
+    vocab = target.vocab_size
+    draft_ids = frequent_tokens(data, min(config.draft_vocab or vocab, vocab), vocab)
+    model = build_model(config.kind, target.model, draft_ids)
+    lm_head = target.model.get_output_embeddings()
+    objective = Objective(
+        config.kind, model, lm_head, draft_ids, config.noise if config.kind == "eagle" else 0.0
+    )
+
+    def validate(objective: Objective) -> dict:
+        result = {"teacher_forced_top1": teacher_forced_agreement(objective, held[:16], lm_head)}
+        if held_prompts and args.val_prompts:
+            result["tau"] = validation_tau(
+                config.kind, objective.model, target, held_prompts[: args.val_prompts]
+            )
+        return result
+
+    out.mkdir(parents=True, exist_ok=True)
+    history = train(objective, data, config, out, validate if held else None)
+    tokens = sum(len(item.ids) for item in data)
+    card = {
+        "kind": config.kind,
+        "target": args.target,
+        "command": "specdec " + " ".join(sys.argv[1:])
+        if sys.argv[0].endswith("specdec")
+        else " ".join(sys.argv),
+        "data": sources,
+        "tokens": tokens,
+        "sequences": len(data),
+        "epochs": config.epochs,
+        "seed": args.seed,
+        "draft_vocab": len(draft_ids),
+        "history": history,
+        "validation": history[-1] if history else None,
+        "train_seconds": round(time.time() - started),
+        "train_config": {k: v for k, v in vars(config).items() if k != "extra"},
+    }
+    save(config.kind, model, target, out, card)
+    return card
+
+
+def save(kind: str, model, target: LoadedModel, out: Path, card: dict) -> None:
+    if kind == "eagle":
+        from specdec_core.eagle.formats import save_head
+
+        save_head(model, out, card)
+    else:
+        from specdec_core.eagle.draft_model import save_draft
+
+        save_draft(model, target.tokenizer, out, card)
+    _log(f"saved {kind} to {out}")
+
+
+@torch.no_grad()
+def validation_tau(
+    kind: str,
+    model,
+    target: LoadedModel,
+    prompts: list[list[int]],
+    k: int = 4,
+    max_new_tokens: int = 48,
+) -> float:
+    """Mean acceptance length of real greedy decoding on held-out prompts."""
+    from specdec_core.config import DecodeConfig
+    from specdec_core.decode import generate
+    from specdec_core.drafters.classic import ClassicDrafter
+    from specdec_core.drafters.eagle import EagleDrafter
+    from specdec_core.events import Finished
+
+    model.eval()
+    if kind == "eagle":
+        drafter = EagleDrafter(model, target.model.config.num_hidden_layers)
+    else:
+        drafter = ClassicDrafter(model, target.vocab_size)
+    new = steps = 0
+    config = DecodeConfig(max_new_tokens=max_new_tokens, k=k)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=target.device.type == "cpu"):
+        for prompt in prompts:
+            for event in generate(target, drafter, prompt, config):
+                if isinstance(event, Finished):
+                    new += event.summary.new_tokens
+                    steps += event.summary.steps
+    model.train()
+    return new / max(1, steps)

@@ -1,0 +1,253 @@
+"""`specdec train eagle|draft`: train an EAGLE head or a same-size token-level draft on a CPU.
+
+Recipe (EAGLE-1): the target's features come from one forward per sequence (features.py);
+the model predicts the next feature; loss = SmoothL1(feature) + 0.1 * cross-entropy of
+lm_head(prediction) against the target's distribution lm_head(true feature), both over a
+reduced draft vocabulary (the most frequent tokens of the training data, EAGLE-3 style `d2t`)
+because the lm_head is most of the cost on a CPU. Uniform noise on input features; AdamW
+(0.9, 0.95), linear warm-up then cosine decay; bf16 autocast on the CPU.
+
+- `eagle`: EAGLE-1 layout head. Input pairs (f_t + noise, x_{t+1}); target f_{t+1}.
+  Its decoder layer starts from the target's last layer (same shapes; converges faster).
+- `draft`: token-level draft of the same size (DESIGN §2.6): one decoder layer on the target's
+  frozen embedding, its own final norm, the target's lm_head; input x_0..x_t, target f_t.
+  Starts from the target's first layer and final norm. Saved as a LlamaForCausalLM config with
+  only its own weights (layer + norm, ~7 MB fp16); the embedding / tied lm_head are copied from
+  the target at load time (`materialize_draft`), which keeps the bundled file small.
+
+Checkpoints (`OUT/checkpoint.pt`) are written every `save_every` steps and after each epoch;
+a rerun with the same OUT resumes. Each epoch ends with validation on held-out
+conversations: teacher-forced top-1 agreement with the target and, for a few held-out prompts,
+the real mean acceptance length tau of greedy decoding (k=4).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from tqdm import tqdm
+
+from specdec_core.eagle.features import Featured
+from specdec_core.eagle.head import EagleHead
+
+
+@dataclass
+class TrainConfig:
+    kind: str = "eagle"  # eagle | draft
+    epochs: int = 2
+    lr: float = 5e-4
+    warmup: int = 50
+    batch_tokens: int = 8192
+    draft_vocab: int = 8192
+    noise: float = 0.2  # uniform noise width on input features (eagle)
+    ce_weight: float = 0.1
+    seed: int = 0
+    save_every: int = 100
+    extra: dict = field(default_factory=dict)  # recorded in the model card
+
+
+def frequent_tokens(data: list[Featured], size: int, vocab: int) -> torch.Tensor:
+    """The `size` most frequent token ids of the data (sorted ascending): the draft vocabulary."""
+    counts = Counter()
+    for item in data:
+        counts.update(item.ids.tolist())
+    ids = [token for token, _ in counts.most_common(size)]
+    ids += [t for t in range(vocab) if t not in set(ids)][: size - len(ids)]
+    return torch.tensor(sorted(ids))
+
+
+def batches(data: list[Featured], batch_tokens: int, generator: torch.Generator):
+    """Shuffled batches of similar-length sequences, about `batch_tokens` padded tokens each."""
+    order = sorted(range(len(data)), key=lambda i: len(data[i].ids))
+    groups, group, width = [], [], 0
+    for i in order:
+        width = max(width, len(data[i].ids))
+        if group and (len(group) + 1) * width > batch_tokens:
+            groups.append(group)
+            group, width = [], len(data[i].ids)
+        group.append(i)
+    if group:
+        groups.append(group)
+    perm = torch.randperm(len(groups), generator=generator).tolist()
+    return [[data[i] for i in groups[j]] for j in perm]
+
+
+def collate(items: list[Featured]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """-> ids [B, T], features [B, T, h], loss mask [B, T] (positions >= start and < length)."""
+    width = max(len(item.ids) for item in items)
+    h = items[0].hidden.shape[-1]
+    ids = torch.zeros(len(items), width, dtype=torch.long)
+    hidden = torch.zeros(len(items), width, h, dtype=items[0].hidden.dtype)
+    mask = torch.zeros(len(items), width, dtype=torch.bool)
+    for row, item in enumerate(items):
+        n = len(item.ids)
+        ids[row, :n], hidden[row, :n] = item.ids, item.hidden
+        mask[row, item.start : n] = True
+    return ids, hidden, mask
+
+
+class Objective(nn.Module):
+    """Prediction and targets for one batch, for either model kind."""
+
+    def __init__(self, kind: str, model: nn.Module, lm_head: nn.Module, draft_ids, noise: float):
+        super().__init__()
+        self.kind, self.model, self.noise = kind, model, noise
+        self.register_buffer("draft_ids", draft_ids)  # [Vd] target ids of the draft vocabulary
+        self.register_buffer("lm_rows", lm_head.weight[draft_ids].detach().float())  # [Vd, h]
+
+    def forward(self, ids, hidden, mask):
+        """-> predicted features [N, h], true features [N, h] at the loss positions."""
+        if self.kind == "eagle":
+            f_in = hidden[:, :-1].float()
+            if self.training and self.noise:
+                f_in = f_in + (torch.rand_like(f_in) - 0.5) * self.noise
+            positions = torch.arange(ids.shape[1] - 1)[None].expand(ids.shape[0], -1)
+            pred = self.model.step(f_in, ids[:, 1:], positions).hidden  # [B, T-1, h]
+            return pred[mask[:, 1:]], hidden[:, 1:][mask[:, 1:]]
+        pred = self.model.model(input_ids=ids).last_hidden_state  # [B, T, h] after norm
+        keep = mask.clone()
+        keep[:, :-1] |= mask[:, 1:]  # position start-1 predicts the first answer token
+        return pred[keep], hidden[keep]
+
+    def losses(self, pred: torch.Tensor, true: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        true = true.to(pred.dtype)
+        feature = F.smooth_l1_loss(pred, true)
+        p = torch.softmax(true @ self.lm_rows.T.to(pred.dtype), dim=-1).float()  # [N, Vd]
+        log_q = torch.log_softmax((pred @ self.lm_rows.T.to(pred.dtype)).float(), dim=-1)
+        ce = -(p * log_q).sum(-1).mean()
+        agree = (p.argmax(-1) == log_q.argmax(-1)).float().mean()
+        return feature, ce, agree
+
+
+def build_model(kind: str, target, draft_ids: torch.Tensor) -> nn.Module:
+    """A fresh EAGLE head (eagle) or one-layer LlamaForCausalLM (draft), initialised from the
+    target (see the module docstring), in float32 for training."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(**{**target.config.to_dict(), "num_hidden_layers": 1})
+    if kind == "eagle":
+        head = EagleHead(config, kind="eagle1", bias=True, draft_vocab=len(draft_ids))
+        state = target.model.layers[-1].state_dict()
+        state.pop("input_layernorm.weight", None)
+        head.layers[0].load_state_dict(state)
+        head.set_draft_vocab(draft_ids)
+        return head.float().bind(target.get_input_embeddings(), target.get_output_embeddings())
+    config.tie_word_embeddings = True
+    draft = LlamaForCausalLM(config)
+    draft.model.layers[0].load_state_dict(target.model.layers[0].state_dict())
+    draft.model.norm.load_state_dict(target.model.norm.state_dict())
+    draft.model.embed_tokens = target.get_input_embeddings()
+    draft.lm_head = target.get_output_embeddings()
+    return draft.float()
+
+
+def trainable(model: nn.Module, kind: str) -> list[nn.Parameter]:
+    if kind == "eagle":
+        return list(model.parameters())  # embedding / lm_head are bound, not owned
+    return list(model.model.layers.parameters()) + list(model.model.norm.parameters())
+
+
+def train(
+    objective: Objective,
+    data: list[Featured],
+    config: TrainConfig,
+    out: Path,
+    validate=None,
+) -> list[dict]:
+    """Run the epochs (resuming from OUT/checkpoint.pt); return the per-epoch history."""
+    params = trainable(objective.model, config.kind)
+    for p in objective.model.parameters():
+        p.requires_grad_(False)
+    for p in params:
+        p.requires_grad_(True)
+    optimizer = torch.optim.AdamW(params, lr=config.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    generator = torch.Generator().manual_seed(config.seed)
+    steps_per_epoch = len(batches(data, config.batch_tokens, torch.Generator().manual_seed(0)))
+    total = max(1, steps_per_epoch * config.epochs)
+    state = {"epoch": 0, "step": 0, "history": []}
+    checkpoint = out / "checkpoint.pt"
+    if checkpoint.is_file():
+        saved = torch.load(checkpoint, weights_only=False)
+        objective.model.load_state_dict(saved["model"], strict=False)
+        optimizer.load_state_dict(saved["optimizer"])
+        generator.set_state(saved["generator"])
+        state = saved["state"]
+
+    def save() -> None:
+        own = {k: v for k, v in objective.model.state_dict().items() if "embed" not in k}
+        own = {k: v for k, v in own.items() if not k.startswith("lm_head")}
+        torch.save(
+            {
+                "model": own,
+                "optimizer": optimizer.state_dict(),
+                "generator": generator.get_state(),
+                "state": state,
+            },
+            checkpoint,
+        )
+
+    while state["epoch"] < config.epochs:
+        plan = batches(data, config.batch_tokens, generator)
+        done_in_epoch = state["step"] - state["epoch"] * steps_per_epoch
+        objective.train()
+        bar = tqdm(
+            plan[done_in_epoch:],
+            desc=f"epoch {state['epoch'] + 1}/{config.epochs}",
+            unit="batch",
+            dynamic_ncols=True,
+        )
+        for items in bar:
+            lr = config.lr * min(1.0, (state["step"] + 1) / config.warmup)
+            lr *= 0.5 * (1 + math.cos(math.pi * min(1.0, state["step"] / total)))
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            ids, hidden, mask = collate(items)
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                pred, true = objective(ids, hidden, mask)
+                feature, ce, agree = objective.losses(pred.float(), true.float())
+            loss = feature + config.ce_weight * ce
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 0.5)
+            optimizer.step()
+            state["step"] += 1
+            bar.set_postfix(
+                feat=f"{feature.item():.3f}", ce=f"{ce.item():.2f}", acc=f"{agree.item():.2f}"
+            )
+            if state["step"] % config.save_every == 0:
+                save()
+        state["epoch"] += 1
+        record = {"epoch": state["epoch"], "step": state["step"], "time": time.time()}
+        if validate is not None:
+            objective.eval()
+            record.update(validate(objective))
+        state["history"].append(record)
+        print(json.dumps(record), flush=True)
+        save()
+    return state["history"]
+
+
+@torch.no_grad()
+def teacher_forced_agreement(objective: Objective, data: list[Featured], lm_head) -> float:
+    """Share of held-out answer positions where the model's top-1 equals the target's top-1."""
+    hits = total = 0
+    for item in data:
+        ids, hidden, mask = collate([item])
+        pred, true = objective(ids, hidden, mask)
+        draft = (pred @ objective.lm_rows.T.to(pred.dtype)).argmax(-1)  # draft-vocab ids
+        draft_ids = objective.draft_ids[draft]
+        hits += int((draft_ids == lm_head(true.to(lm_head.weight.dtype)).argmax(-1)).sum())
+        total += len(true)
+    return hits / max(1, total)
+
+
+def card(config: TrainConfig, **fields) -> dict:
+    return {**fields, "train_config": asdict(config)}
