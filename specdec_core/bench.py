@@ -156,7 +156,7 @@ def _aggregate(rows: list[dict]) -> dict:
         "draft_ms_per_step": 1000 * sum(draft) / steps if draft and steps else None,
         "verify_ms_per_step": 1000 * sum(verify) / steps if verify and steps else None,
         "lossy": any(r.get("lossy", False) for r in rows),
-        "tree": rows[0].get("tree"),  # the tree size a tree method chose (same for all prompts)
+        "tree": rows[-1].get("tree"),  # the tree size a tree method chose, on the last prompt
         **_fidelity(rows),
     }
 

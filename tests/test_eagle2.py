@@ -5,14 +5,15 @@ from __future__ import annotations
 import pytest
 import torch
 
+from specdec_core import tree_sizing
 from specdec_core.config import DecodeConfig
 from specdec_core.decode import _verify, generate
-from specdec_core.drafters.eagle2 import Eagle2Drafter, _select
+from specdec_core.drafters.eagle2 import RESIZE_STEPS, Eagle2Drafter, _select
 from specdec_core.events import Finished, Started, Step
 from specdec_core.runner import run
 from specdec_core.sampling import probs
 from specdec_core.target import Target
-from specdec_core.tree_sizing import Costs, TreeShape, choose, expected_tau
+from specdec_core.tree_sizing import Costs, TreeShape, choose, expected_tau, fit_alpha1
 from specdec_core.verifiers import make_verifier
 from tests.eagle_tiny import tiny_head
 from tests.stats import chi_square_pvalue
@@ -182,3 +183,21 @@ def test_sizing_gives_small_trees_on_a_cpu():
 def test_expected_tau_grows_with_the_tree():
     small, large = TreeShape(3, 4, 8), TreeShape(6, 10, 60)
     assert 1.0 < expected_tau(small) < expected_tau(large) < 7.0
+
+
+def test_fit_alpha1_inverts_expected_tau():
+    shape = TreeShape(4, 5, 16)
+    for alpha1 in (0.2, 0.5, 0.8):
+        assert abs(fit_alpha1(shape, expected_tau(shape, alpha1)) - alpha1) < 1e-3
+
+
+def test_auto_size_follows_the_measured_acceptance(tiny_target):
+    """After RESIZE_STEPS steps the prior α₁ gives way to the one fitted to the measured τ."""
+    drafter = Eagle2Drafter(tiny_head(tiny_target), tiny_target.model)
+    config = DecodeConfig(max_new_tokens=60)
+    _, summary = _events(tiny_target, drafter, prompt(), config)
+    assert summary.steps >= RESIZE_STEPS
+    alpha1 = tree_sizing.acceptance(drafter._acceptance_key(config))
+    assert alpha1 != tree_sizing.ALPHA1
+    choice = drafter.choice(config)
+    assert choice.shape == choose(choice.costs, alpha1).shape

@@ -13,7 +13,8 @@ ancestors and itself (positions = prefix length + depth − 1), and `propose` tr
 again. `commit` feeds the target's own rows for the accepted path (the previous pending token
 and the accepted drafts), so after a step both caches equal a fresh prefill of the accepted
 sequence. The tree shape comes from `DecodeConfig` or, where a dimension is None, from the
-measured costs of this device (`tree_sizing`). Works with EAGLE-1/2 and EAGLE-3 heads.
+measured costs of this device and the τ this head achieves, refitted every RESIZE_STEPS steps
+(`tree_sizing`). Works with EAGLE-1/2 and EAGLE-3 heads.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from specdec_core.eagle.head import EagleHead
 from specdec_core.target import TargetOutput
 from specdec_core.tree_sizing import Choice, TreeShape
 
+RESIZE_STEPS = 16  # tree steps between refits of the acceptance estimate (auto size only)
+
 
 class Eagle2Drafter:
     name = "eagle2"
@@ -39,7 +42,9 @@ class Eagle2Drafter:
         self.feature_layers = feature_layers(head, int(target_model.config.num_hidden_layers))
         self.cache = head.new_cache()
         self.root: tuple[torch.Tensor, torch.Tensor] | None = None  # head (hidden [h], logits [Vd])
-        self._choices: dict[tuple, Choice] = {}
+        self._choices: dict[tuple, Choice] = {}  # (depth, top-k, tokens) asked -> chosen
+        self._config = DecodeConfig()
+        self._tally = (0, 0)  # (steps, tokens) since the last re-size
 
     # -- tree size -------------------------------------------------------------------------
     def describe(self, config: DecodeConfig) -> dict:
@@ -57,8 +62,24 @@ class Eagle2Drafter:
                     target=tree_sizing.measure_target(self.target_model),
                     head=tree_sizing.measure_head(self._head_key(), self._time_head_step),
                 )
-                self._choices[key] = tree_sizing.choose(costs, None, *key)
+                alpha1 = tree_sizing.acceptance(self._acceptance_key(config))
+                self._choices[key] = tree_sizing.choose(costs, alpha1, *key)
+        self._config = config
         return self._choices[key]
+
+    def _observe(self, accepted: int) -> None:
+        """Tally τ; every RESIZE_STEPS steps of an auto-sized tree, refit α₁ and re-size."""
+        config = self._config
+        key = (config.tree_depth, config.tree_topk, config.tree_tokens)
+        if all(key):
+            return
+        self._tally = (self._tally[0] + 1, self._tally[1] + accepted + 1)
+        if self._tally[0] < RESIZE_STEPS:
+            return
+        choice = self._choices[key]
+        alpha1 = tree_sizing.observe(self._acceptance_key(config), choice.shape, *self._tally)
+        self._choices[key] = tree_sizing.choose(choice.costs, alpha1, *key)
+        self._tally = (0, 0)
 
     # -- the drafter protocol --------------------------------------------------------------
     def begin(self, ids: list[int], features: TargetOutput) -> None:
@@ -80,6 +101,7 @@ class Eagle2Drafter:
 
     def commit(self, ids: list[int], accepted: int, features: TargetOutput) -> None:
         self._feed(features, ids[len(ids) - accepted - 1 :])
+        self._observe(accepted)
 
     # -- internals -------------------------------------------------------------------------
     @torch.inference_mode()
@@ -135,6 +157,9 @@ class Eagle2Drafter:
 
     def _head_key(self) -> tuple:
         return (id(self.head), self.head.kind, self.head.draft_vocab, str(self._dtype()))
+
+    def _acceptance_key(self, config: DecodeConfig) -> tuple:
+        return (*self._head_key(), config.temperature, config.top_p)
 
     @torch.inference_mode()
     def _time_head_step(self, k: int) -> None:
