@@ -7,6 +7,7 @@ the `EXTRA_LOADERS` registry, so adding a method never touches the CLI.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 from specdec_core.config import DecodeConfig
 from specdec_core.decode import StopFlag, generate
@@ -29,6 +30,10 @@ def load_draft(spec: str, target: LoadedModel) -> LoadedModel:
                 "or a draft model directory / hub id"
             )
         spec = str(bundled)
+    from specdec_core.eagle.draft_model import is_partial_draft, load_draft_dir
+
+    if is_partial_draft(Path(spec)):  # layer weights only; embedding shared with the target
+        return load_draft_dir(Path(spec), target)
     return load_model(spec, device=str(target.device), dtype=_dtype_name(target))
 
 

@@ -7,10 +7,9 @@ import torch
 
 from specdec_core.cli import main
 from specdec_core.config import DecodeConfig
-from specdec_core.eagle.draft_model import load_draft_dir
 from specdec_core.eagle.formats import load_head
 from specdec_core.models import load_model
-from specdec_core.runner import run
+from specdec_core.runner import load_draft, run
 from tests.tiny import VOCAB, tiny_model, tiny_tokenizer
 
 
@@ -63,7 +62,7 @@ def test_a_short_training_run_produces_a_loadable_model(tiny_dir, tmp_path, kind
         assert extra.draft_vocab == 16
         method = "eagle"
     else:
-        extra = load_draft_dir(out, target)
+        extra = load_draft(str(out), target)  # the partial-draft path
         method = "classic"
     assert run(target, method, ids, config, extra).token_ids == reference.token_ids
     assert main(argv) == 0  # a rerun resumes from the finished checkpoint
