@@ -128,9 +128,13 @@ class SpecdecEngine:
             )
 
     def token_text(self, token_id: int) -> str:
-        if self._target is None:
+        target = self._target
+        if target is None:
             return str(token_id)
-        return self._target.tokenizer.decode([token_id])
+        try:
+            return target.tokenizer.decode([token_id])
+        except Exception:  # a label is not worth an error; the id says enough
+            return str(token_id)
 
     def _extra(self, request: RunRequest, progress: Progress) -> object | None:
         from specdec_core.methods import get_method

@@ -43,6 +43,13 @@ from app.widgets.status_bar import StatusBar
 from app.widgets.token_view import TokenView
 from specdec_core.events import RunSummary, Step
 
+STOP_REASONS = {
+    "eos": "end of text",
+    "max_tokens": "max new tokens reached",
+    "stopped": "stopped by the user",
+    "context": "context window full",
+}
+
 
 class MainWindow(QMainWindow):
     def __init__(
@@ -150,6 +157,7 @@ class MainWindow(QMainWindow):
         c.run_begun.connect(self._on_run_begun)
         c.stepped.connect(self._on_step)
         c.finished.connect(self._on_finished)
+        c.progress.connect(self.models.show_progress)
         c.progress.connect(lambda message, _: self.status.showMessage(message, 5000))
         c.errored.connect(self.show_error)
         c.queue_done.connect(self._on_queue_done)
@@ -265,6 +273,7 @@ class MainWindow(QMainWindow):
     def _on_finished(self, summary: RunSummary) -> None:
         self.plots.redraw()
         history.record(summary, self.prompt.text())
+        self._remember_extra(summary.method)
         method = summary.method
         if self.compare_mode:
             self.compare.add_result(
@@ -275,8 +284,17 @@ class MainWindow(QMainWindow):
         self.summary.setText(
             f"{self._label(method)}: {summary.new_tokens} tokens in {summary.steps} target "
             f"forwards · τ = {summary.mean_accept_length:.2f} · "
-            f"{summary.tokens_per_second:.1f} tokens/s · stopped by {summary.stop_reason}{lossy}"
+            f"{summary.tokens_per_second:.1f} tokens/s · "
+            f"ended: {STOP_REASONS.get(summary.stop_reason, summary.stop_reason)}{lossy}"
         )
+
+    def _remember_extra(self, method: str) -> None:
+        """A draft / head that just worked goes to the top of its picker's recent list."""
+        info = self.registries.method(method) if self.registries else None
+        pickers = {"draft": self.models.draft, "head": self.models.head}
+        picker = pickers.get(info.needs or "") if info is not None else None
+        if picker is not None:
+            picker.remember(picker.spec())
 
     def _on_queue_done(self) -> None:
         self.plots.redraw()

@@ -60,7 +60,7 @@ def test_stop_takes_effect_within_one_step(make_window, qtbot):
     qtbot.keyClick(window, Qt.Key.Key_Escape)
     wait_idle(qtbot, window, timeout=2000)
     assert engine.produced <= at_stop + 1
-    assert "stopped" in window.summary.text()
+    assert "stopped by the user" in window.summary.text()
 
 
 def test_stop_takes_effect_within_one_step_even_if_the_engine_ignores_the_flag(make_window, qtbot):
@@ -187,3 +187,12 @@ def test_each_finished_run_is_appended_to_the_history(make_window, qtbot, tmp_pa
     wait_idle(qtbot, window)
     lines = (tmp_path / "data" / "history.jsonl").read_text().splitlines()
     assert len(lines) == 1 and json.loads(lines[0])["method"] == "classic"
+
+
+def test_a_draft_that_worked_is_remembered_in_its_picker(make_window, qtbot):
+    window = make_window()
+    window.models.draft.set_spec("someone/tiny-draft")
+    window.generate()
+    wait_idle(qtbot, window)
+    assert window.engine.requests[-1].specs["draft"] == "someone/tiny-draft"
+    assert window.models.draft.recent() == ["someone/tiny-draft"]
