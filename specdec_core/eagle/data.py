@@ -120,13 +120,16 @@ def generate_answers(
     batch_size: int,
     shard_dir: Path,
     progress=None,
+    budget: int | None = None,
 ) -> list[Sample]:
     """The target's greedy answers to `prompts`, batched and left-padded; resumable by shard.
 
     Prompts are sorted by length so a batch wastes little padding. Each batch is saved as a
     shard in `shard_dir`; shards present from an earlier run are loaded instead of redone.
+    Stops after the batch that brings the samples' total length to `budget` tokens.
     """
     shard_dir.mkdir(parents=True, exist_ok=True)
+    budget = budget if budget is not None else float("inf")
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     eos = model.generation_config.eos_token_id
@@ -160,4 +163,6 @@ def generate_answers(
             samples.extend(Sample(**s) for s in made)
         if progress is not None:
             progress(number + 1, len(batches), sum(len(s.ids) - s.start for s in samples))
+        if sum(len(s.ids) for s in samples) >= budget:
+            break
     return samples

@@ -74,6 +74,7 @@ def collect(source: str, target: LoadedModel, tokens: int, work: Path, max_len: 
             progress=lambda n, total, made: _log(
                 f"self-distillation batch {n}/{total}: {made} tokens"
             ),
+            budget=tokens - sum(len(s.ids) for s in samples),
         )
         if sum(len(s.ids) for s in samples) >= tokens:
             break
