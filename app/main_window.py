@@ -13,10 +13,7 @@ from pathlib import Path
 from PySide6.QtCore import QByteArray, Qt, QTimer
 from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import (
-    QCheckBox,
     QFileDialog,
-    QHBoxLayout,
-    QLabel,
     QMainWindow,
     QMessageBox,
     QScrollArea,
@@ -35,20 +32,12 @@ from app.run_controller import RunController
 from app.settings import load_settings, save_settings, settings_path
 from app.widgets.compare_panel import ComparePanel
 from app.widgets.decoding_panel import DecodingPanel
-from app.widgets.legend import Legend
 from app.widgets.models_panel import ModelsPanel
+from app.widgets.output_panel import OutputPanel
 from app.widgets.plots_panel import PlotsPanel
 from app.widgets.prompt_panel import PromptPanel
 from app.widgets.status_bar import StatusBar
-from app.widgets.token_view import TokenView
 from specdec_core.events import RunSummary, Step
-
-STOP_REASONS = {
-    "eos": "end of text",
-    "max_tokens": "max new tokens reached",
-    "stopped": "stopped by the user",
-    "context": "context window full",
-}
 
 
 class MainWindow(QMainWindow):
@@ -96,22 +85,13 @@ class MainWindow(QMainWindow):
         scroll.setMinimumWidth(left.minimumSizeHint().width() + bar + 2)
 
         self.prompt = PromptPanel()
-        self.token_view = TokenView()
-        self.show_rejected = QCheckBox("show rejected drafts")
-        self.summary = QLabel("")
-        self.summary.setWordWrap(True)
-        output = QWidget()
-        output_layout = QVBoxLayout(output)
-        output_layout.setContentsMargins(4, 4, 4, 4)
-        legend_row = QHBoxLayout()
-        legend_row.addWidget(Legend(), 1)
-        legend_row.addWidget(self.show_rejected)
-        output_layout.addLayout(legend_row)
-        output_layout.addWidget(self.token_view, 1)
-        output_layout.addWidget(self.summary)
+        self.output = OutputPanel()
+        self.token_view = self.output.view
+        self.show_rejected = self.output.show_rejected
+        self.summary = self.output.summary
         self.compare = ComparePanel()
         self.tabs = QTabWidget()
-        self.tabs.addTab(output, "Output")
+        self.tabs.addTab(self.output, "Output")
         self.tabs.addTab(self.compare, "Compare")
         self.middle = QSplitter(Qt.Orientation.Vertical)
         self.middle.addWidget(self.prompt)
@@ -222,9 +202,8 @@ class MainWindow(QMainWindow):
             return
         self.compare_mode = False
         self._save()
-        self.token_view.clear_tokens()
+        self.output.clear()
         self.plots.reset()
-        self.summary.setText("")
         self.tabs.setCurrentIndex(0)
         self.controller.run_queue([self._request(self.decoding.method_name())])
         self._update_state()
@@ -280,13 +259,7 @@ class MainWindow(QMainWindow):
                 CompareResult(method, self._label(method), self._color(method), summary)
             )
             return
-        lossy = " · LOSSY policy" if summary.lossy else ""
-        self.summary.setText(
-            f"{self._label(method)}: {summary.new_tokens} tokens in {summary.steps} target "
-            f"forwards · τ = {summary.mean_accept_length:.2f} · "
-            f"{summary.tokens_per_second:.1f} tokens/s · "
-            f"ended: {STOP_REASONS.get(summary.stop_reason, summary.stop_reason)}{lossy}"
-        )
+        self.output.show_summary(self._label(method), summary)
 
     def _remember_extra(self, method: str) -> None:
         """A draft / head that just worked goes to the top of its picker's recent list."""
@@ -336,8 +309,7 @@ class MainWindow(QMainWindow):
         self.compare.columns.set_show_rejected(show)
 
     def _clear_output(self) -> None:
-        self.token_view.clear_tokens()
-        self.summary.setText("")
+        self.output.clear()
         self.plots.reset()
 
     def _open_prompt(self) -> None:
@@ -381,16 +353,11 @@ class MainWindow(QMainWindow):
             self.status.showMessage(self.settings_note, 15000)
 
     def current_settings(self) -> dict:
-        compare = (
-            [m for m in self.compare.selected() if m != "ar"]
-            if self.compare.checks
-            else (self.settings["compare_methods"])
-        )
         return {
             **self.settings,
             **self.models.values(),
             **self.decoding.values(),
-            "compare_methods": compare,
+            "compare_methods": self.compare.chosen(),
             "prompt": self.prompt.text(),
             "raw": self.prompt.raw.isChecked(),
             "show_rejected": self.show_rejected.isChecked(),

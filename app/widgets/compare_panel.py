@@ -81,6 +81,12 @@ class ComparePanel(QWidget):
         chosen = [name for name, check in self.checks.items() if check.isChecked()]
         return ["ar", *[m for m in chosen if m != "ar"]]
 
+    def chosen(self) -> list[str]:
+        """Checked methods besides autoregressive (the saved choice until the engine is up)."""
+        if not self.checks:
+            return list(self._wanted)
+        return [m for m in self.selected() if m != "ar"]
+
     def set_selected(self, methods: list[str]) -> None:
         self._wanted = list(methods)
         for name, check in self.checks.items():

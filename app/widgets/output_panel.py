@@ -1,0 +1,50 @@
+"""Output tab: colour legend, the token view, and a one-line summary of the finished run."""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
+
+from app.widgets.legend import Legend
+from app.widgets.token_view import TokenView
+from specdec_core.events import RunSummary
+
+STOP_REASONS = {
+    "eos": "end of text",
+    "max_tokens": "max new tokens reached",
+    "stopped": "stopped by the user",
+    "context": "context window full",
+}
+
+
+def summary_text(label: str, summary: RunSummary) -> str:
+    lossy = " · LOSSY policy" if summary.lossy else ""
+    reason = STOP_REASONS.get(summary.stop_reason, summary.stop_reason)
+    return (
+        f"{label}: {summary.new_tokens} tokens in {summary.steps} target forwards · "
+        f"τ = {summary.mean_accept_length:.2f} · {summary.tokens_per_second:.1f} tokens/s · "
+        f"ended: {reason}{lossy}"
+    )
+
+
+class OutputPanel(QWidget):
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.view = TokenView()
+        self.show_rejected = QCheckBox("show rejected drafts")
+        self.summary = QLabel("")
+        self.summary.setWordWrap(True)
+        legend_row = QHBoxLayout()
+        legend_row.addWidget(Legend(), 1)
+        legend_row.addWidget(self.show_rejected)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.addLayout(legend_row)
+        layout.addWidget(self.view, 1)
+        layout.addWidget(self.summary)
+
+    def clear(self) -> None:
+        self.view.clear_tokens()
+        self.summary.setText("")
+
+    def show_summary(self, label: str, summary: RunSummary) -> None:
+        self.summary.setText(summary_text(label, summary))
