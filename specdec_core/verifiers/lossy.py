@@ -36,6 +36,11 @@ def policy_probs(logits: torch.Tensor, temperature: float, top_p: float = 1.0) -
     return probs(logits, temperature if temperature > 0 else 1.0, top_p)
 
 
+def drafted_probs(draft: torch.Tensor, dist: torch.Tensor) -> torch.Tensor:
+    """dist_i(x_i) for each drafted x_i: [k] from [k] ids and [k, V] distributions."""
+    return dist.gather(-1, draft[:, None]).squeeze(-1)
+
+
 def leading_true(approved: torch.Tensor) -> int:
     """Number of leading True entries of a [k] bool tensor (the accepted prefix)."""
     refused = (~approved).nonzero()
@@ -99,8 +104,3 @@ class ScoringPolicy:
         pi = p_soft if p_soft is not None else p
         n = leading_true(self.approve(draft, q, pi[:k])) if k else 0
         return verdict_after(n, q, p, generator)
-
-
-def drafted_probs(draft: torch.Tensor, dist: torch.Tensor) -> torch.Tensor:
-    """dist_i(x_i) for each drafted x_i: [k] from [k] ids and [k, V] distributions."""
-    return dist.gather(-1, draft[:, None]).squeeze(-1)
