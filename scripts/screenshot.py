@@ -6,7 +6,8 @@ Run under a virtual X server so the result matches a desktop (fonts, styles):
 
 Settings go to a temporary config dir, so the user's own settings are untouched. Methods:
 autoregressive, classic with the target itself as draft (or the bundled draft if present),
-and every other registered method that needs no extra model (e.g. n-gram lookup).
+every registered method that needs no extra model (e.g. n-gram lookup), and the EAGLE methods
+when a bundled EAGLE head is installed.
 """
 
 from __future__ import annotations
@@ -64,8 +65,10 @@ def main() -> int:
     window.decoding.max_new_tokens.setValue(args.max_new_tokens)
     window.decoding.k.setValue(4)
     registries = window.registries
-    extra = [m.name for m in registries.methods if m.name != "ar" and m.needs is None]
-    window.compare.set_selected(["classic", *extra])
+    bundled_head = (resource_path("head") / "config.json").is_file()
+    usable = {None, "draft"} | ({"head"} if bundled_head else set())
+    methods = [m.name for m in registries.methods if m.name != "ar" and m.needs in usable]
+    window.compare.set_selected(methods)
     window.run_compare()
     _wait(app, lambda: not window.controller.running, 600)
     if window.last_error:

@@ -13,6 +13,7 @@ class SpeedPlot(pg.PlotWidget):
         self.setTitle("Tokens per second over time", size="10pt")
         self.setLabel("bottom", "engine time (s)")
         self.getAxis("bottom").enableAutoSIPrefix(False)
+        self.getAxis("left").enableAutoSIPrefix(False)
         self.setLabel("left", "tokens / s")
         self.showGrid(x=True, y=True, alpha=0.25)
         self.setMouseEnabled(x=False, y=False)
