@@ -8,6 +8,7 @@ the method / policy registries, then loads the target model (the embedded one by
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from PySide6.QtCore import QByteArray, Qt, QTimer
@@ -38,6 +39,9 @@ from app.widgets.plots_panel import PlotsPanel
 from app.widgets.prompt_panel import PromptPanel
 from app.widgets.status_bar import StatusBar
 from specdec_core.events import RunSummary, Step
+
+log = logging.getLogger(__name__)
+SHUTDOWN_MS = 120_000  # a model load in progress must end before the process may exit
 
 
 class MainWindow(QMainWindow):
@@ -174,6 +178,7 @@ class MainWindow(QMainWindow):
         self.target = info
         self.models.show_loaded(info)
         self.status.set_model(info.spec, info.device, info.dtype)
+        self.setWindowTitle(f"specdec-playground — {info.spec}")
 
     def _on_task_failed(self, message: str, user: bool) -> None:
         self.models.show_failed(message)
@@ -373,5 +378,7 @@ class MainWindow(QMainWindow):
 
     def closeEvent(self, event: QCloseEvent) -> None:
         self._save()
-        self.controller.shutdown()
+        self.hide()  # a model load cannot be interrupted: do not look frozen while it ends
+        if not self.controller.shutdown(SHUTDOWN_MS):
+            log.warning("a worker thread did not end within %d s", SHUTDOWN_MS // 1000)
         super().closeEvent(event)
