@@ -82,8 +82,8 @@ class Engine(Protocol):
 class SpecdecEngine:
     """specdec_core behind the `Engine` protocol; extras (drafts, heads) cached by spec."""
 
-    def __init__(self) -> None:
-        self._target = None
+    def __init__(self, target: object | None = None) -> None:
+        self._target = target  # a specdec_core LoadedModel, set by load_target
         self._extras: dict[tuple[str, str], object] = {}
         self._lock = threading.Lock()  # one load or run touches the models at a time
 
