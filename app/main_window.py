@@ -33,6 +33,7 @@ from app.run_controller import RunController
 from app.settings import load_settings, save_settings, settings_path
 from app.widgets.compare_panel import ComparePanel
 from app.widgets.decoding_panel import DecodingPanel
+from app.widgets.kind_help import KindHelp
 from app.widgets.models_panel import ModelsPanel
 from app.widgets.output_panel import OutputPanel
 from app.widgets.plots_panel import PlotsPanel
@@ -80,6 +81,7 @@ class MainWindow(QMainWindow):
         left_layout = QVBoxLayout(left)
         left_layout.addWidget(self.models)
         left_layout.addWidget(self.decoding)
+        left_layout.addWidget(KindHelp())
         left_layout.addStretch(1)
         scroll = QScrollArea()
         scroll.setWidget(left)

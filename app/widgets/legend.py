@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QWidget
 
-from app.palette import KIND_COLORS, KIND_HELP, KIND_LABELS, TEXT_COLOR
+from app.palette import KIND_HELP, KIND_LABELS
+from app.widgets.kind_help import chip_style
 from specdec_core.events import TokenKind
 
 
@@ -18,11 +19,7 @@ class Legend(QWidget):
         for kind in TokenKind:
             chip = QLabel(KIND_LABELS[kind])
             chip.setToolTip(KIND_HELP[kind])
-            if kind is TokenKind.REJECTED_DRAFT:
-                style = f"color: {KIND_COLORS[kind]}; text-decoration: line-through;"
-            else:
-                style = f"color: {TEXT_COLOR}; background: {KIND_COLORS[kind]};"
-            chip.setStyleSheet(f"QLabel {{ {style} padding: 2px 6px; border-radius: 3px; }}")
+            chip.setStyleSheet(chip_style(kind))
             layout.addWidget(chip)
             self.chips[kind] = chip
         layout.addStretch(1)
