@@ -201,3 +201,21 @@ def test_auto_size_follows_the_measured_acceptance(tiny_target):
     assert alpha1 != tree_sizing.ALPHA1
     choice = drafter.choice(config)
     assert choice.shape == choose(choice.costs, alpha1).shape
+
+
+def test_a_one_wide_tree_drafts_what_the_eagle_chain_drafts(tiny_target):
+    """top-k 1: the tree is EAGLE-1's chain, so both accept the same counts at every step."""
+    from specdec_core.drafters.eagle import EagleDrafter
+
+    head = tiny_head(tiny_target, seed=8)  # a random head whose top-1 is sometimes right
+    ids = prompt(length=6, offset=1)
+    chain_config = DecodeConfig(max_new_tokens=30, k=3)
+    tree_config = _config((3, 1, 4), max_new_tokens=30)
+    layers = tiny_target.model.config.num_hidden_layers
+    chain, chain_summary = _events(tiny_target, EagleDrafter(head, layers), ids, chain_config)
+    tree, tree_summary = _events(
+        tiny_target, Eagle2Drafter(head, tiny_target.model), ids, tree_config
+    )
+    assert chain_summary.token_ids == tree_summary.token_ids
+    accepted = [[e.accepted for e in events if isinstance(e, Step)] for events in (chain, tree)]
+    assert accepted[0] == accepted[1] and sum(accepted[0]) > 0
