@@ -25,7 +25,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.target:
         window.models.target.set_spec(args.target)
     window.show()
+    _close_on_signals(window)
     return app.exec()
+
+
+def _close_on_signals(window) -> None:
+    """Ctrl+C / SIGTERM close the window properly (settings saved, threads ended)."""
+    import signal
+
+    from PySide6.QtCore import QTimer
+
+    for number in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(number, lambda *_: window.close())
+    timer = QTimer(window)
+    timer.timeout.connect(lambda: None)  # let the interpreter run its signal handlers
+    timer.start(250)
 
 
 if __name__ == "__main__":
