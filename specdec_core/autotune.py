@@ -66,6 +66,8 @@ def choose_k(table: list[dict[str, Any]]) -> tuple[int, str]:
             f" within {TIE:.0%} of k={best['k']} ({best['speedup_vs_ar']:.2f}x); "
             "the smaller k wins ties"
         )
+    if chosen["speedup_vs_ar"] < 1.0:
+        reason += "; no k beat ar here: with this drafter on this device, `ar` is faster"
     return chosen["k"], reason
 
 

@@ -204,3 +204,8 @@ def test_cli_k_auto_prints_the_table_and_generates_with_the_chosen_k(
     chosen = int(captured.err.split("chosen k=")[1].split(":")[0])
     assert json.loads(captured.out)["config"]["k"] == chosen
     assert cli.main(["generate", "--method", "ar", "--k", "auto", "--prompt", "w3"]) == 2
+
+
+def test_autotune_says_when_no_k_beats_ar():
+    tuned = autotune_k("ngram", DecodeConfig(), FakeMeasure(speed={1: 0.9, 2: 0.8}), (1, 2))
+    assert tuned.k == 1 and "ar` is faster" in tuned.reason
