@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from safetensors import safe_open
@@ -168,6 +168,9 @@ def best_of_sweep(path: str | Path, temperature: float | None = None) -> SweepCh
         raise SpecdecError(f"{path} has no point at temperature {temperature} (has: {measured})")
     names = {f.name for f in fields(DecodeConfig)}
     config = DecodeConfig(**{k: v for k, v in best["config"].items() if k in names})
+    if best.get("tree"):  # the tree a tree method actually used: "tokens/depth/top-k"
+        tokens, depth, topk = (int(v) for v in best["tree"].split("/"))
+        config = replace(config, tree_tokens=tokens, tree_depth=depth, tree_topk=topk)
     needs = METHOD_MAP.get(header["method"], (None,))[0]
     model = header.get("specs", {}).get(needs or "", "embedded")
     point = ", ".join(f"{k}={v}" for k, v in best["point"].items())

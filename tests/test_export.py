@@ -165,3 +165,18 @@ def test_export_from_a_sweep_takes_its_best_point(tmp_path, capsys):
     assert "best point" in captured.err and "1.60x" in captured.err
     argv = ["export", "--engine", "vllm", "--from-sweep", str(out), "--at-temperature", "0.5"]
     assert main(argv) == 2
+
+
+def test_export_from_a_tree_sweep_uses_the_tree_each_point_actually_used(tmp_path):
+    from specdec_core.export import best_of_sweep
+
+    point = {"point": {"tree_tokens": None}, "speedup_vs_ar": 1.2, "mean_accept_length": 2.0}
+    point.update(config=DecodeConfig().as_dict(), tree="12/4/3")
+    sweep = {"method": "eagle2", "target": "embedded", "specs": {"head": "org/head"}}
+    data = {"sweep": sweep, "points": [point], "best": point, "best_by_temperature": {}}
+    (tmp_path / "s.json").write_text(json.dumps(data))
+    best = best_of_sweep(tmp_path / "s.json")
+    assert (best.config.tree_tokens, best.config.tree_depth, best.config.tree_topk) == (12, 4, 3)
+    flags = shlex.split(export("sglang", best.method, best.config, model=best.model).payload)
+    assert flags[flags.index("--speculative-num-draft-tokens") + 1] == "12"
+    assert best.model == "org/head"
