@@ -203,7 +203,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     target = load_model(args.target, args.device, args.dtype, progress=_progress(args))
     prompt_ids = encode_prompt(target.tokenizer, text, args.raw)
     extra = prepare_extra(args.method, target, model_specs(args))
-    config = resolve_auto_k(args, config, target, [args.method])
+    config = resolve_auto_k(args, config, target, [args.method], extra)
     summary = run(target, args.method, prompt_ids, config, extra)
     record = {
         "method": summary.method,

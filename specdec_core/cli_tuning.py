@@ -94,9 +94,12 @@ def add_parsers(sub) -> dict[str, Callable[[argparse.Namespace], int]]:
     return {"sweep": cmd_sweep, "export": cmd_export}
 
 
-def resolve_auto_k(args, config: DecodeConfig, target, methods: list[str]) -> DecodeConfig:
-    """With `--k auto`, tune k for the first speculative chain method, print the table on
-    stderr and return `config` with the chosen k; otherwise return `config` unchanged."""
+def resolve_auto_k(
+    args, config: DecodeConfig, target, methods: list[str], extra: object | None = None
+) -> DecodeConfig:
+    """With `--k auto`, tune k for the first speculative chain method (with its draft / head
+    `extra` if already loaded), print the table on stderr and return `config` with the chosen
+    k; otherwise return `config` unchanged."""
     if getattr(args, "k", None) != AUTO:
         return config
     from specdec_core.autotune import TREE_METHODS, tune_on_device
@@ -107,7 +110,9 @@ def resolve_auto_k(args, config: DecodeConfig, target, methods: list[str]) -> De
     if not chain:
         raise SpecdecError("--k auto needs a speculative chain method (classic, eagle, ngram)")
     print(f"--k auto: tuning k for '{chain[0]}' on this device…", file=sys.stderr)
-    tuned = tune_on_device(target, chain[0], config, model_specs(args), progress=_progress_line)
+    tuned = tune_on_device(
+        target, chain[0], config, model_specs(args), progress=_progress_line, extra=extra
+    )
     print(f"\n{tuned.format_table()}\nchosen {tuned.reason}", file=sys.stderr)
     if len(set(chain)) > 1:
         print(f"(the same k is used for {', '.join(dict.fromkeys(chain))})", file=sys.stderr)
