@@ -143,6 +143,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         "prompts": len(prompts),
         "specs": model_specs(args),
         "raw": args.raw,
+        "baseline": args.baseline,
     }
     measure = BenchMeasure(target, prompts, model_specs(args), args.raw)
     try:
@@ -151,7 +152,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             grid,
             base,
             measure,
-            {**header, "baseline": args.baseline},
+            header,
             json_out,
             args.resume,
             _progress_line,
@@ -169,7 +170,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from specdec_core.export import best_of_sweep, export
+    from specdec_core.export import METHOD_MAP, best_of_sweep, export
 
     if args.from_sweep:
         best = best_of_sweep(args.from_sweep, args.at_temperature)
@@ -182,7 +183,7 @@ def cmd_export(args: argparse.Namespace) -> int:
                 "one, or export a sweep's best point with --from-sweep FILE"
             )
         config = decode_config(args)
-        model = args.head if args.method in ("eagle", "eagle2") else args.draft
+        model = args.head if METHOD_MAP[args.method][0] == "head" else args.draft
         result = export(args.engine, args.method, config, args.target, model)
     if args.json:
         print(json.dumps(result.__dict__))
@@ -237,7 +238,7 @@ def _axes(args: argparse.Namespace) -> dict[str, list[Any]]:
         if not name.strip() or not values:
             raise SpecdecError(f"--policy-param-grid expects NAME=V1,V2,... (got '{item}')")
         axes[f"policy_params.{name.strip()}"] = [
-            _grid_value(v, float, None, False, "--policy-param-grid") for v in values.split(",")
+            _grid_value(v, float, None, False, "policy_param_grid") for v in values.split(",")
         ]
     unknown = set(axes.get("k_schedule", [])) - set(SCHEDULES)
     if unknown:
