@@ -196,3 +196,15 @@ def test_a_draft_that_worked_is_remembered_in_its_picker(make_window, qtbot):
     wait_idle(qtbot, window)
     assert window.engine.requests[-1].specs["draft"] == "someone/tiny-draft"
     assert window.models.draft.recent() == ["someone/tiny-draft"]
+
+
+def test_menus_and_about_versions(make_window):
+    from app.menus import versions
+
+    window = make_window()
+    titles = [action.text() for action in window.menuBar().actions()]
+    assert titles == ["&File", "&Run", "&View", "&Help"]
+    assert window.actions.generate.shortcut().toString() == "Ctrl+Return"
+    assert window.actions.stop.shortcut().toString() == "Esc"
+    found = versions()
+    assert {"Qt", "PySide6-Essentials", "pyqtgraph", "torch", "transformers"} <= set(found)
