@@ -143,7 +143,7 @@ class MainWindow(QMainWindow):
         c.run_begun.connect(self._on_run_begun)
         c.stepped.connect(self._on_step)
         c.finished.connect(self._on_finished)
-        c.progress.connect(self.models.show_progress)
+        c.progress.connect(self.models.show_extra_progress)
         c.progress.connect(lambda message, _: self.status.showMessage(message, 5000))
         c.errored.connect(self.show_error)
         c.queue_done.connect(self._on_queue_done)

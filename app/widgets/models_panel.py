@@ -48,6 +48,7 @@ class ModelsPanel(QGroupBox):
         self.progress.setTextVisible(False)
         self.progress.setMaximumHeight(8)
         self.message = QLabel("no model loaded")
+        self._loaded = ""
         self.message.setWordWrap(True)
 
         device_row = QHBoxLayout()
@@ -81,10 +82,14 @@ class ModelsPanel(QGroupBox):
     def show_loaded(self, info: TargetInfo) -> None:
         self.progress.setValue(100)
         millions = info.parameters / 1e6
-        self.message.setText(
-            f"{info.spec}: {millions:.0f} M parameters, {info.device}, {info.dtype}"
-        )
+        self._loaded = f"target {info.spec}: {millions:.0f} M parameters, {info.device}, {info.dtype}"
+        self.message.setText(self._loaded)
         self.target.remember(info.spec)
+
+    def show_extra_progress(self, message: str, fraction: float) -> None:
+        """Progress of a draft / head loading for a run; the target line stays on top."""
+        self.progress.setValue(int(round(100 * max(0.0, min(1.0, fraction)))))
+        self.message.setText(f"{self._loaded}\n{message}" if self._loaded else message)
 
     def show_failed(self, message: str) -> None:
         self.progress.setValue(0)
