@@ -82,7 +82,9 @@ class ModelsPanel(QGroupBox):
     def show_loaded(self, info: TargetInfo) -> None:
         self.progress.setValue(100)
         millions = info.parameters / 1e6
-        self._loaded = f"target {info.spec}: {millions:.0f} M parameters, {info.device}, {info.dtype}"
+        self._loaded = (
+            f"target {info.spec}: {millions:.0f} M parameters, {info.device}, {info.dtype}"
+        )
         self.message.setText(self._loaded)
         self.target.remember(info.spec)
 
