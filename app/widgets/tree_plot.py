@@ -82,16 +82,25 @@ class TreePlot(pg.PlotWidget):
 
 
 def _layout(tree: DraftTree) -> tuple[list[float], list[float]]:
-    """x = depth; y spreads the nodes of each depth around 0, in node order."""
+    """x = depth; leaves take consecutive rows (depth first), a parent sits at their mean."""
     depths = node_depths(tree.parents)
-    width: dict[int, int] = {}
-    for d in depths:
-        width[d] = width.get(d, 0) + 1
-    seen: dict[int, int] = {}
-    x, y = [], []
-    for d in depths:
-        rank = seen.get(d, 0)
-        seen[d] = rank + 1
-        x.append(float(d))
-        y.append((width[d] - 1) / 2 - rank)
-    return x, y
+    children: dict[int, list[int]] = {}
+    for node, parent in enumerate(tree.parents):
+        children.setdefault(parent, []).append(node)
+    y = [0.0] * len(tree.parents)
+    row = 0
+
+    def place(node: int) -> float:
+        nonlocal row
+        kids = children.get(node, [])
+        if not kids:
+            y[node] = -float(row)
+            row += 1
+        else:
+            y[node] = sum(place(kid) for kid in kids) / len(kids)
+        return y[node]
+
+    for root_child in children.get(-1, []):
+        place(root_child)
+    middle = (row - 1) / 2
+    return [float(d) for d in depths], [v + middle for v in y]
