@@ -61,6 +61,7 @@ class FakeEngine:
         self.loads: list[str] = []
         self.requests: list[RunRequest] = []
         self.produced = 0  # steps yielded by the current/last run
+        self.after_stop = 0  # of those, steps yielded once the stop flag was set
         self.step_event = threading.Event()  # set at each yielded step
 
     def registries(self) -> Registries:
@@ -77,6 +78,7 @@ class FakeEngine:
             error, self.fail_next = self.fail_next, None
             raise error
         self.produced = 0
+        self.after_stop = 0
         yield Started(5, request.method, request.config.as_dict())
         ids: list[int] = []
         index = 0
@@ -87,6 +89,7 @@ class FakeEngine:
             step = fake_step(index, request.method)
             ids.extend(t.id for t in step.tokens)
             self.produced += 1
+            self.after_stop += stop.is_set()
             self.step_event.set()
             yield step
             index += 1
