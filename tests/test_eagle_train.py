@@ -23,7 +23,8 @@ def tiny_dir(tmp_path_factory):
     for _ in range(40):
         words = torch.randint(3, VOCAB, (30,), generator=generator).tolist()
         lines.append(json.dumps({"text": " ".join(f"w{w - 3}" for w in words)}))
-    (root / "data.jsonl").write_text("\n".join(lines))
+    lines += [json.dumps({"prompt": "w1 w2 w3"}), json.dumps({"turns": ["w4 w5", "w6"]})]
+    (root / "data.jsonl").write_text("\n".join(lines))  # texts, and prompts the target answers
     return root
 
 
@@ -66,3 +67,20 @@ def test_a_short_training_run_produces_a_loadable_model(tiny_dir, tmp_path, kind
         method = "classic"
     assert run(target, method, ids, config, extra).token_ids == reference.token_ids
     assert main(argv) == 0  # a rerun resumes from the finished checkpoint
+
+
+def test_self_distillation_keeps_features_equal_to_a_fresh_forward(tiny_target, tmp_path):
+    from specdec_core.eagle.data import generate_answers
+    from specdec_core.eagle.features import extract_features
+
+    prompts = [[1, 5, 9], [1, 7, 8, 9, 10, 11], [1, 4]]
+    model = tiny_target.model
+    samples = generate_answers(model, tiny_target.tokenizer, prompts, 6, 2, tmp_path / "gen")
+    assert [
+        s.ids[: len(p)] for s, p in zip(samples, sorted(prompts, key=len), strict=True)
+    ] == sorted(prompts, key=len)
+    kept = extract_features(model, samples, tmp_path / "f1")
+    fresh = extract_features(model, [type(s)(s.ids, s.start) for s in samples], tmp_path / "f2")
+    for a, b in zip(kept, fresh, strict=True):
+        torch.testing.assert_close(a.hidden, b.hidden[: len(a.hidden)], atol=1e-4, rtol=1e-4)
+        assert a.ids.tolist() == b.ids.tolist()[: len(a.ids)]

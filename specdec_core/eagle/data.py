@@ -34,6 +34,7 @@ from specdec_core.errors import SpecdecError
 class Sample:
     ids: list[int]
     start: int  # loss counts for positions >= start (the assistant's part)
+    hidden: torch.Tensor | None = None  # [len(ids) - 1, h] features, when generation kept them
 
 
 def iter_sharegpt() -> Iterator[list[dict]]:
@@ -153,12 +154,19 @@ def generate_answers(
                 max_new_tokens=max_new_tokens,
                 do_sample=False,
                 pad_token_id=pad,
+                output_hidden_states=True,  # the features come from the same passes
+                return_dict_in_generate=True,
             )
+            # [B, width + steps - 1, h]: final-norm features of the prompt and of every
+            # generated token but the last (which was never fed back)
+            hidden = torch.cat([step[-1] for step in out.hidden_states], dim=1).cpu()
             made = []
             for row, i in enumerate(batch):
-                answer = out[row, width:].tolist()
+                answer = out.sequences[row, width:].tolist()
                 cut = next((j + 1 for j, t in enumerate(answer) if t in eos_ids), len(answer))
-                made.append({"ids": prompts[i] + answer[:cut], "start": len(prompts[i])})
+                ids = prompts[i] + answer[:cut]
+                rows = hidden[row, width - len(prompts[i]) : width + cut - 1].clone()
+                made.append({"ids": ids, "start": len(prompts[i]), "hidden": rows})
             torch.save(made, shard)
             samples.extend(Sample(**s) for s in made)
         if progress is not None:

@@ -39,31 +39,54 @@ def extract_features(
     pad = 0
     for number, first in enumerate(range(0, len(samples), shard_samples)):
         shard = shard_dir / f"feat-{number:05d}.pt"
-        if shard.is_file():
-            out.extend(Featured(**item) for item in torch.load(shard))
-        else:
-            chunk = samples[first : first + shard_samples]
-            made: list[dict] = []
-            order = sorted(range(len(chunk)), key=lambda i: len(chunk[i].ids))
-            batch: list[int] = []
-            for i in [*order, None]:
-                width = max((len(chunk[j].ids) for j in batch), default=0)
-                if (
-                    i is not None
-                    and (len(batch) + 1) * max(width, len(chunk[i].ids)) <= batch_tokens
-                ):
-                    batch.append(i)
-                    continue
-                if batch:
-                    made.extend(_forward(model, [chunk[j] for j in batch], pad))
-                batch = [i] if i is not None else []
+        chunk = samples[first : first + shard_samples]
+        made: list[dict] = torch.load(shard) if shard.is_file() else []
+        todo = chunk[len(made) :]  # a shard saved under a smaller budget is extended
+        if todo:
+            kept = {i: s for i, s in enumerate(todo) if s.hidden is not None}  # from generation
+            for i, sample in kept.items():
+                made_item = _from_generation(sample)
+                kept[i] = {"ids": made_item.ids, "start": sample.start, "hidden": made_item.hidden}
+            forward = [i for i in range(len(todo)) if i not in kept]
+            computed = dict(
+                zip(
+                    forward,
+                    _forward_all(model, [todo[i] for i in forward], batch_tokens, pad),
+                    strict=True,
+                )
+            )
+            made += [kept[i] if i in kept else computed[i] for i in range(len(todo))]
             torch.save(made, shard)
-            out.extend(Featured(**item) for item in made)
+        out.extend(Featured(**item) for item in made[: len(chunk)])
         if progress is not None:
             progress(
                 min(first + shard_samples, len(samples)), len(samples), sum(len(f.ids) for f in out)
             )
     return out
+
+
+def _forward_all(model, samples: list[Sample], batch_tokens: int, pad: int) -> list[dict]:
+    """Features of `samples` (in their order), batched by length."""
+    order = sorted(range(len(samples)), key=lambda i: len(samples[i].ids))
+    results: dict[int, dict] = {}
+    batch: list[int] = []
+    for i in [*order, None]:
+        width = max((len(samples[j].ids) for j in batch), default=0)
+        if i is not None and (len(batch) + 1) * max(width, len(samples[i].ids)) <= batch_tokens:
+            batch.append(i)
+            continue
+        if batch:
+            results.update(
+                zip(batch, _forward(model, [samples[j] for j in batch], pad), strict=True)
+            )
+        batch = [i] if i is not None else []
+    return [results[i] for i in range(len(samples))]
+
+
+def _from_generation(sample: Sample) -> Featured:
+    """A generated sample's own features cover ids[:-1]; drop the last token."""
+    ids = torch.tensor(sample.ids[: len(sample.hidden)])
+    return Featured(ids=ids, start=sample.start, hidden=sample.hidden)
 
 
 def _forward(model, batch: list[Sample], pad: int) -> list[dict]:
