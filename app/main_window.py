@@ -145,7 +145,7 @@ class MainWindow(QMainWindow):
         c.finished.connect(self._on_finished)
         c.progress.connect(self.models.show_extra_progress)
         c.progress.connect(lambda message, _: self.status.showMessage(message, 5000))
-        c.errored.connect(self.show_error)
+        c.errored.connect(self._on_run_error)
         c.queue_done.connect(self._on_queue_done)
         c.task_progress.connect(self.models.show_progress)
         c.task_failed.connect(self._on_task_failed)
@@ -223,7 +223,8 @@ class MainWindow(QMainWindow):
         self.compare.begin()
         self.plots.reset()
         self.tabs.setCurrentIndex(1)
-        self.controller.run_queue([self._request(m) for m in self.compare.selected()])
+        requests = [self._request(m) for m in self.compare.selected()]
+        self.controller.run_queue(requests, keep_going=True)  # one failing method skips only itself
         self._update_state()
 
     def stop(self) -> None:
@@ -279,6 +280,12 @@ class MainWindow(QMainWindow):
     def _on_queue_done(self) -> None:
         self.plots.redraw()
         self._update_state()
+
+    def _on_run_error(self, message: str, user: bool) -> None:
+        request = self.controller.current
+        if self.compare_mode and request is not None:
+            self.compare.fail(request.method, message)
+        self.show_error(message, user)
 
     def show_error(self, message: str, user: bool = True) -> None:
         """Show an engine error without blocking; the window stays usable."""

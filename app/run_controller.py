@@ -33,6 +33,7 @@ class RunController(QObject):
         self.engine = engine
         self.current: RunRequest | None = None
         self._queue: list[RunRequest] = []
+        self._keep_going = False
         self._run_job: Job | None = None
         self._task_job: Job | None = None
         self._on_result: Callable[[object], None] | None = None
@@ -52,10 +53,12 @@ class RunController(QObject):
         return sum(job.is_running() for job in self._jobs)
 
     # -- runs ------------------------------------------------------------------------------
-    def run_queue(self, requests: list[RunRequest]) -> bool:
+    def run_queue(self, requests: list[RunRequest], keep_going: bool = False) -> bool:
+        """Run `requests` one after another; `keep_going`: an error skips only that run."""
         if self.running or not requests:
             return False
         self._queue = list(requests)
+        self._keep_going = keep_going
         self._next()
         return True
 
@@ -100,7 +103,8 @@ class RunController(QObject):
 
     @Slot(str, bool)
     def _on_error(self, message: str, user: bool) -> None:
-        self._queue.clear()
+        if not self._keep_going:
+            self._queue.clear()
         self.errored.emit(message, user)
 
     @Slot()

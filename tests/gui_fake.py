@@ -58,6 +58,7 @@ class FakeEngine:
         self.delay = delay
         self.honour_stop = honour_stop
         self.fail_next: Exception | None = None
+        self.fail_methods: dict[str, Exception] = {}
         self.loads: list[str] = []
         self.requests: list[RunRequest] = []
         self.produced = 0  # steps yielded by the current/last run
@@ -74,6 +75,8 @@ class FakeEngine:
 
     def events(self, request: RunRequest, stop: StopFlag, progress: Progress) -> Iterator[Event]:
         self.requests.append(request)
+        if request.method in self.fail_methods:
+            raise self.fail_methods[request.method]
         if self.fail_next is not None:
             error, self.fail_next = self.fail_next, None
             raise error

@@ -124,11 +124,26 @@ def test_an_engine_error_shows_a_message_and_the_next_generate_works(make_window
     assert window.token_view.tokens and "τ" in window.summary.text()
 
 
-def test_an_error_in_a_comparison_stops_the_queue(make_window, qtbot):
+def test_a_failing_method_in_a_comparison_is_reported_and_the_others_still_run(make_window, qtbot):
+    engine = FakeEngine()
+    window = make_window(engine)
+    engine.fail_methods["classic"] = SpecdecError("this install has no bundled draft")
+    window.compare.checks["eagle2"].setChecked(True)
+    window.run_compare()
+    wait_idle(qtbot, window)
+    assert [r.method for r in engine.requests] == ["ar", "classic", "eagle2"]
+    assert window.last_error == "this install has no bundled draft"
+    assert "failed: this install" in window.compare.columns.columns["classic"].footer.text()
+    assert [r.method for r in window.compare.results] == ["ar", "eagle2"]
+    assert window.compare.table.rowCount() == 2
+    assert window.ready()
+
+
+def test_an_error_in_a_generate_run_does_not_leave_a_queue(make_window, qtbot):
     engine = FakeEngine()
     window = make_window(engine)
     engine.fail_next = SpecdecError("no draft")
-    window.run_compare()
+    window.generate()
     wait_idle(qtbot, window)
     assert len(engine.requests) == 1 and window.last_error == "no draft"
     assert window.ready()

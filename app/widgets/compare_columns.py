@@ -19,6 +19,7 @@ class CompareColumn(QWidget):
         )
         self.view = TokenView()
         self.footer = QLabel("running…")
+        self.footer.setWordWrap(True)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(2)
@@ -31,6 +32,11 @@ class CompareColumn(QWidget):
             f"{summary.new_tokens} tokens · τ {summary.mean_accept_length:.2f} · "
             f"{summary.tokens_per_second:.1f} tok/s"
         )
+
+    def fail(self, message: str) -> None:
+        self.footer.setText(f"failed: {message}")
+        self.footer.setToolTip(message)
+        self.footer.setStyleSheet("QLabel { color: #c1121f; }")
 
 
 class CompareColumns(QWidget):

@@ -105,5 +105,10 @@ class ComparePanel(QWidget):
         self.table.show_results(self.results)
         self.export_button.setEnabled(True)
 
+    def fail(self, method: str, message: str) -> None:
+        column = self.columns.columns.get(method)
+        if column is not None:
+            column.fail(message)
+
     def set_busy(self, busy: bool) -> None:
         self.run_button.setEnabled(not busy)
