@@ -1,0 +1,39 @@
+"""One method's column in the comparison: coloured header, token view, summary footer."""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
+
+from app.widgets.token_view import TokenView
+from specdec_core.events import RunSummary
+
+
+class CompareColumn(QWidget):
+    def __init__(self, method: str, label: str, color: str, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.method = method
+        self.color = color
+        self.header = QLabel(label)
+        self.header.setStyleSheet(
+            f"QLabel {{ color: white; background: {color}; font-weight: bold; padding: 3px 6px; }}"
+        )
+        self.view = TokenView()
+        self.footer = QLabel("running…")
+        self.footer.setWordWrap(True)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(2)
+        layout.addWidget(self.header)
+        layout.addWidget(self.view, 1)
+        layout.addWidget(self.footer)
+
+    def finish(self, summary: RunSummary) -> None:
+        self.footer.setText(
+            f"{summary.new_tokens} tokens · τ {summary.mean_accept_length:.2f} · "
+            f"{summary.tokens_per_second:.1f} tok/s"
+        )
+
+    def fail(self, message: str) -> None:
+        self.footer.setText(f"failed: {message}")
+        self.footer.setToolTip(message)
+        self.footer.setStyleSheet("QLabel { color: #c1121f; }")
