@@ -85,3 +85,29 @@ def test_the_legend_has_one_chip_per_kind_in_its_colour(qtbot):
     for kind, chip in legend.chips.items():
         assert KIND_COLORS[kind] in chip.styleSheet()
         assert chip.text() == KIND_LABELS[kind]
+
+
+def test_the_summary_line_names_tau_speed_end_reason_and_tree_size():
+    from app.widgets.output_panel import summary_text
+    from specdec_core.events import RunSummary
+
+    summary = RunSummary(
+        method="eagle2",
+        policy="threshold",
+        lossy=True,
+        prompt_tokens=5,
+        new_tokens=30,
+        token_ids=(),
+        text="",
+        steps=10,
+        wall_seconds=2.0,
+        draft_seconds=0.5,
+        verify_seconds=1.0,
+        prefill_seconds=0.1,
+        stop_reason="eos",
+        config={"tree_tokens": 12, "tree_depth": 4, "tree_topk": 3, "tree_sizing": "measured"},
+    )
+    text = summary_text("EAGLE-2", summary)
+    assert "τ = 3.00" in text and "15.0 tokens/s" in text and "end of text" in text
+    assert "LOSSY" in text
+    assert "tree: 12 tokens, depth 4, top-k 3 (measured)" in text

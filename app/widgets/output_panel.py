@@ -19,11 +19,18 @@ STOP_REASONS = {
 def summary_text(label: str, summary: RunSummary) -> str:
     lossy = " · LOSSY policy" if summary.lossy else ""
     reason = STOP_REASONS.get(summary.stop_reason, summary.stop_reason)
-    return (
+    text = (
         f"{label}: {summary.new_tokens} tokens in {summary.steps} target forwards · "
         f"τ = {summary.mean_accept_length:.2f} · {summary.tokens_per_second:.1f} tokens/s · "
         f"ended: {reason}{lossy}"
     )
+    c = summary.config
+    if "tree_sizing" in c:  # a tree method reports the size it used and why
+        text += (
+            f"\ntree: {c.get('tree_tokens')} tokens, depth {c.get('tree_depth')}, "
+            f"top-k {c.get('tree_topk')} ({c['tree_sizing']})"
+        )
+    return text
 
 
 class OutputPanel(QWidget):
