@@ -16,16 +16,12 @@ class AcceptancePlot(pg.PlotWidget):
         self.setLabel("left", "tokens / step")
         self.showGrid(x=True, y=True, alpha=0.25)
         self.setMouseEnabled(x=False, y=False)
-        self.legend = self.addLegend(
-            offset=(-10, 10), labelTextSize="8pt", brush=(255, 255, 255, 210)
-        )
         self.items: dict[str, tuple[pg.PlotDataItem, pg.PlotDataItem]] = {}
 
     def reset(self) -> None:
         for points, mean in self.items.values():
             self.removeItem(points)
             self.removeItem(mean)
-        self.legend.clear()
         self.items.clear()
 
     def sync(self, series: list[Series]) -> None:
@@ -36,7 +32,7 @@ class AcceptancePlot(pg.PlotWidget):
                 points = self.plot(
                     pen=None, symbol="o", symbolSize=5, symbolBrush=faint, symbolPen=None
                 )
-                mean = self.plot(pen=pg.mkPen(s.color, width=2.5), name=s.name)
+                mean = self.plot(pen=pg.mkPen(s.color, width=2.5))
                 self.items[s.name] = (points, mean)
             points, mean = self.items[s.name]
             points.setData(s.steps, s.accept)

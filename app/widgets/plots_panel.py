@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pyqtgraph as pg
-from PySide6.QtWidgets import QVBoxLayout, QWidget
+from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 from superqt.utils import qthrottled
 
 from app.plot_data import Series
@@ -26,8 +26,11 @@ class PlotsPanel(QWidget):
         self.speed = SpeedPlot()
         self.positions = PositionPlot()
         self.tree = TreePlot()
+        self.key = QLabel("")  # one colour per run, shared by all plots
+        self.key.setContentsMargins(6, 2, 6, 2)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.key)
         for plot in (self.acceptance, self.speed, self.positions, self.tree):
             plot.setMinimumHeight(150)
             layout.addWidget(plot)
@@ -40,11 +43,18 @@ class PlotsPanel(QWidget):
 
     def reset(self) -> None:
         self.series.clear()
+        self.key.setText("")
         for plot in (self.acceptance, self.speed, self.positions, self.tree):
             plot.reset()
 
     def begin_series(self, name: str, color: str) -> None:
         self.series[name] = Series(name, color)
+        self.key.setText(
+            "&nbsp;&nbsp;".join(
+                f'<span style="color:{s.color}; font-size:14pt">■</span>&nbsp;{s.name}'
+                for s in self.series.values()
+            )
+        )
 
     def add_step(self, name: str, step: Step) -> None:
         self.series[name].add_step(step)

@@ -17,19 +17,15 @@ class SpeedPlot(pg.PlotWidget):
         self.setLabel("left", "tokens / s")
         self.showGrid(x=True, y=True, alpha=0.25)
         self.setMouseEnabled(x=False, y=False)
-        self.legend = self.addLegend(
-            offset=(-10, -10), labelTextSize="8pt", brush=(255, 255, 255, 210)
-        )
         self.items: dict[str, pg.PlotDataItem] = {}
 
     def reset(self) -> None:
         for item in self.items.values():
             self.removeItem(item)
-        self.legend.clear()
         self.items.clear()
 
     def sync(self, series: list[Series]) -> None:
         for s in series:
             if s.name not in self.items:
-                self.items[s.name] = self.plot(pen=pg.mkPen(s.color, width=2.5), name=s.name)
+                self.items[s.name] = self.plot(pen=pg.mkPen(s.color, width=2.5))
             self.items[s.name].setData(s.time, s.tps)
