@@ -23,6 +23,11 @@ def add_parsers(sub) -> dict[str, Callable[[argparse.Namespace], int]]:
     train.add_argument("--epochs", type=int, default=2)
     train.add_argument("--out", required=True, help="output directory (also resumes from it)")
     train.add_argument("--work", default=None, help="cache for data and features (OUT/work)")
+    train.add_argument(
+        "--cached-only",
+        action="store_true",
+        help="self-distillation: use only the answers already generated in --work",
+    )
     train.add_argument("--draft-vocab", type=int, default=8192, help="0 = full vocabulary")
     train.add_argument("--max-len", type=int, default=512, help="tokens per training sequence")
     train.add_argument("--batch-tokens", type=int, default=8192)

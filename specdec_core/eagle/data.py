@@ -122,12 +122,14 @@ def generate_answers(
     shard_dir: Path,
     progress=None,
     budget: int | None = None,
+    cached_only: bool = False,
 ) -> list[Sample]:
     """The target's greedy answers to `prompts`, batched and left-padded; resumable by shard.
 
     Prompts are sorted by length so a batch wastes little padding. Each batch is saved as a
     shard in `shard_dir`; shards present from an earlier run are loaded instead of redone.
     Stops after the batch that brings the samples' total length to `budget` tokens.
+    `cached_only`: use the shards already present, generate nothing.
     """
     shard_dir.mkdir(parents=True, exist_ok=True)
     budget = budget if budget is not None else float("inf")
@@ -141,6 +143,8 @@ def generate_answers(
         shard = shard_dir / f"gen-{number:05d}.pt"
         if shard.is_file():
             samples.extend(Sample(**s) for s in torch.load(shard))
+        elif cached_only:
+            continue
         else:
             width = max(len(prompts[i]) for i in batch)
             input_ids = torch.full((len(batch), width), pad, dtype=torch.long)

@@ -36,7 +36,15 @@ def _log(message: str) -> None:
     print(f"[train] {message}", file=sys.stderr, flush=True)
 
 
-def collect(source: str, target: LoadedModel, tokens: int, work: Path, max_len: int, seed: int):
+def collect(
+    source: str,
+    target: LoadedModel,
+    tokens: int,
+    work: Path,
+    max_len: int,
+    seed: int,
+    cached_only: bool = False,
+):
     """Samples from one source until about `tokens` tokens; plus held-out samples / prompts."""
     tok = target.tokenizer
     if source.endswith(".jsonl"):
@@ -45,9 +53,8 @@ def collect(source: str, target: LoadedModel, tokens: int, work: Path, max_len: 
         raise SpecdecError(f"unknown --data '{source}'; use sharegpt, self or FILE.jsonl")
     conversations = list(datasets.iter_sharegpt())
     rest, held = datasets.split_conversations(len(conversations), HOLDOUT, seed)
-    held_samples = [
-        s for s in (datasets.render_conversation(tok, conversations[i], max_len) for i in held) if s
-    ]
+    rendered = (datasets.render_conversation(tok, conversations[i], max_len) for i in held)
+    held_samples = [s for s in rendered if s][:16]  # teacher-forced agreement
     held_prompts = [
         p for p in (datasets.first_prompt(tok, conversations[i], 256) for i in held) if p
     ]
@@ -75,6 +82,7 @@ def collect(source: str, target: LoadedModel, tokens: int, work: Path, max_len: 
                 f"self-distillation batch {n}/{total}: {made} tokens"
             ),
             budget=tokens - sum(len(s.ids) for s in samples),
+            cached_only=cached_only,
         )
         if sum(len(s.ids) for s in samples) >= tokens:
             break
@@ -129,7 +137,7 @@ def run_training(args) -> dict:
     held_prompts: list[list[int]] = []
     for source, budget in zip(sources, budgets, strict=True):
         samples, held_samples, prompts = collect(
-            source, target, budget, work, args.max_len, args.seed
+            source, target, budget, work, args.max_len, args.seed, args.cached_only
         )
         name = Path(source).stem if source.endswith(".jsonl") else source
         _log(f"{name}: {len(samples)} sequences, {sum(len(s.ids) for s in samples)} tokens")
@@ -161,7 +169,7 @@ def run_training(args) -> dict:
     )
 
     def validate(objective: Objective) -> dict:
-        result = {"teacher_forced_top1": teacher_forced_agreement(objective, held[:16], lm_head)}
+        result = {"teacher_forced_top1": teacher_forced_agreement(objective, held, lm_head)}
         if held_prompts and args.val_prompts:
             result["tau"] = validation_tau(
                 config.kind, objective.model, target, held_prompts[: args.val_prompts]

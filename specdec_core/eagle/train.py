@@ -8,7 +8,8 @@ because the lm_head is most of the cost on a CPU. Uniform noise on input feature
 (0.9, 0.95), linear warm-up then cosine decay; bf16 autocast on the CPU.
 
 - `eagle`: EAGLE-1 layout head. Input pairs (f_t + noise, x_{t+1}); target f_{t+1}.
-  Its decoder layer starts from the target's last layer (same shapes; converges faster).
+  It starts as "the next feature is this one": fc passes f_t through, the layer's output
+  projections are scaled down (the target's feature scale is ~2; a random layer is far off).
 - `draft`: token-level draft of the same size (DESIGN §2.6): one decoder layer on the target's
   frozen embedding, its own final norm, the target's lm_head; input x_0..x_t, target f_t.
   Starts from the target's first layer and final norm. Saved as a LlamaForCausalLM config with
@@ -135,9 +136,12 @@ def build_model(kind: str, target, draft_ids: torch.Tensor) -> nn.Module:
     config = LlamaConfig(**{**target.config.to_dict(), "num_hidden_layers": 1})
     if kind == "eagle":
         head = EagleHead(config, kind="eagle1", bias=True, draft_vocab=len(draft_ids))
-        state = target.model.layers[-1].state_dict()
-        state.pop("input_layernorm.weight", None)
-        head.layers[0].load_state_dict(state)
+        h = config.hidden_size
+        with torch.no_grad():  # start from "the next feature is this feature": fc passes f_t
+            head.fc.weight[:, h:] = torch.eye(h)
+            head.fc.bias.zero_()
+            head.layers[0].self_attn.o_proj.weight.mul_(0.1)
+            head.layers[0].mlp.down_proj.weight.mul_(0.1)
         head.set_draft_vocab(draft_ids)
         return head.float().bind(target.get_input_embeddings(), target.get_output_embeddings())
     config.tie_word_embeddings = True
