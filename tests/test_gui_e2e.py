@@ -29,6 +29,15 @@ def test_the_window_runs_the_embedded_model_end_to_end(qtbot, tmp_path, monkeypa
     assert 0 < len(window.token_view.tokens) <= 6
     assert "Autoregressive: " in window.summary.text()
 
+    window.decoding.max_new_tokens.setValue(200)  # Stop ends the run after the current step
+    window.generate()
+    qtbot.waitUntil(lambda: len(window.token_view.tokens) >= 2, timeout=120_000)
+    window.stop()
+    qtbot.waitUntil(lambda: not window.controller.running, timeout=60_000)
+    assert "stopped by the user" in window.summary.text()
+    assert len(window.token_view.tokens) < 20
+
+    window.decoding.max_new_tokens.setValue(6)
     window.compare.set_selected(["classic"])
     window.run_compare()
     qtbot.waitUntil(lambda: not window.controller.running, timeout=120_000)
