@@ -109,6 +109,9 @@ class DecodingPanel(QGroupBox):
         self.method.clear()
         for info in registries.methods:
             self.method.addItem(info.label, info.name)
+            needs = {"draft": "uses the Draft model", "head": "uses the EAGLE head"}
+            tip = f"{info.name}: {needs.get(info.needs or '', 'needs no extra model')}"
+            self.method.setItemData(self.method.count() - 1, tip, Qt.ItemDataRole.ToolTipRole)
         self.method.blockSignals(False)
         self.policy.blockSignals(True)
         self.policy.clear()
