@@ -84,3 +84,32 @@ def test_self_distillation_keeps_features_equal_to_a_fresh_forward(tiny_target, 
     for a, b in zip(kept, fresh, strict=True):
         torch.testing.assert_close(a.hidden, b.hidden[: len(a.hidden)], atol=1e-4, rtol=1e-4)
         assert a.ids.tolist() == b.ids.tolist()[: len(a.ids)]
+
+
+def test_unrolled_training_pass_matches_drafting_step_by_step(tiny_target):
+    from specdec_core.eagle.train import Objective
+    from tests.eagle_tiny import tiny_head
+
+    head = tiny_head(tiny_target)
+    model = tiny_target.model
+    ids = torch.tensor([[1, 5, 9, 4, 7, 12, 3, 8]])  # [1, T]
+    with torch.no_grad():
+        hidden = model.model(input_ids=ids).last_hidden_state  # [1, T, h]
+        objective = Objective("eagle", head, model.lm_head, torch.arange(VOCAB), 0.0, unroll=3)
+        objective.eval()
+        mask = torch.ones_like(ids, dtype=torch.bool)
+        preds, _ = objective(ids, hidden, mask)
+        T = ids.shape[1]
+        for p in range(T - 3):
+            cache = head.new_cache()
+            out = head.step(
+                hidden[:, : p + 1], ids[:, 1 : p + 2], torch.arange(p + 1)[None], None, cache
+            )
+            feature = out.hidden[:, -1:]
+            for j in (2, 3):
+                out = head.step(
+                    feature, ids[:, p + j : p + j + 1], torch.tensor([[p + j - 1]]), None, cache
+                )
+                feature = out.hidden
+                offset = (T - 1) + (T - 2) * (j == 3)  # rows of passes before pass j
+                torch.testing.assert_close(preds[offset + p], feature[0, 0], atol=1e-4, rtol=1e-4)

@@ -30,8 +30,11 @@ def add_parsers(sub) -> dict[str, Callable[[argparse.Namespace], int]]:
     )
     train.add_argument("--draft-vocab", type=int, default=8192, help="0 = full vocabulary")
     train.add_argument("--max-len", type=int, default=512, help="tokens per training sequence")
-    train.add_argument("--batch-tokens", type=int, default=8192)
-    train.add_argument("--lr", type=float, default=5e-4)
+    train.add_argument("--batch-tokens", type=int, default=4096)
+    train.add_argument("--lr", type=float, default=1e-3)
+    train.add_argument(
+        "--unroll", type=int, default=2, help="eagle: draft steps simulated per position"
+    )
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--val-prompts", type=int, default=4, help="held-out prompts for tau")
     train.add_argument("--device", default="cpu", choices=["auto", "cpu", "cuda", "mps"])

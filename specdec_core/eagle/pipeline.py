@@ -159,14 +159,15 @@ def run_training(args) -> dict:
         batch_tokens=args.batch_tokens,
         draft_vocab=args.draft_vocab,
         seed=args.seed,
+        unroll=args.unroll,
     )
     vocab = target.vocab_size
     draft_ids = frequent_tokens(data, min(config.draft_vocab or vocab, vocab), vocab)
     model = build_model(config.kind, target.model, draft_ids)
     lm_head = target.model.get_output_embeddings()
-    objective = Objective(
-        config.kind, model, lm_head, draft_ids, config.noise if config.kind == "eagle" else 0.0
-    )
+    noise = config.noise if config.kind == "eagle" else 0.0
+    unroll = config.unroll if config.kind == "eagle" else 1
+    objective = Objective(config.kind, model, lm_head, draft_ids, noise, unroll)
 
     def validate(objective: Objective) -> dict:
         result = {"teacher_forced_top1": teacher_forced_agreement(objective, held, lm_head)}

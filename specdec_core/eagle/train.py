@@ -44,12 +44,13 @@ from specdec_core.eagle.head import EagleHead
 class TrainConfig:
     kind: str = "eagle"  # eagle | draft
     epochs: int = 2
-    lr: float = 5e-4
+    lr: float = 1e-3
     warmup: int = 50
-    batch_tokens: int = 8192
+    batch_tokens: int = 4096
     draft_vocab: int = 8192
     noise: float = 0.2  # uniform noise width on input features (eagle)
     ce_weight: float = 0.1
+    unroll: int = 2  # eagle: drafting steps simulated in training (1 = plain EAGLE-1)
     seed: int = 0
     save_every: int = 100
     extra: dict = field(default_factory=dict)  # recorded in the model card
@@ -98,25 +99,55 @@ def collate(items: list[Featured]) -> tuple[torch.Tensor, torch.Tensor, torch.Te
 class Objective(nn.Module):
     """Prediction and targets for one batch, for either model kind."""
 
-    def __init__(self, kind: str, model: nn.Module, lm_head: nn.Module, draft_ids, noise: float):
+    def __init__(
+        self, kind: str, model: nn.Module, lm_head, draft_ids, noise: float, unroll: int = 1
+    ):
         super().__init__()
-        self.kind, self.model, self.noise = kind, model, noise
+        self.kind, self.model, self.noise, self.unroll = kind, model, noise, unroll
         self.register_buffer("draft_ids", draft_ids)  # [Vd] target ids of the draft vocabulary
         self.register_buffer("lm_rows", lm_head.weight[draft_ids].detach().float())  # [Vd, h]
 
     def forward(self, ids, hidden, mask):
         """-> predicted features [N, h], true features [N, h] at the loss positions."""
         if self.kind == "eagle":
-            f_in = hidden[:, :-1].float()
-            if self.training and self.noise:
-                f_in = f_in + (torch.rand_like(f_in) - 0.5) * self.noise
-            positions = torch.arange(ids.shape[1] - 1)[None].expand(ids.shape[0], -1)
-            pred = self.model.step(f_in, ids[:, 1:], positions).hidden  # [B, T-1, h]
-            return pred[mask[:, 1:]], hidden[:, 1:][mask[:, 1:]]
+            return self._eagle(ids, hidden, mask)
         pred = self.model.model(input_ids=ids).last_hidden_state  # [B, T, h] after norm
         keep = mask.clone()
         keep[:, :-1] |= mask[:, 1:]  # position start-1 predicts the first answer token
         return pred[keep], hidden[keep]
+
+    def _eagle(self, ids, hidden, mask):
+        """Pass 1: pairs (f_t + noise, x_{t+1}) predict f_{t+1} (teacher forcing).
+
+        Pass j > 1 (`unroll`, as at drafting time): row p takes pass j-1's prediction with the
+        token x_{p+j} at position p+j-1, attends to pass 1's rows 0..p (the real prefix) and to
+        row p of every later pass (its own chain), and predicts f_{p+j}.
+        """
+        B, T = ids.shape
+        f_in = hidden[:, :-1].float()
+        if self.training and self.noise:
+            f_in = f_in + (torch.rand_like(f_in) - 0.5) * self.noise
+        positions = torch.arange(T - 1)[None].expand(B, -1)
+        cache = self.model.new_cache() if self.unroll > 1 else None
+        out = self.model.step(f_in, ids[:, 1:], positions, None, cache).hidden  # [B, T-1, h]
+        preds, trues = [out[mask[:, 1:]]], [hidden[:, 1:][mask[:, 1:]]]
+        widths = [T - 1]
+        for j in range(2, min(self.unroll, T - 1) + 1):
+            n = T - j  # rows p = 0..T-j-1
+            allowed = [torch.ones(n, widths[0], dtype=torch.bool).tril()]
+            allowed += [torch.eye(n, w, dtype=torch.bool) for w in widths[1:]]
+            allowed.append(torch.eye(n, dtype=torch.bool))
+            allowed = torch.cat(allowed, dim=1)
+            additive = torch.zeros(allowed.shape).masked_fill(
+                ~allowed, torch.finfo(torch.float32).min
+            )
+            out = self.model.step(
+                out[:, :n], ids[:, j:], positions[:, :n] + j - 1, additive[None, None], cache
+            ).hidden
+            widths.append(n)
+            preds.append(out[mask[:, j:]])
+            trues.append(hidden[:, j:][mask[:, j:]])
+        return torch.cat(preds), torch.cat(trues)
 
     def losses(self, pred: torch.Tensor, true: torch.Tensor) -> tuple[torch.Tensor, ...]:
         true = true.to(pred.dtype)
