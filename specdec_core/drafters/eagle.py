@@ -60,8 +60,13 @@ class EagleDrafter:
         position = len(ids) - 1  # the pair (f̂_{n-1}, d_1) sits at position n-1
         tokens, rows = [], []
         for i in range(config.k):
-            q = probs(self.head.to_target(logits), config.temperature, config.top_p)  # [V]
-            token = int(q.argmax()) if config.greedy else sample(q, generator)
+            if config.greedy:  # argmax in the draft vocabulary, then a one-hot q
+                token = int(self.head.target_ids(logits.argmax(-1)))
+                q = torch.zeros(self.head.config.vocab_size, device=logits.device)
+                q[token] = 1.0
+            else:
+                q = probs(self.head.to_target(logits), config.temperature, config.top_p)  # [V]
+                token = sample(q, generator)
             tokens.append(token)
             rows.append(q)
             if i + 1 < config.k:
