@@ -11,11 +11,11 @@ the stop flag passed to `generate`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 
-class TokenKind(str, Enum):
+class TokenKind(StrEnum):
     ACCEPTED_DRAFT = "accepted_draft"  # proposed by the drafter, accepted by the verifier
     CORRECTION = "correction"  # target's token at the first rejected draft position
     BONUS = "bonus"  # target's extra token after a fully accepted draft
