@@ -18,6 +18,9 @@ class CompareColumn(QWidget):
             f"QLabel {{ color: white; background: {color}; font-weight: bold; padding: 3px 6px; }}"
         )
         self.view = TokenView()
+        font = self.view.font()
+        font.setPointSize(10)  # several columns share the width
+        self.view.setFont(font)
         self.footer = QLabel("running…")
         self.footer.setWordWrap(True)
         layout = QVBoxLayout(self)
