@@ -28,6 +28,7 @@ class PlotsPanel(QWidget):
         self.tree = TreePlot()
         self.key = QLabel("")  # one colour per run, shared by all plots
         self.key.setContentsMargins(6, 2, 6, 2)
+        self.key.setWordWrap(True)  # many runs wrap instead of widening the window
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.key)
