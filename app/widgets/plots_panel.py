@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 from collections.abc import Callable
 
 import pyqtgraph as pg
@@ -52,7 +53,7 @@ class PlotsPanel(QWidget):
         self.series[name] = Series(name, color)
         self.key.setText(
             "&nbsp;&nbsp;".join(
-                f'<span style="color:{s.color}; font-size:14pt">■</span>&nbsp;{s.name}'
+                f'<span style="color:{s.color}; font-size:14pt">■</span>&nbsp;{_nbsp(s.name)}'
                 for s in self.series.values()
             )
         )
@@ -69,3 +70,8 @@ class PlotsPanel(QWidget):
         latest = series[-1] if series else None
         self.tree.show_tree(latest.last_tree if latest else None)
         self.redraws += 1
+
+
+def _nbsp(text: str) -> str:
+    """Keep a run's name on one line when the key wraps."""
+    return html.escape(text).replace(" ", "&nbsp;")
