@@ -54,7 +54,7 @@ def test_one_curve_per_run_when_comparing(panel):
     assert set(panel.acceptance.items) == {"Autoregressive", "Classic draft"}
     assert set(panel.speed.items) == {"Autoregressive", "Classic draft"}
     assert set(panel.positions.items) == {"Classic draft"}  # autoregressive drafts nothing
-    assert "Autoregressive" in panel.key.text() and "Classic draft" in panel.key.text()
+    assert "Autoregressive" in panel.key.text() and "Classic&nbsp;draft" in panel.key.text()
     panel.reset()
     assert not panel.acceptance.items and not panel.series
 
