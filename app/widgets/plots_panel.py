@@ -74,4 +74,4 @@ class PlotsPanel(QWidget):
 
 def _nbsp(text: str) -> str:
     """Keep a run's name on one line when the key wraps."""
-    return html.escape(text).replace(" ", "&nbsp;")
+    return html.escape(text).replace(" ", "&nbsp;").replace("-", "&#8209;")  # no-break hyphen
