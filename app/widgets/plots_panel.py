@@ -52,7 +52,7 @@ class PlotsPanel(QWidget):
     def begin_series(self, name: str, color: str) -> None:
         self.series[name] = Series(name, color)
         self.key.setText(
-            "&nbsp;&nbsp;".join(
+            "&nbsp;&nbsp; ".join(
                 f'<span style="color:{s.color}; font-size:14pt">■</span>&nbsp;{_nbsp(s.name)}'
                 for s in self.series.values()
             )
