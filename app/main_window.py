@@ -31,6 +31,7 @@ from app.menus import Actions, create_actions, create_menus, show_about
 from app.palette import method_color
 from app.run_controller import RunController
 from app.settings import load_settings, save_settings, settings_path
+from app.sweep_controller import install as install_sweep
 from app.widgets.compare_panel import ComparePanel
 from app.widgets.decoding_panel import DecodingPanel
 from app.widgets.kind_help import KindHelp
@@ -68,6 +69,7 @@ class MainWindow(QMainWindow):
         self.actions = create_actions(self)
         create_menus(self, self.actions)
         self._connect(self.actions)
+        self.sweep = install_sweep(self)  # Sweep tab and Run ▸ Tune k (app/sweep_controller.py)
         self._apply_settings()
         self._update_state("loading engine…")
         if autoload:
@@ -388,6 +390,6 @@ class MainWindow(QMainWindow):
     def closeEvent(self, event: QCloseEvent) -> None:
         self._save()
         self.hide()  # a model load cannot be interrupted: do not look frozen while it ends
-        if not self.controller.shutdown(SHUTDOWN_MS):
+        if not (self.controller.shutdown(SHUTDOWN_MS) and self.sweep.shutdown(SHUTDOWN_MS)):
             log.warning("a worker thread did not end within %d s", SHUTDOWN_MS // 1000)
         super().closeEvent(event)

@@ -1,0 +1,221 @@
+"""Wires the Sweep tab and Run ▸ Tune k into the main window, without the window knowing much.
+
+`install(window)` adds a "Sweep" tab next to Output / Compare and a "Tune k" action to the Run
+menu, and returns the `SweepController` that owns their worker thread. The sweep uses the
+method, policy and fixed settings of the decoding panel, the grid of the Sweep tab and the
+current prompt (or a JSONL file); a clicked cell, and the tuned k, go back to the sliders
+through the decoding panel's public `values()` / `apply()`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from PySide6.QtCore import QObject, Slot
+from PySide6.QtGui import QAction, QFont
+from PySide6.QtWidgets import QMainWindow, QMessageBox
+
+from app.sweep_worker import SweepBackend, SweepWorker, backend_for
+from app.widgets.sweep_view import SweepView
+from app.worker import Job
+from specdec_core.errors import SpecdecError
+from specdec_core.prompts import read_prompt_file
+
+if TYPE_CHECKING:  # the engine modules import torch: only when a sweep starts
+    from specdec_core.autotune import TuneResult
+    from specdec_core.sweep import SweepProgress, SweepResult
+
+SHUTDOWN_MS = 120_000
+
+
+class SweepController(QObject):
+    def __init__(self, window: Any, backend: SweepBackend | None = None) -> None:
+        super().__init__(window)
+        self.window = window
+        self.backend = backend or backend_for(window.engine)
+        self.view = SweepView()
+        self.tune_action = QAction("&Tune k", window)
+        self.tune_action.setToolTip("measure k on this device and set the fastest")
+        self.job: Job | None = None
+        self.kind = ""  # "sweep" or "tune" while a job runs
+        self.last_result: SweepResult | TuneResult | None = None
+        self.result_box: QMessageBox | None = None
+        self._jobs: list[Job] = []
+        self.view.run_requested.connect(self.run_sweep)
+        self.view.stop_requested.connect(self.stop)
+        self.view.apply_requested.connect(self.apply_settings)
+        self.tune_action.triggered.connect(self.tune)
+
+    @property
+    def running(self) -> bool:
+        return self.job is not None
+
+    # -- inputs ---------------------------------------------------------------------------------
+    def _can_start(self) -> bool:
+        if self.running:
+            return False
+        if not self.window.ready():
+            self.window.show_error("wait until the model is loaded and no run is in progress")
+            return False
+        return True
+
+    def _method(self) -> tuple[str, bool]:
+        method = self.window.decoding.method_name()
+        if not method or method == "ar":
+            raise SpecdecError("choose a speculative method in the Decoding panel first")
+        registries = self.window.registries
+        info = registries.method(method) if registries is not None else None
+        return method, bool(info and info.tree)
+
+    def _prompts(self) -> list[str]:
+        if self.view.uses_file():
+            path = self.view.prompt_file.text().strip()
+            if not path:
+                raise SpecdecError("choose a JSONL prompt file, or sweep the current prompt")
+            return read_prompt_file(path)
+        text = self.window.prompt.text().strip()
+        if not text:
+            raise SpecdecError("the prompt is empty; type one or choose a JSONL prompt file")
+        return [text]
+
+    # -- sweep ----------------------------------------------------------------------------------
+    def run_sweep(self) -> bool:
+        if not self._can_start():
+            return False
+        from specdec_core.sweep import Grid  # imports torch (the window opens without it)
+
+        try:
+            method, tree = self._method()
+            axes = self.view.grid_axes(tree)
+            grid = Grid(axes)
+            prompts = self._prompts()
+        except SpecdecError as error:
+            self.window.show_error(str(error))
+            return False
+        base = self.window.decoding.config()
+        specs = self.window.models.specs()
+        backend = self.backend
+        self.view.begin(axes)
+        self.view.status.setText(f"sweeping {method}: {len(grid.points())} points…")
+        self._start(
+            "sweep",
+            lambda on_point, stop: backend.sweep(
+                method, grid, base, prompts, specs, on_point, stop
+            ),
+        )
+        return True
+
+    # -- tune -----------------------------------------------------------------------------------
+    def tune(self) -> bool:
+        if not self._can_start():
+            return False
+        try:
+            method, tree = self._method()
+            if tree:
+                raise SpecdecError(
+                    f"'{method}' drafts a tree and has no k: use the Sweep tab over tree sizes"
+                )
+        except SpecdecError as error:
+            self.window.show_error(str(error))
+            return False
+        config = self.window.decoding.config()
+        specs = self.window.models.specs()
+        backend = self.backend
+        self.view.status.setText(f"tuning k for {method}…")
+        self.window.status.showMessage(f"tuning k for {method}…", 5000)
+        self._start("tune", lambda on_point, stop: backend.tune(method, config, specs, on_point))
+        return True
+
+    # -- jobs -----------------------------------------------------------------------------------
+    def _start(self, kind: str, task) -> None:
+        worker = SweepWorker(task)
+        worker.pointed.connect(self._on_point)
+        worker.result.connect(self._on_result)
+        worker.errored.connect(self._on_error)
+        worker.done.connect(self._on_done)
+        job = Job(worker)
+        job.thread.finished.connect(self._reap)
+        self._jobs.append(job)
+        self.job, self.kind = job, kind
+        self.view.set_running(True)
+        self.tune_action.setEnabled(False)
+        job.start()
+
+    def stop(self) -> None:
+        if self.job is not None:
+            self.job.stop()
+            self.view.status.setText("stopping after the current point…")
+
+    @Slot(object)
+    def _on_point(self, progress: SweepProgress) -> None:
+        eta = f", about {progress.eta_seconds:.0f} s left" if progress.eta_seconds else ""
+        self.view.status.setText(f"{progress.done}/{progress.total} points{eta}")
+        self.window.status.showMessage(f"{self.kind}: {progress.done}/{progress.total}", 3000)
+        if self.kind == "sweep":
+            self.view.add_record(progress.record)
+
+    @Slot(object)
+    def _on_result(self, result: object) -> None:
+        self.last_result = result
+        if hasattr(result, "table"):  # a TuneResult
+            self.apply_settings({"k": result.k})
+            self._show_table(result)
+        elif hasattr(result, "points"):  # a SweepResult
+            for record in result.points:
+                self.view.add_record(record)
+            best = result.best()
+            note = f"; best {best['point']} at {best['speedup_vs_ar']:.2f}x" if best else ""
+            self.view.status.setText(f"{len(result.points)} points measured{note}")
+
+    def _show_table(self, result: TuneResult) -> None:
+        text = f"{result.method}: {result.reason}\n\n{result.format_table()}"
+        self.view.status.setText(f"tuned: {result.reason}")
+        self.result_box = QMessageBox(
+            QMessageBox.Icon.Information, "Tune k", text, parent=self.window
+        )
+        self.result_box.setFont(QFont("monospace"))
+        self.result_box.open()
+
+    @Slot(str, bool)
+    def _on_error(self, message: str, user: bool) -> None:
+        self.view.status.setText(message)
+        self.window.show_error(message, user)
+
+    @Slot()
+    def _on_done(self) -> None:
+        self.job, self.kind = None, ""
+        self.view.set_running(False)
+        self.tune_action.setEnabled(True)
+
+    @Slot()
+    def _reap(self) -> None:
+        self._jobs = [job for job in self._jobs if job.is_running()]
+
+    def shutdown(self, timeout_ms: int = SHUTDOWN_MS) -> bool:
+        return all(job.shutdown(timeout_ms) for job in list(self._jobs))
+
+    # -- sliders --------------------------------------------------------------------------------
+    @Slot(dict)
+    def apply_settings(self, settings: dict[str, Any]) -> None:
+        """Set k / temperature / tree size on the decoding panel (its public values / apply)."""
+        decoding = self.window.decoding
+        values = decoding.values()
+        values.update({k: v for k, v in settings.items() if k in values})
+        decoding.apply(values)
+        self.window.status.showMessage(
+            "applied " + ", ".join(f"{k}={v}" for k, v in settings.items()), 5000
+        )
+
+
+def install(window: QMainWindow, backend: SweepBackend | None = None) -> SweepController:
+    """Add the Sweep tab and Run ▸ Tune k to `window` (a MainWindow); return the controller."""
+    controller = SweepController(window, backend)
+    window.tabs.addTab(controller.view, "Sweep")
+    window.addAction(controller.tune_action)
+    for action in window.menuBar().actions():
+        menu = action.menu()
+        if menu is not None and action.text().replace("&", "") == "Run":
+            menu.addSeparator()
+            menu.addAction(controller.tune_action)
+            break
+    return controller

@@ -1,0 +1,157 @@
+"""Background sweeps and auto-tune for the GUI: a backend that measures, a worker that runs it.
+
+The backend is where the numbers come from: `MeasureBackend` runs `specdec_core.sweep.run_sweep`
+and `specdec_core.autotune.autotune_k` on any `Measure` (tests inject a fake one, so no model
+loads); `EngineBackend` builds the real `BenchMeasure` on the engine's loaded target and holds
+the engine's lock while it measures, so a sweep and a Generate never share the models.
+
+`SweepWorker` follows app/worker.py: a QObject moved to a QThread (via `Job`), signals out,
+errors as messages, Stop through a `threading.Event` checked between grid points. It never
+touches a widget.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from PySide6.QtCore import QObject, Signal, Slot
+
+from app.engine import RunRequest, StopFlag
+from specdec_core.config import DecodeConfig
+from specdec_core.errors import SpecdecError
+
+if TYPE_CHECKING:  # the engine modules import torch: only inside the worker thread
+    from specdec_core.autotune import TuneResult
+    from specdec_core.sweep import Grid, Measure, SweepProgress, SweepResult
+
+log = logging.getLogger(__name__)
+
+OnPoint = Callable[["SweepProgress"], None]
+
+
+class SweepBackend(Protocol):
+    def sweep(
+        self,
+        method: str,
+        grid: Grid,
+        base: DecodeConfig,
+        prompts: Sequence[str],
+        specs: dict[str, str],
+        on_point: OnPoint,
+        stop: StopFlag,
+    ) -> SweepResult: ...
+
+    def tune(
+        self, method: str, config: DecodeConfig, specs: dict[str, str], on_point: OnPoint
+    ) -> TuneResult: ...
+
+
+class MeasureBackend:
+    """Sweeps and tunes with a given measure factory: (method, prompts, specs) -> Measure."""
+
+    def __init__(self, make_measure: Callable[[str, Sequence[str], dict[str, str]], Measure]):
+        self.make_measure = make_measure
+
+    @contextlib.contextmanager
+    def _session(self) -> Iterator[None]:
+        yield
+
+    def sweep(self, method, grid, base, prompts, specs, on_point, stop) -> SweepResult:
+        from specdec_core.sweep import run_sweep
+
+        with self._session():
+            measure = self.make_measure(method, prompts, specs)
+            header = {"prompts": len(prompts), "source": "gui"}
+            return run_sweep(
+                method, grid, base, measure, header=header, progress=on_point, stop=stop
+            )
+
+    def tune(self, method, config, specs, on_point) -> TuneResult:
+        with self._session():
+            return self._tune(method, config, specs, on_point)
+
+    def _tune(self, method, config, specs, on_point) -> TuneResult:
+        from specdec_core.autotune import CANDIDATES, TUNING_PROMPTS, autotune_k
+
+        measure = self.make_measure(method, TUNING_PROMPTS, specs)
+        return autotune_k(method, config, measure, CANDIDATES, on_point)
+
+
+class EngineBackend(MeasureBackend):
+    """The real measurement on the `SpecdecEngine`'s loaded target (and its cached extras)."""
+
+    def __init__(self, engine: object) -> None:
+        super().__init__(self._bench_measure)
+        self.engine = engine
+
+    @contextlib.contextmanager
+    def _session(self) -> Iterator[None]:
+        lock = getattr(self.engine, "_lock", None)
+        with lock if lock is not None else contextlib.nullcontext():
+            yield
+
+    def _target(self) -> object:
+        target = getattr(self.engine, "_target", None)
+        if target is None:
+            raise SpecdecError("no target model is loaded; press Load in the Models panel")
+        return target
+
+    def _extras(self, method: str, specs: dict[str, str]) -> dict[str, object | None] | None:
+        loader = getattr(self.engine, "_extra", None)
+        if loader is None or method == "hf-assisted":  # bench prepares its own for that one
+            return None
+        request = RunRequest(method=method, prompt="", config=DecodeConfig(), specs=specs)
+        return {method: loader(request, lambda *_: None)}
+
+    def _bench_measure(self, method: str, prompts: Sequence[str], specs: dict[str, str]):
+        from specdec_core.sweep import BenchMeasure
+
+        return BenchMeasure(
+            self._target(), prompts, specs, raw=False, extras=self._extras(method, specs)
+        )
+
+    def _tune(self, method, config, specs, on_point) -> TuneResult:
+        from specdec_core.autotune import tune_on_device
+
+        extras = self._extras(method, specs) or {}
+        return tune_on_device(
+            self._target(), method, config, specs, progress=on_point, extra=extras.get(method)
+        )
+
+
+def backend_for(engine: object) -> SweepBackend:
+    return EngineBackend(engine)
+
+
+class SweepWorker(QObject):
+    """Runs one sweep or one tune; emits `pointed` per measured point, `result`, then `done`."""
+
+    pointed = Signal(object)  # SweepProgress
+    result = Signal(object)  # SweepResult or TuneResult
+    errored = Signal(str, bool)  # message, is a user error (SpecdecError)
+    done = Signal()
+
+    def __init__(self, task: Callable[[OnPoint, StopFlag], Any]) -> None:
+        super().__init__()
+        self._task = task
+        self.stop_flag = threading.Event()
+
+    def stop(self) -> None:
+        self.stop_flag.set()
+
+    @Slot()
+    def work(self) -> None:
+        try:
+            self.result.emit(self._task(self.pointed.emit, self.stop_flag))
+        except SpecdecError as error:
+            self.errored.emit(str(error), True)
+        except Exception as error:  # a bug or a library failure: show it, keep the window alive
+            log.error("sweep failed:\n%s", traceback.format_exc())
+            self.errored.emit(f"{type(error).__name__}: {error}", False)
+        finally:
+            self.done.emit()

@@ -1,0 +1,199 @@
+"""Sweep view: choose a grid, run it in the background, a heatmap of speedup vs `ar`.
+
+Rows are temperatures, columns the draft length k (chain methods) or the tree size (tree
+methods); each cell is coloured by its measured speedup and shows it as text. Clicking a cell
+emits `apply_requested` with that point's settings, which the window applies to the sliders.
+The view only parses and draws; `app/sweep_controller.py` runs the sweep.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyqtgraph as pg
+from PySide6.QtCore import QPointF, QRectF, Signal
+from PySide6.QtGui import QBrush, QColor, QPen
+from PySide6.QtWidgets import (
+    QComboBox,
+    QFileDialog,
+    QFormLayout,
+    QGraphicsRectItem,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from specdec_core.errors import SpecdecError
+
+PENDING = QColor("#d0d0d0")
+COLORMAP = "viridis"
+PROMPT_CURRENT, PROMPT_FILE = "current prompt", "JSONL file"
+
+
+def parse_values(text: str, kind: type, name: str) -> list[Any]:
+    """'1, 2,4' -> [1, 2, 4]; an empty or malformed field is a user error."""
+    parts = [p.strip() for p in text.replace(";", ",").split(",") if p.strip()]
+    if not parts:
+        raise SpecdecError(f"give at least one value for {name} (comma-separated)")
+    try:
+        values = [kind(p) for p in parts]
+    except ValueError:
+        raise SpecdecError(f"{name}: '{text}' is not a comma-separated list of numbers") from None
+    return list(dict.fromkeys(values))  # drop repeats, keep order
+
+
+class SweepView(QWidget):
+    run_requested = Signal()
+    stop_requested = Signal()
+    apply_requested = Signal(dict)  # {"temperature": t, "k" or "tree_tokens": v}
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.k_values = QLineEdit("1,2,3,4,6,8")
+        self.temperatures = QLineEdit("0,0.7,1.0")
+        self.tree_tokens = QLineEdit("16,32,64")
+        self.prompt_source = QComboBox()
+        self.prompt_source.addItems([PROMPT_CURRENT, PROMPT_FILE])
+        self.prompt_file = QLineEdit()
+        self.prompt_file.setPlaceholderText("prompts.jsonl (one {'prompt': …} per line)")
+        browse = QPushButton("…")
+        browse.clicked.connect(self._browse)
+        self.run_button = QPushButton("Run sweep")
+        self.stop_button = QPushButton("Stop")
+        self.stop_button.setEnabled(False)
+        self.run_button.clicked.connect(self.run_requested)
+        self.stop_button.clicked.connect(self.stop_requested)
+        self.status = QLabel("choose a grid and press Run sweep; click a cell to apply it")
+        self.status.setWordWrap(True)
+
+        file_row = QHBoxLayout()
+        file_row.addWidget(self.prompt_source)
+        file_row.addWidget(self.prompt_file, 1)
+        file_row.addWidget(browse)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.run_button)
+        buttons.addWidget(self.stop_button)
+        buttons.addStretch(1)
+        form = QFormLayout()
+        form.addRow("k values", self.k_values)
+        form.addRow("Temperatures", self.temperatures)
+        form.addRow("Tree sizes", self.tree_tokens)
+        form.addRow("Prompts", file_row)
+
+        self.plot = pg.PlotWidget()
+        self.plot.setMenuEnabled(False)
+        self.plot.setMouseEnabled(x=False, y=False)
+        self.plot.hideButtons()
+        self.plot.setLabel("left", "temperature")
+        self.plot.scene().sigMouseClicked.connect(self._on_click)
+        self._cmap = pg.colormap.get(COLORMAP)
+
+        layout = QVBoxLayout(self)
+        layout.addLayout(form)
+        layout.addLayout(buttons)
+        layout.addWidget(self.status)
+        layout.addWidget(self.plot, 1)
+
+        self.axis = "k"
+        self.columns: list[Any] = []
+        self.rows: list[float] = []
+        self.cells: dict[tuple[int, int], QGraphicsRectItem] = {}
+        self.labels: dict[tuple[int, int], pg.TextItem] = {}
+        self.records: dict[tuple[int, int], dict[str, Any]] = {}
+
+    # -- inputs ---------------------------------------------------------------------------------
+    def grid_axes(self, tree: bool) -> dict[str, list[Any]]:
+        """The requested grid: temperature × (tree size for tree methods, else k)."""
+        temperatures = parse_values(self.temperatures.text(), float, "temperatures")
+        if tree:
+            return {"temperature": temperatures, "tree_tokens": self._ints(self.tree_tokens)}
+        return {"temperature": temperatures, "k": self._ints(self.k_values)}
+
+    @staticmethod
+    def _ints(edit: QLineEdit) -> list[int]:
+        values = parse_values(edit.text(), int, "k values / tree sizes")
+        if min(values) < 1:
+            raise SpecdecError("k values and tree sizes must be at least 1")
+        return values
+
+    def uses_file(self) -> bool:
+        return self.prompt_source.currentText() == PROMPT_FILE
+
+    def _browse(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Prompt file", "", "JSONL (*.jsonl);;All (*)")
+        if path:
+            self.prompt_file.setText(path)
+            self.prompt_source.setCurrentText(PROMPT_FILE)
+
+    def set_running(self, running: bool) -> None:
+        self.run_button.setEnabled(not running)
+        self.stop_button.setEnabled(running)
+
+    # -- heatmap --------------------------------------------------------------------------------
+    def begin(self, axes: dict[str, list[Any]]) -> None:
+        """Draw one grey cell per grid point; measured points are coloured as they arrive."""
+        self.plot.clear()
+        self.cells.clear()
+        self.labels.clear()
+        self.records.clear()
+        self.axis = next(name for name in axes if name != "temperature")
+        self.columns = list(axes[self.axis])
+        self.rows = list(axes["temperature"])
+        for row in range(len(self.rows)):
+            for col in range(len(self.columns)):
+                rect = QGraphicsRectItem(QRectF(col, row, 1, 1))
+                rect.setBrush(QBrush(PENDING))
+                rect.setPen(QPen(QColor("white"), 0))
+                self.plot.addItem(rect)
+                self.cells[(row, col)] = rect
+                label = pg.TextItem("…", color="k", anchor=(0.5, 0.5))
+                label.setPos(col + 0.5, row + 0.5)
+                self.plot.addItem(label)
+                self.labels[(row, col)] = label
+        bottom = [(c + 0.5, str(v)) for c, v in enumerate(self.columns)]
+        left = [(r + 0.5, f"{t:g}") for r, t in enumerate(self.rows)]
+        self.plot.getAxis("bottom").setTicks([bottom])
+        self.plot.getAxis("left").setTicks([left])
+        self.plot.setLabel(
+            "bottom", "tree size" if self.axis == "tree_tokens" else "draft length k"
+        )
+        self.plot.setXRange(0, len(self.columns), padding=0.02)
+        self.plot.setYRange(0, len(self.rows), padding=0.02)
+
+    def add_record(self, record: dict[str, Any]) -> None:
+        point = record["point"]
+        try:
+            key = (self.rows.index(point["temperature"]), self.columns.index(point[self.axis]))
+        except (KeyError, ValueError):
+            return  # not a point of the grid on screen
+        self.records[key] = record
+        self._recolor()
+
+    def _recolor(self) -> None:
+        speedups = [r["speedup_vs_ar"] for r in self.records.values()]
+        low, high = min(speedups), max(speedups)
+        for key, record in self.records.items():
+            speedup = record["speedup_vs_ar"]
+            share = (speedup - low) / (high - low) if high > low else 1.0
+            self.cells[key].setBrush(QBrush(self._cmap.map(share, mode="qcolor")))
+            self.labels[key].setText(f"{speedup:.2f}x")
+            self.labels[key].setColor("k" if share > 0.5 else "w")
+
+    def _on_click(self, event: Any) -> None:
+        position = self.plot.getViewBox().mapSceneToView(event.scenePos())
+        self.click_at(position)
+
+    def click_at(self, position: QPointF) -> None:
+        col, row = int(position.x() // 1), int(position.y() // 1)
+        if 0 <= row < len(self.rows) and 0 <= col < len(self.columns):
+            self.select_cell(row, col)
+
+    def select_cell(self, row: int, col: int) -> None:
+        settings = {"temperature": self.rows[row], self.axis: self.columns[col]}
+        record = self.records.get((row, col))
+        note = f" ({record['speedup_vs_ar']:.2f}x vs ar)" if record else " (not measured)"
+        self.status.setText("applied " + ", ".join(f"{k}={v}" for k, v in settings.items()) + note)
+        self.apply_requested.emit(settings)

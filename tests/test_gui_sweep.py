@@ -1,0 +1,159 @@
+"""The Sweep tab and Run ▸ Tune k, on the fake engine with a fake measurement (no model loads)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from PySide6.QtCore import QPointF
+
+from app.sweep_worker import MeasureBackend
+from specdec_core.errors import SpecdecError
+from tests.gui_window import make_window_fixture  # noqa: F401  (fixture)
+
+# speedup of the fake measurement: best at k=3, and higher at lower temperature
+SPEEDUP = {1: 1.2, 2: 1.5, 3: 1.9, 4: 1.7, 6: 1.4, 8: 1.1}
+
+
+class FakeMeasure:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, dict]] = []
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def __call__(self, method, config, reference):
+        self.gate.wait(5)
+        self.calls.append((method, config.as_dict()))
+        if method == "ar":
+            tps = 100.0
+        else:
+            size = config.tree_tokens if config.tree_tokens else config.k
+            tps = 100.0 * SPEEDUP.get(size, 1.0 + size / 100) * (1 - 0.1 * config.temperature)
+        return {"tokens_per_second": tps, "mean_accept_length": 2.0, "token_ids": [[1, 2]]}
+
+
+@pytest.fixture
+def sweep_window(make_window):  # noqa: F811
+    window = make_window()
+    measure = FakeMeasure()
+    window.sweep.backend = MeasureBackend(lambda method, prompts, specs: measure)
+    window.decoding.apply({**window.decoding.values(), "method": "classic"})
+    window.prompt.set_text("Tell me a story.")
+    window.sweep.measure = measure
+    return window
+
+
+def _run(qtbot, window, k="1,2,3", temperatures="0,0.7"):
+    view = window.sweep.view
+    view.k_values.setText(k)
+    view.temperatures.setText(temperatures)
+    assert window.sweep.run_sweep()
+    qtbot.waitUntil(lambda: not window.sweep.running, timeout=5000)
+    return view
+
+
+def test_sweep_tab_and_tune_action_are_installed(sweep_window):
+    tabs = [sweep_window.tabs.tabText(i) for i in range(sweep_window.tabs.count())]
+    assert "Sweep" in tabs
+    run_menu = next(a.menu() for a in sweep_window.menuBar().actions() if "Run" in a.text())
+    assert sweep_window.sweep.tune_action in run_menu.actions()
+
+
+def test_heatmap_has_one_cell_per_grid_point(qtbot, sweep_window):
+    view = _run(qtbot, sweep_window, k="1,2,3,4", temperatures="0,0.7,1.0")
+    assert len(view.cells) == 12
+    assert len(view.records) == 12  # every cell measured and coloured
+    assert view.labels[(0, 2)].textItem.toPlainText() == "1.90x"  # k=3, temperature 0
+    assert sweep_window.sweep.last_result.best()["point"] == {"temperature": 0.0, "k": 3}
+    measured = [c for m, c in sweep_window.sweep.measure.calls if m == "classic"]
+    assert all(c["policy"] == "lossless" for c in measured)
+
+
+def test_tree_method_sweeps_tree_sizes(qtbot, sweep_window):
+    sweep_window.decoding.apply({**sweep_window.decoding.values(), "method": "eagle2"})
+    view = sweep_window.sweep.view
+    view.tree_tokens.setText("16,32")
+    view = _run(qtbot, sweep_window, temperatures="0")
+    assert view.axis == "tree_tokens"
+    assert len(view.cells) == 2
+
+
+def test_clicking_a_cell_sets_the_sliders(qtbot, sweep_window):
+    view = _run(qtbot, sweep_window, k="2,6", temperatures="0,0.7")
+    view.click_at(QPointF(1.5, 1.5))  # column k=6, row temperature 0.7
+    assert sweep_window.decoding.k.value() == 6
+    assert sweep_window.decoding.temperature.value() == pytest.approx(0.7)
+    assert sweep_window.decoding.method_name() == "classic"
+
+
+def test_clicking_the_scene_maps_to_a_cell(qtbot, sweep_window):
+    view = _run(qtbot, sweep_window, k="2,6", temperatures="0,0.7")
+    scene_pos = view.plot.getViewBox().mapViewToScene(QPointF(0.5, 0.5))
+
+    class Click:
+        def scenePos(self):
+            return scene_pos
+
+    view._on_click(Click())
+    assert sweep_window.decoding.k.value() == 2
+    assert sweep_window.decoding.temperature.value() == pytest.approx(0.0)
+
+
+def test_stop_keeps_the_points_measured(qtbot, sweep_window):
+    measure = sweep_window.sweep.measure
+    measure.gate.clear()
+    view = sweep_window.sweep.view
+    view.k_values.setText("1,2,3,4")
+    view.temperatures.setText("0")
+    assert sweep_window.sweep.run_sweep()
+    sweep_window.sweep.stop()
+    measure.gate.set()
+    qtbot.waitUntil(lambda: not sweep_window.sweep.running, timeout=5000)
+    assert len(view.cells) == 4
+    assert len(view.records) < 4
+
+
+def test_bad_grid_is_a_message_not_a_crash(sweep_window):
+    sweep_window.sweep.view.k_values.setText("1,two")
+    assert not sweep_window.sweep.run_sweep()
+    assert "comma-separated" in sweep_window.last_error
+
+
+def test_jsonl_prompts(qtbot, sweep_window, tmp_path):
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"prompt": "a"}\n{"prompt": "b"}\n')
+    seen = []
+    inner = sweep_window.sweep.backend.make_measure
+    sweep_window.sweep.backend.make_measure = lambda m, prompts, s: (
+        seen.append(prompts) or inner(m, prompts, s)
+    )
+    view = sweep_window.sweep.view
+    view.prompt_file.setText(str(path))
+    view.prompt_source.setCurrentText("JSONL file")
+    _run(qtbot, sweep_window, k="1", temperatures="0")
+    assert seen == [["a", "b"]]
+
+
+def test_tune_applies_the_argmax_k(qtbot, sweep_window):
+    sweep_window.decoding.k.setValue(8)
+    assert sweep_window.sweep.tune()
+    qtbot.waitUntil(lambda: not sweep_window.sweep.running, timeout=5000)
+    result = sweep_window.sweep.last_result
+    best = max(result.table, key=lambda row: row["speedup_vs_ar"])
+    assert result.k == best["k"] == 3
+    assert sweep_window.decoding.k.value() == 3
+    assert "k=3" in sweep_window.sweep.result_box.text()
+
+
+def test_tune_refuses_a_tree_method(sweep_window):
+    sweep_window.decoding.apply({**sweep_window.decoding.values(), "method": "eagle2"})
+    assert not sweep_window.sweep.tune()
+    assert "tree" in sweep_window.last_error
+
+
+def test_parse_values_rejects_empty():
+    from app.widgets.sweep_view import parse_values
+
+    with pytest.raises(SpecdecError):
+        parse_values(" , ", int, "k")
+    assert parse_values("1, 2,2", int, "k") == [1, 2]
