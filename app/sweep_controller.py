@@ -67,6 +67,11 @@ class SweepController(QObject):
         info = registries.method(method) if registries is not None else None
         return method, bool(info and info.tree)
 
+    def _policy_param(self) -> str | None:
+        """The first parameter of the chosen lossy policy (its threshold), if it has one."""
+        decoding = self.window.decoding
+        return next(iter(decoding.params), None) if decoding.is_lossy() else None
+
     def _prompts(self) -> list[str]:
         if self.view.uses_file():
             path = self.view.prompt_file.text().strip()
@@ -86,7 +91,7 @@ class SweepController(QObject):
 
         try:
             method, tree = self._method()
-            axes = self.view.grid_axes(tree)
+            axes = self.view.grid_axes(tree, self._policy_param())
             grid = Grid(axes)
             prompts = self._prompts()
         except SpecdecError as error:
@@ -197,11 +202,15 @@ class SweepController(QObject):
     # -- sliders --------------------------------------------------------------------------------
     @Slot(dict)
     def apply_settings(self, settings: dict[str, Any]) -> None:
-        """Set k / temperature / tree size on the decoding panel (its public values / apply)."""
+        """Set k / temperature / tree size / a policy parameter on the decoding panel."""
         decoding = self.window.decoding
         values = decoding.values()
         values.update({k: v for k, v in settings.items() if k in values})
         decoding.apply(values)
+        for name, value in settings.items():
+            spin = decoding.params.get(name.removeprefix("policy_params."))
+            if name.startswith("policy_params.") and spin is not None:
+                spin.setValue(float(value))
         self.window.status.showMessage(
             "applied " + ", ".join(f"{k}={v}" for k, v in settings.items()), 5000
         )

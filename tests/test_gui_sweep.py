@@ -29,7 +29,13 @@ class FakeMeasure:
         else:
             size = config.tree_tokens if config.tree_tokens else config.k
             tps = 100.0 * SPEEDUP.get(size, 1.0 + size / 100) * (1 - 0.1 * config.temperature)
-        return {"tokens_per_second": tps, "mean_accept_length": 2.0, "token_ids": [[1, 2]]}
+        tau = config.policy_params.get("tau", 0.0)
+        return {
+            "tokens_per_second": tps,
+            "mean_accept_length": 2.0 + tau,
+            "token_agreement": 1.0 - tau,
+            "token_ids": [[1, 2]],
+        }
 
 
 @pytest.fixture
@@ -157,3 +163,24 @@ def test_parse_values_rejects_empty():
     with pytest.raises(SpecdecError):
         parse_values(" , ", int, "k")
     assert parse_values("1, 2,2", int, "k") == [1, 2]
+
+
+def test_threshold_sweep_of_a_lossy_policy_shows_the_tradeoff(qtbot, sweep_window):
+    sweep_window.decoding.apply({**sweep_window.decoding.values(), "policy": "threshold"})
+    assert sweep_window.decoding.is_lossy()
+    view = sweep_window.sweep.view
+    view.thresholds.setText("0.1,0.3,0.5")
+    _run(qtbot, sweep_window, temperatures="0,1.0")
+    assert view.axis == "policy_params.tau"
+    assert len(view.cells) == 6
+    assert len(view.tradeoff_points.data) == 6 and not view.tradeoff.isHidden()
+    measured = [c for m, c in sweep_window.sweep.measure.calls if m == "classic"]
+    assert sorted({c["policy_params"]["tau"] for c in measured}) == [0.1, 0.3, 0.5]
+    view.select_cell(0, 2)
+    assert sweep_window.decoding.params["tau"].value() == pytest.approx(0.5)
+
+
+def test_thresholds_need_a_lossy_policy(sweep_window):
+    sweep_window.sweep.view.thresholds.setText("0.1")
+    assert not sweep_window.sweep.run_sweep()
+    assert "lossy policy" in sweep_window.last_error

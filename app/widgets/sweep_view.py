@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
 
 from specdec_core.errors import SpecdecError
 
+PARAM_PREFIX = "policy_params."  # as specdec_core.sweep.PARAM_PREFIX (no torch import here)
 PENDING = QColor("#d0d0d0")
 COLORMAP = "viridis"
 PROMPT_CURRENT, PROMPT_FILE = "current prompt", "JSONL file"
@@ -55,6 +56,10 @@ class SweepView(QWidget):
         self.k_values = QLineEdit("1,2,3,4,6,8")
         self.temperatures = QLineEdit("0,0.7,1.0")
         self.tree_tokens = QLineEdit("16,32,64")
+        self.thresholds = QLineEdit()
+        self.thresholds.setPlaceholderText(
+            "lossy policy only: e.g. 0.1,0.3,0.5 — sweeps its first parameter instead of k"
+        )
         self.prompt_source = QComboBox()
         self.prompt_source.addItems([PROMPT_CURRENT, PROMPT_FILE])
         self.prompt_file = QLineEdit()
@@ -81,6 +86,7 @@ class SweepView(QWidget):
         form.addRow("k values", self.k_values)
         form.addRow("Temperatures", self.temperatures)
         form.addRow("Tree sizes", self.tree_tokens)
+        form.addRow("Policy thresholds", self.thresholds)
         form.addRow("Prompts", file_row)
 
         self.plot = pg.PlotWidget()
@@ -97,6 +103,17 @@ class SweepView(QWidget):
         layout.addWidget(self.status)
         layout.addWidget(self.plot, 1)
 
+        # trade-off view of a lossy-policy threshold sweep: τ against agreement with `ar`
+        self.tradeoff = pg.PlotWidget()
+        self.tradeoff.setLabel("bottom", "τ (mean accepted length)")
+        self.tradeoff.setLabel("left", "token agreement with ar")
+        self.tradeoff.showGrid(x=True, y=True, alpha=0.3)
+        self.tradeoff_points = pg.ScatterPlotItem(size=10, brush=pg.mkBrush("#c1121f"))
+        self.tradeoff.addItem(self.tradeoff_points)
+        self.tradeoff_labels: list[pg.TextItem] = []
+        self.tradeoff.setVisible(False)
+        layout.addWidget(self.tradeoff, 1)
+
         self.axis = "k"
         self.columns: list[Any] = []
         self.rows: list[float] = []
@@ -105,9 +122,18 @@ class SweepView(QWidget):
         self.records: dict[tuple[int, int], dict[str, Any]] = {}
 
     # -- inputs ---------------------------------------------------------------------------------
-    def grid_axes(self, tree: bool) -> dict[str, list[Any]]:
-        """The requested grid: temperature × (tree size for tree methods, else k)."""
+    def grid_axes(self, tree: bool, param: str | None = None) -> dict[str, list[Any]]:
+        """The requested grid: temperature × (policy thresholds when given for a lossy policy
+        whose first parameter is `param`, else tree size for tree methods, else k)."""
         temperatures = parse_values(self.temperatures.text(), float, "temperatures")
+        if self.thresholds.text().strip():
+            if param is None:
+                raise SpecdecError(
+                    "policy thresholds need a lossy policy with a parameter; choose one in "
+                    "the Decoding panel, or clear the thresholds field"
+                )
+            values = parse_values(self.thresholds.text(), float, "policy thresholds")
+            return {"temperature": temperatures, f"{PARAM_PREFIX}{param}": values}
         if tree:
             return {"temperature": temperatures, "tree_tokens": self._ints(self.tree_tokens)}
         return {"temperature": temperatures, "k": self._ints(self.k_values)}
@@ -139,7 +165,12 @@ class SweepView(QWidget):
         self.cells.clear()
         self.labels.clear()
         self.records.clear()
+        self.tradeoff_points.clear()
+        for label in self.tradeoff_labels:
+            self.tradeoff.removeItem(label)
+        self.tradeoff_labels.clear()
         self.axis = next(name for name in axes if name != "temperature")
+        self.tradeoff.setVisible(self.axis.startswith(PARAM_PREFIX))
         self.columns = list(axes[self.axis])
         self.rows = list(axes["temperature"])
         for row in range(len(self.rows)):
@@ -163,6 +194,11 @@ class SweepView(QWidget):
         self.plot.setXRange(0, len(self.columns), padding=0.02)
         self.plot.setYRange(0, len(self.rows), padding=0.02)
 
+    def _axis_label(self) -> str:
+        if self.axis.startswith(PARAM_PREFIX):
+            return f"policy {self.axis.removeprefix(PARAM_PREFIX)}"
+        return "tree size" if self.axis == "tree_tokens" else "draft length k"
+
     def add_record(self, record: dict[str, Any]) -> None:
         point = record["point"]
         try:
@@ -171,6 +207,26 @@ class SweepView(QWidget):
             return  # not a point of the grid on screen
         self.records[key] = record
         self._recolor()
+        if self.axis.startswith(PARAM_PREFIX):
+            self._redraw_tradeoff()
+
+    def _redraw_tradeoff(self) -> None:
+        rows = [
+            (r["mean_accept_length"], r.get("token_agreement"), r)
+            for r in self.records.values()
+            if r.get("token_agreement") is not None
+        ]
+        self.tradeoff_points.setData([x for x, _, _ in rows], [y for _, y, _ in rows])
+        for label in self.tradeoff_labels:
+            self.tradeoff.removeItem(label)
+        self.tradeoff_labels = []
+        for x, y, record in rows:
+            point = record["point"]
+            text = f"{point[self.axis]:g} @T{point['temperature']:g}"
+            label = pg.TextItem(text, color="k", anchor=(0, 1))
+            label.setPos(x, y)
+            self.tradeoff.addItem(label)
+            self.tradeoff_labels.append(label)
 
     def _recolor(self) -> None:
         speedups = [r["speedup_vs_ar"] for r in self.records.values()]
