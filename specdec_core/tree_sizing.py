@@ -8,10 +8,10 @@ chance that one of its top-k is right is α(k) = 1 − (1 − α₁)·k^(−1/2)
 Under that prior `expected_tau` runs the same beam search the drafter runs (top-k by cumulative
 probability, best `total_tokens − 1` nodes) and sums the nodes' path probabilities: E[τ] =
 1 + Σ P(node on the accepted path). `choose` takes the shape with the most tokens per second.
-The prior α₁ = 0.6 is only the start: `observe` fits α₁ to the τ a head actually achieves
-(expected_tau(shape, α₁) = measured τ), blended with what was known before, and kept per head
-for the rest of the process, so the size follows the head in use (EAGLE-2's point: the head's
-confidence, not a fixed tree, decides).
+The prior α₁ = 0.6 is only the start: `observe` counts how often the target accepted the
+head's top-1 child at each verified tree level (measured directly, whatever the tree shape, so
+a small tree does not lock itself in), blended with what was known before and kept per head
+for the rest of the process, so the size follows the head in use.
 
 On a GPU a forward over 60 tokens costs about as much as over one, so this lands on EAGLE's
 defaults (60 tokens, depth 6, top-k 10); on a CPU every verified token costs ~1.5 ms on top of
@@ -35,7 +35,7 @@ HEAD_ROWS = (1, 2, 4, 7, 10)  # beam widths per measured head step
 MAX_DEPTH, MAX_TOPK, MAX_TOKENS = 8, 10, 60  # EAGLE: 60 tokens, top-k 10
 PREFIX = 128  # cached tokens under the measured forwards (a short chat prompt)
 ALPHA1 = 0.6  # prior top-1 acceptance of a trained head
-PRIOR_STEPS, MEMORY_STEPS = 8, 64  # weight of the prior α₁; most weight the past ever gets
+PRIOR_TRIALS, MEMORY_TRIALS = 8, 128  # weight of the prior α₁; most weight the past gets
 
 
 @dataclass(frozen=True)
@@ -127,29 +127,19 @@ def _tau_curve(depth: int, topk: int, alpha1: float) -> torch.Tensor:
     return torch.cat([torch.ones(1, dtype=ranked.dtype), 1.0 + ranked.cumsum(0)])
 
 
-def fit_alpha1(shape: TreeShape, tau: float) -> float:
-    """The top-1 acceptance under which `shape` expects the measured τ (bisection)."""
-    low, high = 0.01, 0.99
-    for _ in range(25):
-        middle = (low + high) / 2
-        low, high = (middle, high) if expected_tau(shape, middle) < tau else (low, middle)
-    return (low + high) / 2
-
-
-_ALPHA1: dict[tuple, tuple[float, float]] = {}  # head key -> (α₁, weight in steps)
+_ALPHA1: dict[tuple, tuple[float, float]] = {}  # head key -> (α₁, weight in trials)
 
 
 def acceptance(key: tuple) -> float:
     """The current top-1 acceptance estimate of a head (the prior until `observe`)."""
-    return _ALPHA1.get(key, (ALPHA1, PRIOR_STEPS))[0]
+    return _ALPHA1.get(key, (ALPHA1, PRIOR_TRIALS))[0]
 
 
-def observe(key: tuple, shape: TreeShape, steps: int, tokens: int) -> float:
-    """Blend in `steps` tree steps of `shape` that produced `tokens`; the new α₁."""
-    old, weight = _ALPHA1.get(key, (ALPHA1, PRIOR_STEPS))
-    fitted = fit_alpha1(shape, tokens / steps)
-    new = (old * weight + fitted * steps) / (weight + steps)
-    _ALPHA1[key] = (new, min(weight + steps, MEMORY_STEPS))
+def observe(key: tuple, trials: int, hits: int) -> float:
+    """Blend in `trials` tree levels verified, `hits` of which accepted the head's top-1."""
+    old, weight = _ALPHA1.get(key, (ALPHA1, PRIOR_TRIALS))
+    new = (old * weight + hits) / (weight + trials)
+    _ALPHA1[key] = (new, min(weight + trials, MEMORY_TRIALS))
     return new
 
 

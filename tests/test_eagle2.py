@@ -13,7 +13,7 @@ from specdec_core.events import Finished, Started, Step
 from specdec_core.runner import run
 from specdec_core.sampling import probs
 from specdec_core.target import Target
-from specdec_core.tree_sizing import Costs, TreeShape, choose, expected_tau, fit_alpha1
+from specdec_core.tree_sizing import Costs, TreeShape, choose, expected_tau
 from specdec_core.verifiers import make_verifier
 from tests.eagle_tiny import tiny_head
 from tests.stats import chi_square_pvalue
@@ -49,7 +49,8 @@ def test_greedy_eagle2_output_equals_target_greedy(tiny_target, shape, offset):
     assert summary.token_ids == reference.token_ids
     steps = [e for e in events if isinstance(e, Step)]
     assert all(len(s.tree.accepted) == s.accepted for s in steps)
-    assert all(len(s.tree.tokens) == drafter.choice(config).shape.nodes for s in steps)
+    if shape is not None:  # an auto size may change every RESIZE_STEPS steps
+        assert all(len(s.tree.tokens) == shape[2] - 1 for s in steps)
 
 
 @pytest.mark.parametrize("kind, draft_vocab", [("eagle1", 16), ("eagle3", 16)])
@@ -185,14 +186,8 @@ def test_expected_tau_grows_with_the_tree():
     assert 1.0 < expected_tau(small) < expected_tau(large) < 7.0
 
 
-def test_fit_alpha1_inverts_expected_tau():
-    shape = TreeShape(4, 5, 16)
-    for alpha1 in (0.2, 0.5, 0.8):
-        assert abs(fit_alpha1(shape, expected_tau(shape, alpha1)) - alpha1) < 1e-3
-
-
 def test_auto_size_follows_the_measured_acceptance(tiny_target):
-    """After RESIZE_STEPS steps the prior α₁ gives way to the one fitted to the measured τ."""
+    """After RESIZE_STEPS steps the prior α₁ gives way to the measured top-1 acceptance."""
     drafter = Eagle2Drafter(tiny_head(tiny_target), tiny_target.model)
     config = DecodeConfig(max_new_tokens=60)
     _, summary = _events(tiny_target, drafter, prompt(), config)

@@ -13,7 +13,8 @@ ancestors and itself (positions = prefix length + depth − 1), and `propose` tr
 again. `commit` feeds the target's own rows for the accepted path (the previous pending token
 and the accepted drafts), so after a step both caches equal a fresh prefill of the accepted
 sequence. The tree shape comes from `DecodeConfig` or, where a dimension is None, from the
-measured costs of this device and the τ this head achieves, refitted every RESIZE_STEPS steps
+measured costs of this device and how often the target takes this head's top-1 (refitted every
+RESIZE_STEPS steps)
 (`tree_sizing`). Works with EAGLE-1/2 and EAGLE-3 heads.
 """
 
@@ -44,7 +45,8 @@ class Eagle2Drafter:
         self.root: tuple[torch.Tensor, torch.Tensor] | None = None  # head (hidden [h], logits [Vd])
         self._choices: dict[tuple, Choice] = {}  # (depth, top-k, tokens) asked -> chosen
         self._config = DecodeConfig()
-        self._tally = (0, 0)  # (steps, tokens) since the last re-size
+        self._tally = (0, 0, 0)  # (steps, levels verified, top-1 hits) since the last re-size
+        self._last: tuple[list[int], tuple[int, ...]] | None = None  # last tree proposed
 
     # -- tree size -------------------------------------------------------------------------
     def describe(self, config: DecodeConfig) -> dict:
@@ -67,19 +69,25 @@ class Eagle2Drafter:
         self._config = config
         return self._choices[key]
 
-    def _observe(self, accepted: int) -> None:
-        """Tally τ; every RESIZE_STEPS steps of an auto-sized tree, refit α₁ and re-size."""
+    def _observe(self, ids: list[int], accepted: int) -> None:
+        """Count top-1 hits per verified level; every RESIZE_STEPS steps refit α₁, re-size."""
         config = self._config
         key = (config.tree_depth, config.tree_topk, config.tree_tokens)
-        if all(key):
+        if all(key) or self._last is None:
             return
-        self._tally = (self._tally[0] + 1, self._tally[1] + accepted + 1)
-        if self._tally[0] < RESIZE_STEPS:
+        tokens, parents = self._last
+        node, hits = -1, 0
+        for token in ids[len(ids) - accepted - 1 : -1]:  # the accepted path, root down
+            children = [c for c, parent in enumerate(parents) if parent == node]
+            hits += tokens[children[0]] == token  # the first child is the head's top-1
+            node = next(c for c in children if tokens[c] == token)
+        trials = accepted + (node in parents)  # plus the level where a child was rejected
+        self._tally = (self._tally[0] + 1, self._tally[1] + trials, self._tally[2] + hits)
+        if self._tally[0] < RESIZE_STEPS or not self._tally[1]:
             return
-        choice = self._choices[key]
-        alpha1 = tree_sizing.observe(self._acceptance_key(config), choice.shape, *self._tally)
-        self._choices[key] = tree_sizing.choose(choice.costs, alpha1, *key)
-        self._tally = (0, 0)
+        alpha1 = tree_sizing.observe(self._acceptance_key(config), *self._tally[1:])
+        self._choices[key] = tree_sizing.choose(self._choices[key].costs, alpha1, *key)
+        self._tally = (0, 0, 0)
 
     # -- the drafter protocol --------------------------------------------------------------
     def begin(self, ids: list[int], features: TargetOutput) -> None:
@@ -90,6 +98,7 @@ class Eagle2Drafter:
     @torch.inference_mode()
     def propose(self, ids: list[int], config: DecodeConfig, generator: torch.Generator) -> Proposal:
         if self.root is None:  # a one-token prompt: no (feature, token) pair yet
+            self._last = None
             return EMPTY
         shape = self.choice(config).shape
         prefix = kv_cache.cache_length(self.cache)
@@ -97,11 +106,12 @@ class Eagle2Drafter:
             tokens, parents, scores = self._grow(shape, prefix)
         finally:
             kv_cache.truncate(self.cache, prefix)
+        self._last = (tokens, parents)
         return Proposal(tokens=tokens, parents=parents, scores=scores)
 
     def commit(self, ids: list[int], accepted: int, features: TargetOutput) -> None:
         self._feed(features, ids[len(ids) - accepted - 1 :])
-        self._observe(accepted)
+        self._observe(ids, accepted)
 
     # -- internals -------------------------------------------------------------------------
     @torch.inference_mode()
