@@ -53,3 +53,23 @@ def target_marginals(model, prompt_ids: list[int], temperature: float, top_p: fl
         if token != eos:
             second[:-1] += first[token] * next_probs([*prompt_ids, token])
     return first, second
+
+
+def sample_first_two_tokens(target, drafter, ids, config, samples: int, seed: int):
+    """Run `samples` generations; the first tokens, the second ones (V after EOS), and the
+    number of accepted drafts (so a test can check it exercised acceptance)."""
+    from specdec_core.decode import generate
+    from specdec_core.events import Finished, Step
+
+    generator = torch.Generator().manual_seed(seed)
+    vocab = target.vocab_size
+    firsts, seconds, accepted = [], [], 0
+    for _ in range(samples):
+        for event in generate(target, drafter, ids, config, generator=generator):
+            if isinstance(event, Step):
+                accepted += event.accepted
+            if isinstance(event, Finished):
+                tokens = event.summary.token_ids
+                firsts.append(tokens[0])
+                seconds.append(tokens[1] if len(tokens) > 1 else vocab)  # after EOS
+    return firsts, seconds, accepted

@@ -13,7 +13,7 @@ from specdec_core.errors import SpecdecError
 from specdec_core.events import Finished, Started, Step, TokenKind
 from specdec_core.runner import run
 from specdec_core.target import Target
-from tests.stats import chi_square_pvalue, target_marginals
+from tests.stats import chi_square_pvalue, sample_first_two_tokens, target_marginals
 from tests.tiny import prompt
 
 
@@ -43,17 +43,10 @@ def test_sampled_tokens_follow_target_distribution(tiny_target, tiny_draft, temp
     ids = prompt(length=4)
     first, second = target_marginals(tiny_target.model, ids, temperature, top_p)
     drafter = ClassicDrafter(tiny_draft.model, tiny_target.vocab_size)
-    generator = torch.Generator().manual_seed(7)
     config = DecodeConfig(max_new_tokens=2, k=3, temperature=temperature, top_p=top_p)
-    firsts, seconds, accepted = [], [], 0
-    for _ in range(2500):
-        for event in generate(tiny_target, drafter, ids, config, generator=generator):
-            if isinstance(event, Step):
-                accepted += event.accepted
-            if isinstance(event, Finished):
-                tokens = event.summary.token_ids
-                firsts.append(tokens[0])
-                seconds.append(tokens[1] if len(tokens) > 1 else len(first))  # after EOS
+    firsts, seconds, accepted = sample_first_two_tokens(
+        tiny_target, drafter, ids, config, samples=2500, seed=7
+    )
     assert accepted > 500, "the test must exercise accepted drafts"
     assert chi_square_pvalue(firsts, first) > 0.001
     assert chi_square_pvalue(seconds, second) > 0.001

@@ -5,13 +5,11 @@ import torch
 
 from specdec_core import kv_cache
 from specdec_core.config import DecodeConfig
-from specdec_core.decode import generate
 from specdec_core.drafters.eagle import EagleDrafter, head_features
-from specdec_core.events import Finished, Step
 from specdec_core.runner import run
 from specdec_core.target import Target
 from tests.eagle_tiny import tiny_head
-from tests.stats import chi_square_pvalue, target_marginals
+from tests.stats import chi_square_pvalue, sample_first_two_tokens, target_marginals
 from tests.tiny import prompt
 
 HEADS = [("eagle1", 0), ("eagle1", 12), ("eagle3", 12)]
@@ -47,17 +45,10 @@ def test_sampled_tokens_follow_target_distribution(
     ids = prompt(length=4)
     first, second = target_marginals(tiny_target.model, ids, temperature, top_p)
     drafter = EagleDrafter(tiny_head(tiny_target, kind, draft_vocab), 2)
-    generator = torch.Generator().manual_seed(11)
     config = DecodeConfig(max_new_tokens=2, k=3, temperature=temperature, top_p=top_p)
-    firsts, seconds, accepted = [], [], 0
-    for _ in range(2000):
-        for event in generate(tiny_target, drafter, ids, config, generator=generator):
-            if isinstance(event, Step):
-                accepted += event.accepted
-            if isinstance(event, Finished):
-                tokens = event.summary.token_ids
-                firsts.append(tokens[0])
-                seconds.append(tokens[1] if len(tokens) > 1 else len(first))  # after EOS
+    firsts, seconds, accepted = sample_first_two_tokens(
+        tiny_target, drafter, ids, config, samples=2000, seed=11
+    )
     assert accepted > 200, "the test must exercise accepted drafts"
     assert chi_square_pvalue(firsts, first) > 0.001
     assert chi_square_pvalue(seconds, second) > 0.001
