@@ -15,13 +15,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-import traceback
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from PySide6.QtCore import QObject, Signal, Slot
 
 from app.engine import RunRequest, StopFlag
+from app.worker import errors_to_signal
 from specdec_core.config import DecodeConfig
 from specdec_core.errors import SpecdecError
 
@@ -147,11 +147,7 @@ class SweepWorker(QObject):
     @Slot()
     def work(self) -> None:
         try:
-            self.result.emit(self._task(self.pointed.emit, self.stop_flag))
-        except SpecdecError as error:
-            self.errored.emit(str(error), True)
-        except Exception as error:  # a bug or a library failure: show it, keep the window alive
-            log.error("sweep failed:\n%s", traceback.format_exc())
-            self.errored.emit(f"{type(error).__name__}: {error}", False)
+            with errors_to_signal(self.errored, "sweep"):
+                self.result.emit(self._task(self.pointed.emit, self.stop_flag))
         finally:
             self.done.emit()

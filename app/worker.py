@@ -13,6 +13,7 @@ import logging
 import threading
 import traceback
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
@@ -21,6 +22,19 @@ from specdec_core.errors import SpecdecError
 from specdec_core.events import Event, Finished, Started, Step
 
 log = logging.getLogger(__name__)
+
+
+@contextmanager
+def errors_to_signal(errored: Signal, what: str) -> Iterator[None]:
+    """Turn an exception into `errored(message, is_user_error)`; the window stays alive."""
+    try:
+        yield
+    except SpecdecError as error:
+        errored.emit(str(error), True)
+    except Exception as error:  # a bug or a library failure: show it, keep the window alive
+        log.error("%s failed:\n%s", what, traceback.format_exc())
+        errored.emit(f"{type(error).__name__}: {error}", False)
+
 
 EventSource = Callable[[StopFlag, Progress], Iterator[Event]]
 
@@ -46,12 +60,8 @@ class EventWorker(QObject):
     @Slot()
     def work(self) -> None:
         try:
-            self._iterate(self._source(self.stop_flag, self.progress.emit))
-        except SpecdecError as error:
-            self.errored.emit(str(error), True)
-        except Exception as error:  # a bug or a library failure: show it, keep the window alive
-            log.error("run failed:\n%s", traceback.format_exc())
-            self.errored.emit(f"{type(error).__name__}: {error}", False)
+            with errors_to_signal(self.errored, "run"):
+                self._iterate(self._source(self.stop_flag, self.progress.emit))
         finally:
             self.done.emit()
 
