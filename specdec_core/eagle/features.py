@@ -33,7 +33,15 @@ def extract_features(
     shard_samples: int = 256,
     progress=None,
 ) -> list[Featured]:
-    """Features for `samples`, computed in shards of `shard_samples` (reused when present)."""
+    """Features for `samples`, computed in shards of `shard_samples` (reused when present).
+
+    Samples that carry their features from generation are taken as they are, with no shard.
+    """
+    if all(s.hidden is not None for s in samples):
+        out = [_from_generation(s) for s in samples]
+        if progress is not None:
+            progress(len(samples), len(samples), sum(len(f.ids) for f in out))
+        return out
     shard_dir.mkdir(parents=True, exist_ok=True)
     out: list[Featured] = []
     pad = 0

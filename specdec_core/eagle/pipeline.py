@@ -2,8 +2,9 @@
 
 Everything expensive is cached under `--work` (default OUT/work) and reused by a rerun:
 generated answers (self-distillation) and feature shards. Conversations are split once
-(seeded): 64 are held out for validation; prompts for self-distillation come from the first
-4096 of the rest, ShareGPT answers from the others, so the two sources never overlap.
+(seeded): 64 are held out for validation; ShareGPT answers come from conversations
+4096..8191 of the rest, prompts for self-distillation from all the others (first 0..4095, then
+8192 onwards), so the two sources never overlap.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from specdec_core.errors import SpecdecError
 from specdec_core.models import LoadedModel, load_model
 
 HOLDOUT = 64
-SELF_PROMPTS = 4096
+SHAREGPT = slice(4096, 8192)  # the conversations used as ShareGPT answers
 
 
 def _log(message: str) -> None:
@@ -60,7 +61,7 @@ def collect(
     ]
     samples: list[datasets.Sample] = []
     if source == "sharegpt":
-        for i in rest[SELF_PROMPTS:]:
+        for i in rest[SHAREGPT]:
             sample = datasets.render_conversation(tok, conversations[i], max_len)
             if sample is not None:
                 samples.append(sample)
@@ -68,8 +69,9 @@ def collect(
                     break
         return samples, held_samples, held_prompts
     chunk = 512
-    for number, first in enumerate(range(0, SELF_PROMPTS, chunk)):
-        ids = rest[first : first + chunk]
+    order = rest[: SHAREGPT.start] + rest[SHAREGPT.stop :]
+    for number, first in enumerate(range(0, len(order), chunk)):
+        ids = order[first : first + chunk]
         prompts = [p for p in (datasets.first_prompt(tok, conversations[i], 256) for i in ids) if p]
         samples += datasets.generate_answers(
             target.model,
