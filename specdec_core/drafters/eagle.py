@@ -85,7 +85,7 @@ class EagleDrafter:
         if len(next_tokens) == 0:
             return
         out = self._step(features[None], next_tokens, start)
-        self.last = (out.hidden[:, -1:], out.logits[0, -1])
+        self.last = (out.hidden[:, -1:], self.head.logits(out.hidden[0, -1]))
 
     def _step(self, features: torch.Tensor, tokens: list[int], start: int):
         device = features.device

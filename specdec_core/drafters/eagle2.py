@@ -125,7 +125,7 @@ class Eagle2Drafter:
         positions = torch.arange(start, start + len(tokens), device=device)
         ids = torch.tensor(tokens, device=device)
         out = self.head.step(feature[None], ids[None], positions[None], None, self.cache)
-        self.root = (out.hidden[0, -1], out.logits[0, -1])
+        self.root = (out.hidden[0, -1], self.head.logits(out.hidden[0, -1]))
 
     def _grow(self, shape: TreeShape, prefix: int) -> tuple[list[int], tuple[int, ...], tuple]:
         k = shape.topk

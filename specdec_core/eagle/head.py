@@ -29,7 +29,8 @@ Stepping API (used by the chain drafter and the EAGLE-2 tree drafter):
                              including the cached columns; None = causal over the new rows
         cache     appended with n positions; compact it with kv_cache.keep / truncate
     out.hidden  [B, n, h]   predicted features (feed back as `features` for the next depth)
-    out.logits  [B, n, Vd]  draft-vocabulary logits
+    out.logits  [B, n, Vd]  draft-vocabulary logits (computed on first use; training
+                             never asks, drafting asks head.logits(row) for one row)
     head.to_target(out.logits) -> [B, n, V] target-vocabulary logits (-inf outside the draft
                              vocabulary), ready for sampling.probs / log_softmax
     head.target_ids(draft_ids) -> target ids of draft-vocabulary ids (top-k in draft space)
@@ -37,7 +38,7 @@ Stepping API (used by the chain drafter and the EAGLE-2 tree drafter):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 from torch import nn
@@ -55,10 +56,17 @@ from specdec_core import kv_cache
 KINDS = ("eagle1", "eagle3")
 
 
-@dataclass(frozen=True)
 class HeadOutput:
-    hidden: torch.Tensor  # [B, n, h] predicted next features
-    logits: torch.Tensor  # [B, n, Vd] draft-vocabulary logits
+    """A head pass: predicted features, and their logits computed only when asked for."""
+
+    def __init__(self, hidden: torch.Tensor, head: EagleHead) -> None:
+        self.hidden = hidden  # [B, n, h] predicted next features
+        self._head = head
+
+    @cached_property
+    def logits(self) -> torch.Tensor:
+        """[B, n, Vd] draft-vocabulary logits of every row (use head.logits for fewer rows)."""
+        return self._head.logits(self.hidden)
 
 
 class Eagle3Layer(nn.Module):
@@ -157,11 +165,11 @@ class EagleHead(nn.Module):
         if self.kind == "eagle1":
             x = self.fc(torch.cat([emb, features], dim=-1))
             hidden = self.layers[0](x, attention_mask=mask, position_embeddings=rope, cache=cache)
-            return HeadOutput(hidden, self.logits(hidden))
+            return HeadOutput(hidden, self)
         if features.shape[-1] != self.config.hidden_size:
             features = self.fc(features)  # [B, n, 3h] -> [B, n, h]: target layers, first step
         hidden = self.midlayer(emb, features, mask, rope, cache)
-        return HeadOutput(hidden, self.logits(hidden))
+        return HeadOutput(hidden, self)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """[.., h] -> [.., Vd] draft-vocabulary logits."""
