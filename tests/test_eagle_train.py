@@ -113,3 +113,37 @@ def test_unrolled_training_pass_matches_drafting_step_by_step(tiny_target):
                 feature = out.hidden
                 offset = (T - 1) + (T - 2) * (j == 3)  # rows of passes before pass j
                 torch.testing.assert_close(preds[offset + p], feature[0, 0], atol=1e-4, rtol=1e-4)
+
+
+def test_self_distillation_never_reuses_sharegpt_or_held_out_conversations(
+    tiny_target, tmp_path, monkeypatch
+):
+    from specdec_core.eagle import data as datasets
+    from specdec_core.eagle import pipeline
+
+    # conversation i asks "w{i // 29} w{i % 29}": its prompt ids name it
+    conversations = [
+        [
+            {"from": "human", "value": f"w{i // 29} w{i % 29}"},
+            {"from": "gpt", "value": "w5 w6 w7"},
+        ]
+        for i in range(120)
+    ]
+    monkeypatch.setattr(datasets, "iter_sharegpt", lambda: iter(conversations))
+    monkeypatch.setattr(pipeline, "SHAREGPT", slice(30, 50))
+
+    def asked(sample) -> int:
+        a, b = (t - 3 for t in sample.ids[:2])
+        return 29 * a + b
+
+    own, held_answers, held_prompts = pipeline.collect(
+        "self", tiny_target, 10**6, tmp_path, 64, seed=0
+    )
+    human, _, _ = pipeline.collect("sharegpt", tiny_target, 10**6, tmp_path, 64, seed=0)
+    held = {29 * (p[0] - 3) + (p[1] - 3) for p in held_prompts}
+    assert len(own) == 36 and len(human) == 20 and len(held) == 64
+    assert {asked(s) for s in own}.isdisjoint({asked(s) for s in human})
+    assert held.isdisjoint({asked(s) for s in own} | {asked(s) for s in human})
+    # validation data is the target's own answers to held-out prompts, features included
+    assert len(held_answers) == 32 and all(s.hidden is not None for s in held_answers)
+    assert {asked(s) for s in held_answers} <= held

@@ -88,7 +88,11 @@ def collect(
         )
         if sum(len(s.ids) for s in samples) >= tokens:
             break
-    return samples, held_samples, held_prompts
+    # validate on what the head will see: the target's own answers to held-out prompts
+    held_answers = datasets.generate_answers(
+        target.model, tok, held_prompts[:32], 128, 32, work / "self-heldout"
+    )
+    return samples, held_answers or held_samples, held_prompts
 
 
 def _jsonl(path: str, target: LoadedModel, tokens: int, work: Path, max_len: int):
