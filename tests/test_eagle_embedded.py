@@ -22,7 +22,7 @@ def test_bundled_head_decodes_exactly_like_the_target_and_accepts_drafts(embedde
     head = load_head("embedded", embedded)
     eagle = run(embedded, "eagle", prompt_ids, config, head)
     assert eagle.token_ids == reference.token_ids
-    assert eagle.mean_accept_length > 1.05  # it accepts drafts (see the card for tau)
+    assert eagle.mean_accept_length > 1.15  # measured 1.28 here (k = 4, 32 tokens)
 
 
 def test_bundled_draft_decodes_exactly_like_the_target(embedded, prompt_ids):
