@@ -12,7 +12,7 @@ from collections.abc import Callable
 from PySide6.QtCore import QObject, Signal, Slot
 
 from app.engine import Engine, RunRequest
-from app.worker import EventWorker, Job, TaskWorker
+from app.worker import EventWorker, Job, TaskWorker, Worker
 from specdec_core.events import Finished
 
 
@@ -149,7 +149,7 @@ class RunController(QObject):
         self.task_done.emit()
 
     # -- threads ----------------------------------------------------------------------------
-    def _start(self, worker: EventWorker | TaskWorker) -> Job:
+    def _start(self, worker: Worker) -> Job:
         job = Job(worker)
         job.thread.finished.connect(self._reap)
         self._jobs.append(job)

@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from PySide6.QtCore import QObject, Signal, Slot
+from PySide6.QtCore import Signal
 
 from app.engine import RunRequest, StopFlag
-from app.worker import errors_to_signal
+from app.worker import Worker
 from specdec_core.config import DecodeConfig
 from specdec_core.errors import SpecdecError
 
@@ -128,26 +127,16 @@ def backend_for(engine: object) -> SweepBackend:
     return EngineBackend(engine)
 
 
-class SweepWorker(QObject):
+class SweepWorker(Worker):
     """Runs one sweep or one tune; emits `pointed` per measured point, `result`, then `done`."""
 
     pointed = Signal(object)  # SweepProgress
     result = Signal(object)  # SweepResult or TuneResult
-    errored = Signal(str, bool)  # message, is a user error (SpecdecError)
-    done = Signal()
+    what = "sweep"
 
     def __init__(self, task: Callable[[OnPoint, StopFlag], Any]) -> None:
         super().__init__()
         self._task = task
-        self.stop_flag = threading.Event()
 
-    def stop(self) -> None:
-        self.stop_flag.set()
-
-    @Slot()
-    def work(self) -> None:
-        try:
-            with errors_to_signal(self.errored, "sweep"):
-                self.result.emit(self._task(self.pointed.emit, self.stop_flag))
-        finally:
-            self.done.emit()
+    def _run(self) -> None:
+        self.result.emit(self._task(self.pointed.emit, self.stop_flag))

@@ -39,19 +39,16 @@ def errors_to_signal(errored: Signal, what: str) -> Iterator[None]:
 EventSource = Callable[[StopFlag, Progress], Iterator[Event]]
 
 
-class EventWorker(QObject):
-    """Runs one event stream; emits `started_run`, `stepped`, `finished_run`, then `done`."""
+class Worker(QObject):
+    """A job body for a QThread: `work` runs `_run` there; an exception becomes `errored`
+    (message, is a user error), and `done` always follows. `stop` sets `stop_flag`."""
 
-    started_run = Signal(object)  # Started
-    stepped = Signal(object)  # Step
-    finished_run = Signal(object)  # Finished
-    progress = Signal(str, float)
     errored = Signal(str, bool)  # message, is a user error (SpecdecError)
     done = Signal()
+    what = "work"  # names the job in the log
 
-    def __init__(self, source: EventSource) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        self._source = source
         self.stop_flag = threading.Event()
 
     def stop(self) -> None:
@@ -60,10 +57,30 @@ class EventWorker(QObject):
     @Slot()
     def work(self) -> None:
         try:
-            with errors_to_signal(self.errored, "run"):
-                self._iterate(self._source(self.stop_flag, self.progress.emit))
+            with errors_to_signal(self.errored, self.what):
+                self._run()
         finally:
             self.done.emit()
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+
+class EventWorker(Worker):
+    """Runs one event stream; emits `started_run`, `stepped`, `finished_run`, then `done`."""
+
+    started_run = Signal(object)  # Started
+    stepped = Signal(object)  # Step
+    finished_run = Signal(object)  # Finished
+    progress = Signal(str, float)
+    what = "run"
+
+    def __init__(self, source: EventSource) -> None:
+        super().__init__()
+        self._source = source
+
+    def _run(self) -> None:
+        self._iterate(self._source(self.stop_flag, self.progress.emit))
 
     def _iterate(self, stream: Iterator[Event]) -> None:
         stopping = False
@@ -89,39 +106,26 @@ class EventWorker(QObject):
             self.finished_run.emit(event)
 
 
-class TaskWorker(QObject):
-    """Runs one callable (model loading, engine import) with progress; emits `result`."""
+class TaskWorker(Worker):
+    """Runs one callable (model loading, engine import) with progress; emits `result`.
+    Not interruptible: `stop_flag` is kept for a uniform Job API."""
 
     result = Signal(object)
     progress = Signal(str, float)
-    errored = Signal(str, bool)
-    done = Signal()
+    what = "task"
 
     def __init__(self, task: Callable[[Progress], object]) -> None:
         super().__init__()
         self._task = task
-        self.stop_flag = threading.Event()  # not interruptible; kept for a uniform Job API
 
-    def stop(self) -> None:
-        self.stop_flag.set()
-
-    @Slot()
-    def work(self) -> None:
-        try:
-            self.result.emit(self._task(self.progress.emit))
-        except SpecdecError as error:
-            self.errored.emit(str(error), True)
-        except Exception as error:
-            log.error("task failed:\n%s", traceback.format_exc())
-            self.errored.emit(f"{type(error).__name__}: {error}", False)
-        finally:
-            self.done.emit()
+    def _run(self) -> None:
+        self.result.emit(self._task(self.progress.emit))
 
 
 class Job:
     """A worker and the QThread it lives in; the thread quits when the worker is done."""
 
-    def __init__(self, worker: EventWorker | TaskWorker) -> None:
+    def __init__(self, worker: Worker) -> None:
         self.worker = worker
         self.thread = QThread()
         worker.moveToThread(self.thread)
