@@ -28,6 +28,7 @@ from platformdirs import user_cache_dir
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
 from specdec_core.errors import SpecdecError
+from specdec_core.prepacked_linear import prepack
 
 Progress = Callable[[str, float], None]  # (message, fraction 0..1)
 
@@ -144,6 +145,7 @@ def load_model(
             "check the path or id, or pass a directory with config.json and weights"
         ) from None
     model.to(torch_device).eval()
+    prepack(model)  # CPU float32: oneDNN weights packed once (prepacked_linear.py)
     report(f"loaded {spec}", 1.0)
     return LoadedModel(model, tokenizer, spec, str(source), torch_device, torch_dtype)
 

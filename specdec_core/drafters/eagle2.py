@@ -47,6 +47,7 @@ class Eagle2Drafter:
         self._config = DecodeConfig()
         self._tally = (0, 0, 0)  # (steps, levels verified, top-1 hits) since the last re-size
         self._last: tuple[list[int], tuple[int, ...]] | None = None  # last tree proposed
+        self._timing_cache = None  # head cache of a dummy prefix, for `_time_head_step`
 
     # -- tree size -------------------------------------------------------------------------
     def describe(self, config: DecodeConfig) -> dict:
@@ -173,21 +174,27 @@ class Eagle2Drafter:
 
     @torch.inference_mode()
     def _time_head_step(self, k: int) -> None:
-        """One beam step over k rows after a 128-row prefix, as `_grow` runs it (for sizing)."""
+        """One beam step over k rows after a 128-row prefix, as `_grow` runs it (for sizing).
+
+        The prefix is cached once (`_timing_cache`) and the k rows are truncated again, so
+        only the beam step itself is timed.
+        """
         device = self.head.fc.weight.device
         h = self.head.config.hidden_size
-        cache = self.head.new_cache()
         prefix = 128
-        feature = torch.zeros(1, prefix + k, h, device=device, dtype=self._dtype())
-        tokens = torch.zeros(1, prefix + k, dtype=torch.long, device=device)
-        positions = torch.arange(prefix + k, device=device)[None]
-        self.head.step(feature[:, :prefix], tokens[:, :prefix], positions[:, :prefix], None, cache)
-        seen = torch.eye(k, dtype=torch.bool)
-        mask = _tree_mask(seen, prefix, self._dtype(), device)
-        out = self.head.step(
-            feature[:, prefix:], tokens[:, prefix:], positions[:, prefix:], mask, cache
-        )
+        if self._timing_cache is None:
+            self._timing_cache = self.head.new_cache()
+            feature = torch.zeros(1, prefix, h, device=device, dtype=self._dtype())
+            tokens = torch.zeros(1, prefix, dtype=torch.long, device=device)
+            positions = torch.arange(prefix, device=device)[None]
+            self.head.step(feature, tokens, positions, None, self._timing_cache)
+        feature = torch.zeros(1, k, h, device=device, dtype=self._dtype())
+        tokens = torch.zeros(1, k, dtype=torch.long, device=device)
+        positions = torch.full((1, k), prefix, device=device)
+        mask = _tree_mask(torch.eye(k, dtype=torch.bool), prefix, self._dtype(), device)
+        out = self.head.step(feature, tokens, positions, mask, self._timing_cache)
         out.logits[0].float().log_softmax(-1).topk(k)
+        kv_cache.truncate(self._timing_cache, prefix)
 
 
 def _tree_mask(seen: torch.Tensor, prefix: int, dtype: torch.dtype, device) -> torch.Tensor:

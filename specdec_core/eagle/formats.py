@@ -22,6 +22,7 @@ from transformers import LlamaConfig
 from specdec_core.eagle.head import EagleHead
 from specdec_core.errors import SpecdecError
 from specdec_core.models import LoadedModel
+from specdec_core.prepacked_linear import prepack
 
 CARD = "specdec_card.json"
 
@@ -89,6 +90,7 @@ def load_head(spec: str, target: LoadedModel) -> EagleHead:
         config, state, model.config.hidden_size, model.get_output_embeddings().weight.shape[0]
     )
     head.to(device=target.device, dtype=target.dtype).eval()
+    prepack(head)  # CPU float32: oneDNN weights packed once (prepacked_linear.py)
     return head.bind(model.get_input_embeddings(), model.get_output_embeddings())
 
 

@@ -52,6 +52,7 @@ from transformers.models.llama.modeling_llama import (
 )
 
 from specdec_core import kv_cache
+from specdec_core.prepacked_linear import PackedWeight
 
 KINDS = ("eagle1", "eagle3")
 
@@ -121,7 +122,7 @@ class EagleHead(nn.Module):
             self.register_buffer("t2d", torch.zeros(config.vocab_size, dtype=torch.bool))
         self.rotary = LlamaRotaryEmbedding(config)
         self._target: tuple[nn.Module, nn.Module] | None = None  # (embedding, lm_head), unowned
-        self._draft_head: torch.Tensor | None = None  # eagle1 + reduced vocab: gathered rows
+        self._draft_head: PackedWeight | None = None  # eagle1 + reduced vocab: gathered rows
 
     # -- binding to the target ---------------------------------------------------------
     def bind(self, embedding: nn.Module, lm_head: nn.Module) -> EagleHead:
@@ -180,9 +181,14 @@ class EagleHead(nn.Module):
             raise RuntimeError("EagleHead.bind(embedding, lm_head) must be called first")
         if not self.draft_vocab:
             return target_head(hidden.to(target_head.weight.dtype))
-        if self._draft_head is None or self._draft_head.device != hidden.device:
-            self._draft_head = target_head.weight[self.draft_ids()].detach()  # [Vd, h]
-        return hidden.to(self._draft_head.dtype) @ self._draft_head.T
+        weight = target_head.weight
+        if (
+            self._draft_head is None
+            or self._draft_head.weight.device != weight.device
+            or self._draft_head.weight.dtype != weight.dtype
+        ):
+            self._draft_head = PackedWeight(weight[self.draft_ids()].detach())  # [Vd, h] rows
+        return self._draft_head(hidden.to(weight.dtype))
 
     def to_target(self, logits: torch.Tensor) -> torch.Tensor:
         """Draft-vocabulary logits [.., Vd] -> target-vocabulary logits [.., V] (-inf outside)."""

@@ -1,0 +1,109 @@
+"""Prepacked linear layers for CPU inference: oneDNN weights reordered once, at load time.
+
+On a CPU, `torch.nn.functional.linear` hands each call to a BLAS GEMM that repacks the weight
+for every call with more than one input row. A forward over a few tokens (what speculative
+decoding verifies) then reads every weight matrix about twice: measured on SmolLM2-135M with
+float32 on two cores, 37 ms for one token but 61 ms for two and 63 ms for eight. oneDNN can
+reorder a weight into its blocked layout once (`Tensor.to_mkldnn`) and multiply against that
+copy directly: 27.5 ms for one token, 34 ms for two, 40 ms for eight (docs/eagle.md). Every
+method gains, speculative ones most, because verifying k tokens costs closer to one token.
+
+`prepack(model)` swaps each `nn.Linear` for a `PrepackedLinear` that keeps the original
+`weight` and `bias` parameters (state dicts, tied embeddings and readers of `.weight` see no
+change) plus the packed copy, used only where it is exact to use it: CPU, the packed dtype,
+no autograd (training falls back to `F.linear`). If the weight changes in place the copy is
+packed again. The packed copy costs one more copy of the linear weights in memory. Set
+SPECDEC_PREPACK=0 to keep torch's default kernels.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+PACKED_DTYPES = (torch.float32,)  # bf16 kernels depend on the CPU; kept on torch's path
+
+
+def enabled(device: torch.device, dtype: torch.dtype) -> bool:
+    """Prepack on this device and dtype? (CPU, float32, oneDNN built in, not switched off)."""
+    return (
+        device.type == "cpu"
+        and dtype in PACKED_DTYPES
+        and torch.backends.mkldnn.is_available()
+        and os.environ.get("SPECDEC_PREPACK", "1") != "0"
+    )
+
+
+def prepack(model: nn.Module) -> int:
+    """Replace every `nn.Linear` in `model` whose weights allow it; returns how many."""
+    swapped = 0
+    for module in list(model.modules()):
+        for name, child in list(module.named_children()):
+            if isinstance(child, nn.Linear) and enabled(child.weight.device, child.weight.dtype):
+                setattr(module, name, PrepackedLinear(child))
+                swapped += 1
+    return swapped
+
+
+class PackedWeight:
+    """x -> x @ weight.T (+ bias) against a oneDNN copy of `weight`, where that is exact.
+
+    Not a module: it holds references, never parameters of its own, so it can sit on a
+    module (the EAGLE head's reduced-vocabulary rows) without entering its state dict.
+    """
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
+        self.weight, self.bias = weight, bias
+        self._pack()
+
+    def _pack(self) -> None:
+        self._packed = None
+        if enabled(self.weight.device, self.weight.dtype):
+            self._packed = self.weight.detach().to_mkldnn()
+            self._packed_bias = None if self.bias is None else self.bias.detach().to_mkldnn()
+        self._version = self._weights_version()
+
+    def _weights_version(self) -> tuple[int, int]:
+        return (_version(self.weight), _version(self.bias))
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self._weights_version() != self._version:
+            self._pack()
+        packed = self._packed
+        if (
+            packed is None
+            or torch.is_grad_enabled()
+            or x.device.type != "cpu"
+            or x.dtype != packed.dtype
+            or self.weight.device.type != "cpu"
+            or self.weight.dtype != packed.dtype
+        ):
+            return F.linear(x, self.weight, self.bias)
+        rows = x.reshape(-1, x.shape[-1]).contiguous().to_mkldnn()
+        out = torch._C._nn.mkldnn_linear(rows, packed, self._packed_bias).to_dense()
+        return out.reshape(*x.shape[:-1], out.shape[-1])
+
+
+def _version(tensor: torch.Tensor | None) -> int:
+    """In-place updates bump a tensor's version; inference tensors cannot be updated."""
+    return -1 if tensor is None or tensor.is_inference() else tensor._version
+
+
+class PrepackedLinear(nn.Module):
+    """`nn.Linear` with a oneDNN copy of its weight for CPU inference."""
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.weight = linear.weight
+        self.bias = linear.bias
+        self._packed = PackedWeight(self.weight, self.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._packed(x)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, oneDNN"

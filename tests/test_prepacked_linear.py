@@ -1,0 +1,100 @@
+"""Prepacked oneDNN linears: same outputs as torch, same parameters, exact speculative decoding."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import LlamaForCausalLM
+
+from specdec_core.config import DecodeConfig
+from specdec_core.decode import generate
+from specdec_core.drafters.eagle2 import Eagle2Drafter
+from specdec_core.prepacked_linear import PrepackedLinear, prepack
+from specdec_core.runner import run
+from tests.eagle_tiny import tiny_head
+from tests.tiny import prompt, tiny_config, tiny_loaded, tiny_model
+
+pytestmark = pytest.mark.skipif(
+    not torch.backends.mkldnn.is_available(), reason="this torch build has no oneDNN"
+)
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    """Count calls of the oneDNN kernel, to prove the packed path ran."""
+    counted = {"n": 0}
+    kernel = torch._C._nn.mkldnn_linear
+
+    def counting(*args):
+        counted["n"] += 1
+        return kernel(*args)
+
+    monkeypatch.setattr(torch._C._nn, "mkldnn_linear", counting)
+    return counted
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("shape", [(1, 1), (1, 8), (3,), (2, 5)])
+def test_prepacked_linear_gives_torch_linear_outputs(calls, bias, shape):
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(48, 80, bias=bias)
+    packed = PrepackedLinear(linear)
+    x = torch.randn(*shape, 48)
+    with torch.inference_mode():
+        expected = torch.nn.functional.linear(x, linear.weight, linear.bias)
+        got = packed(x)
+    assert calls["n"] == 1
+    assert got.shape == expected.shape
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_prepack_keeps_parameters_state_dict_and_tied_weights():
+    config = tiny_config()
+    config.tie_word_embeddings = True
+    model = LlamaForCausalLM(config).eval()
+    keys = set(model.state_dict())
+    linears = sum(isinstance(m, torch.nn.Linear) for m in model.modules())
+    assert prepack(model) == linears > 0
+    assert not any(isinstance(m, torch.nn.Linear) for m in model.modules())
+    assert set(model.state_dict()) == keys
+    assert model.lm_head.weight is model.get_input_embeddings().weight
+
+
+def test_with_autograd_it_falls_back_to_torch_and_trains(calls):
+    linear = PrepackedLinear(torch.nn.Linear(16, 8))
+    x = torch.randn(4, 16, requires_grad=True)
+    linear(x).sum().backward()
+    assert calls["n"] == 0
+    assert x.grad is not None and linear.weight.grad is not None
+
+
+def test_packed_copy_follows_in_place_weight_updates():
+    linear = PrepackedLinear(torch.nn.Linear(16, 8))
+    x = torch.randn(2, 16)
+    with torch.no_grad():
+        linear.weight.mul_(2.0)
+        expected = torch.nn.functional.linear(x, linear.weight, linear.bias)
+        torch.testing.assert_close(linear(x), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_prepack_is_off_for_other_dtypes_and_when_switched_off(monkeypatch):
+    assert prepack(tiny_model(seed=1).to(torch.bfloat16)) == 0
+    monkeypatch.setenv("SPECDEC_PREPACK", "0")
+    assert prepack(tiny_model(seed=1)) == 0
+
+
+@pytest.mark.parametrize("method", ["ngram", "eagle2", "classic"])
+def test_greedy_speculative_output_equals_ar_on_a_prepacked_target(calls, method):
+    target = tiny_loaded(seed=1)
+    prepack(target.model)
+    extra = {"eagle2": None, "classic": target, "ngram": None}[method]
+    ids = prompt(length=6)
+    config = DecodeConfig(max_new_tokens=40)
+    reference = run(target, "ar", ids, config)
+    if method == "eagle2":
+        drafter = Eagle2Drafter(tiny_head(target), target.model)
+        summary = list(generate(target, drafter, ids, config))[-1].summary
+    else:
+        summary = run(target, method, ids, config, extra)
+    assert calls["n"] > 0
+    assert summary.token_ids == reference.token_ids
