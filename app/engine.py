@@ -19,8 +19,6 @@ from specdec_core.events import Event
 
 Progress = Callable[[str, float], None]  # (message, fraction 0..1)
 
-TREE_METHODS = frozenset({"eagle2"})  # methods that draft a tree (show the tree settings)
-
 
 @dataclass(frozen=True)
 class MethodInfo:
@@ -91,9 +89,7 @@ class SpecdecEngine:
         from specdec_core.methods import METHODS
         from specdec_core.verifiers import VERIFIERS
 
-        methods = tuple(
-            MethodInfo(m.name, m.label, m.needs, m.name in TREE_METHODS) for m in METHODS.values()
-        )
+        methods = tuple(MethodInfo(m.name, m.label, m.needs, m.tree) for m in METHODS.values())
         policies = tuple(
             PolicyInfo(name, _is_lossy(name, factory), _params(factory))
             for name, factory in VERIFIERS.items()

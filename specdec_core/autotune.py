@@ -18,11 +18,11 @@ from typing import Any
 
 from specdec_core.config import DecodeConfig
 from specdec_core.errors import SpecdecError
+from specdec_core.methods import is_tree
 from specdec_core.models import LoadedModel
 from specdec_core.sweep import BenchMeasure, Grid, Measure, SweepProgress, run_sweep
 
 CANDIDATES = (1, 2, 3, 4, 6, 8)
-TREE_METHODS = ("eagle2",)  # methods whose draft is a tree: no k to tune
 TIE = 0.01  # speedups within 1% of the best count as a tie
 TUNING_MAX_NEW_TOKENS = 48
 TUNING_PROMPTS = (  # short, varied chat prompts: prose, code, a list
@@ -109,7 +109,7 @@ def tune_on_device(
 def check_tunable(method: str) -> None:
     if method == "ar":
         raise SpecdecError("--k auto needs a speculative method; 'ar' drafts nothing")
-    if method in TREE_METHODS:
+    if is_tree(method):  # a tree has no chain length k to tune
         raise SpecdecError(
             f"--k auto tunes chain drafters; '{method}' drafts a tree: "
             f"use `specdec sweep --method {method} --tree-tokens ... --tree-depth ...`"

@@ -102,11 +102,12 @@ def resolve_auto_k(
     k; otherwise return `config` unchanged."""
     if getattr(args, "k", None) != AUTO:
         return config
-    from specdec_core.autotune import TREE_METHODS, tune_on_device
+    from specdec_core.autotune import tune_on_device
     from specdec_core.baselines import HF_METHODS
+    from specdec_core.methods import is_tree
 
     names = [m.partition(":")[0] for m in methods]
-    chain = [m for m in names if m != "ar" and m not in HF_METHODS and m not in TREE_METHODS]
+    chain = [m for m in names if m != "ar" and m not in HF_METHODS and not is_tree(m)]
     if not chain:
         raise SpecdecError("--k auto needs a speculative chain method (classic, eagle, ngram)")
     print(f"--k auto: tuning k for '{chain[0]}' on this device…", file=sys.stderr)

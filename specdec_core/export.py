@@ -47,6 +47,7 @@ from safetensors import safe_open
 
 from specdec_core.config import DecodeConfig
 from specdec_core.errors import SpecdecError
+from specdec_core.methods import is_tree
 from specdec_core.resources import resource_path
 
 ENGINES = ("vllm", "sglang")
@@ -61,7 +62,6 @@ METHOD_MAP: dict[str, tuple[str | None, str, str]] = {
     "eagle2": ("head", "eagle", "EAGLE"),
     "ngram": (None, "ngram", "NGRAM"),
 }
-TREE_METHODS = ("eagle2",)
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,7 @@ def export(
             spec["model"] = path
         if method == "ngram":
             spec.update(prompt_lookup_max=config.ngram_max, prompt_lookup_min=1)
-        if method in TREE_METHODS:
+        if is_tree(method):
             notes.append(
                 "vLLM's EAGLE proposer drafts a chain: the tree's depth becomes "
                 "num_speculative_tokens; top-k and tree size do not carry over"
@@ -183,7 +183,7 @@ def best_of_sweep(path: str | Path, temperature: float | None = None) -> SweepCh
 
 def _shape(method: str, config: DecodeConfig, notes: list[str]) -> tuple:
     """(steps, top-k, draft tokens incl. the root); all None = let the engine choose."""
-    if method not in TREE_METHODS:
+    if not is_tree(method):
         if config.k < 1:
             raise SpecdecError(f"--k must be at least 1 to export (got {config.k})")
         return config.k, 1, config.k + 1

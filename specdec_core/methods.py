@@ -23,6 +23,7 @@ class Method:
     label: str  # for menus and tables
     needs: str | None  # "draft", "head" or None
     build: Callable[[LoadedModel, object | None], Drafter]
+    tree: bool = False  # drafts a tree (tree settings apply, no chain length k to tune)
 
 
 def _classic(target: LoadedModel, draft: object | None) -> Drafter:
@@ -43,13 +44,28 @@ def _eagle2(target: LoadedModel, head: object | None) -> Drafter:
     return Eagle2Drafter(head, target.model)
 
 
+def _eagle2_lookup(target: LoadedModel, head: object | None) -> Drafter:
+    from specdec_core.drafters.eagle2_lookup import Eagle2LookupDrafter
+
+    return Eagle2LookupDrafter(head, target.model)
+
+
 METHODS: dict[str, Method] = {
     "ar": Method("ar", "Autoregressive", None, lambda target, extra: AutoregressiveDrafter()),
     "classic": Method("classic", "Classic draft", "draft", _classic),
     "ngram": Method("ngram", "N-gram lookup", None, lambda target, extra: NgramDrafter()),
     "eagle": Method("eagle", "EAGLE (chain)", "head", _eagle),
-    "eagle2": Method("eagle2", "EAGLE-2 (tree)", "head", _eagle2),
+    "eagle2": Method("eagle2", "EAGLE-2 (tree)", "head", _eagle2, tree=True),
+    "eagle2-lookup": Method(
+        "eagle2-lookup", "EAGLE-2 + prompt lookup", "head", _eagle2_lookup, tree=True
+    ),
 }
+
+
+def is_tree(name: str) -> bool:
+    """Does method `name` draft a tree? (False for names outside the registry: HF baselines.)"""
+    method = METHODS.get(name)
+    return method is not None and method.tree
 
 
 def get_method(name: str) -> Method:

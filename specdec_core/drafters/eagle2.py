@@ -46,7 +46,7 @@ class Eagle2Drafter:
         self._choices: dict[tuple, Choice] = {}  # (depth, top-k, tokens) asked -> chosen
         self._config = DecodeConfig()
         self._tally = (0, 0, 0)  # (steps, levels verified, top-1 hits) since the last re-size
-        self._last: tuple[list[int], tuple[int, ...]] | None = None  # last tree proposed
+        self._last: tuple[list[int], tuple[int, ...], int] | None = None  # tree, head nodes
         self._timing_cache = None  # head cache of a dummy prefix, for `_time_head_step`
 
     # -- tree size -------------------------------------------------------------------------
@@ -76,13 +76,7 @@ class Eagle2Drafter:
         key = (config.tree_depth, config.tree_topk, config.tree_tokens)
         if all(key) or self._last is None:
             return
-        tokens, parents = self._last
-        node, hits = -1, 0
-        for token in ids[len(ids) - accepted - 1 : -1]:  # the accepted path, root down
-            children = [c for c, parent in enumerate(parents) if parent == node]
-            hits += tokens[children[0]] == token  # the first child is the head's top-1
-            node = next(c for c in children if tokens[c] == token)
-        trials = accepted + (node in parents)  # plus the level where a child was rejected
+        trials, hits = head_levels(*self._last, ids[len(ids) - accepted - 1 :])
         self._tally = (self._tally[0] + 1, self._tally[1] + trials, self._tally[2] + hits)
         if self._tally[0] < RESIZE_STEPS or not self._tally[1]:
             return
@@ -107,7 +101,7 @@ class Eagle2Drafter:
             tokens, parents, scores = self._grow(shape, prefix)
         finally:
             kv_cache.truncate(self.cache, prefix)
-        self._last = (tokens, parents)
+        self._last = (tokens, parents, len(tokens))
         return Proposal(tokens=tokens, parents=parents, scores=scores)
 
     def commit(self, ids: list[int], accepted: int, features: TargetOutput) -> None:
@@ -195,6 +189,28 @@ class Eagle2Drafter:
         out = self.head.step(feature, tokens, positions, mask, self._timing_cache)
         out.logits[0].float().log_softmax(-1).topk(k)
         kv_cache.truncate(self._timing_cache, prefix)
+
+
+def head_levels(
+    tokens: list[int], parents: tuple[int, ...], head_nodes: int, path: list[int]
+) -> tuple[int, int]:
+    """(tree levels the target verified, how many of them took the head's top-1 child).
+
+    `path`: the accepted drafts, then the target's own next token. A level counts while the
+    current node has children from the head (nodes below `head_nodes`; the head's top-1 is
+    the first child); a path that continues on nodes the head did not draft stops counting.
+    """
+    node, trials, hits = -1, 0, 0
+    for token in path:
+        children = [c for c, parent in enumerate(parents) if parent == node]
+        if not children or children[0] >= head_nodes:
+            break
+        trials += 1
+        hits += tokens[children[0]] == token
+        node = next((c for c in children if tokens[c] == token), None)
+        if node is None:
+            break
+    return trials, hits
 
 
 def _tree_mask(seen: torch.Tensor, prefix: int, dtype: torch.dtype, device) -> torch.Tensor:

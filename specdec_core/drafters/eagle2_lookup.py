@@ -1,0 +1,63 @@
+"""EAGLE-2 + prompt lookup: the head's draft tree with the n-gram chain merged in as a branch.
+
+    tree  = EAGLE-2's tree (drafters/eagle2.py)
+    chain = prompt_lookup(ids, k, ngram_max)      (drafters/ngram.py; may be empty)
+    walk the chain from the root: where the tree already has the chain's token among the
+    current node's children, follow that node; otherwise add the token as a new child
+
+The two drafters are right in different places. The head is weakest where the answer repeats
+its context (a summary quoting the article, code reusing names, arithmetic restating the
+question's numbers), and there prompt lookup copies whole spans for free; the head is right
+on fresh text where lookup has no match. The merged tree is verified in the same single target
+forward. Merged nodes are never duplicate siblings, and the whole tree depends only on the
+committed tokens, so the lossless tree verifier (verifiers/tree.py) keeps the target's output
+at temperature 0 and its distribution above. This combination is ours, not EAGLE's; `eagle2`
+stays the paper's algorithm. Nodes the head did not draft carry the score -inf (no head
+log-prob); the tree size chosen for the head is unchanged, the chain adds up to k nodes.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specdec_core.config import DecodeConfig
+from specdec_core.drafters.base import EMPTY, Proposal
+from specdec_core.drafters.eagle2 import Eagle2Drafter
+from specdec_core.drafters.ngram import prompt_lookup
+
+LOOKUP_SCORE = float("-inf")  # score of a node only the lookup proposed
+
+
+def merge_chain(
+    tokens: list[int], parents: tuple[int, ...], scores: tuple[float, ...], chain: list[int]
+) -> tuple[list[int], tuple[int, ...], tuple[float, ...]]:
+    """The tree plus `chain` as a root-to-leaf path, sharing the nodes it already has.
+
+    New nodes are appended, so parents still come first and existing indices stay valid.
+    """
+    tokens, parents, scores = list(tokens), list(parents), list(scores)
+    node = -1
+    for token in chain:
+        match = next(
+            (c for c, parent in enumerate(parents) if parent == node and tokens[c] == token), None
+        )
+        if match is None:
+            tokens.append(token)
+            parents.append(node)
+            scores.append(LOOKUP_SCORE)
+            match = len(tokens) - 1
+        node = match
+    return tokens, tuple(parents), tuple(scores)
+
+
+class Eagle2LookupDrafter(Eagle2Drafter):
+    name = "eagle2-lookup"
+
+    def propose(self, ids: list[int], config: DecodeConfig, generator: torch.Generator) -> Proposal:
+        tree = super().propose(ids, config, generator)
+        chain = prompt_lookup(ids, config.k, config.ngram_max)
+        if not chain:
+            return tree
+        tokens, parents, scores = merge_chain(tree.tokens, tree.parents or (), tree.scores, chain)
+        self._last = (tokens, parents, len(tree.tokens))  # head nodes first, for `_observe`
+        return Proposal(tokens=tokens, parents=parents, scores=scores) if tokens else EMPTY
