@@ -214,3 +214,19 @@ def test_a_one_wide_tree_drafts_what_the_eagle_chain_drafts(tiny_target):
     assert chain_summary.token_ids == tree_summary.token_ids
     accepted = [[e.accepted for e in events if isinstance(e, Step)] for events in (chain, tree)]
     assert accepted[0] == accepted[1] and sum(accepted[0]) > 0
+
+
+def test_head_step_timing_runs_the_dummy_prefix_once(tiny_target, monkeypatch):
+    """`--tree-tokens auto` times the beam step alone, not the 128-row prefix under it."""
+    from specdec_core import kv_cache
+
+    drafter = Eagle2Drafter(tiny_head(tiny_target), tiny_target.model)
+    rows = []
+    step = drafter.head.step
+    monkeypatch.setattr(
+        drafter.head, "step", lambda f, t, *a: rows.append(t.shape[-1]) or step(f, t, *a)
+    )
+    for k in (1, 4, 4):
+        drafter._time_head_step(k)
+        assert kv_cache.cache_length(drafter._timing_cache) == 128
+    assert rows == [128, 1, 4, 4]
