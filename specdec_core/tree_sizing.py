@@ -15,9 +15,10 @@ for the rest of the process, so the size follows the head in use.
 
 On a GPU a forward over 60 tokens costs about as much as over one, so this lands on EAGLE's
 defaults (60 tokens, depth 6, top-k 10); on a CPU (float32, prepacked linears) every verified
-token costs ~0.6–1.2 ms on top of a ~27 ms forward and a head step ~2 ms, so trees stay small. Units: `depth` is the longest draft path (tree levels;
-EAGLE's code counts expansions after the root, one fewer); `total_tokens` counts the root (the
-pending token), as EAGLE's `total_token`.
+token costs ~0.6–1.2 ms on top of a ~27 ms forward and a head step ~2 ms, so trees stay small.
+Units: `depth` is the longest draft path (tree levels; EAGLE's code counts expansions after the
+root, one fewer); `total_tokens` counts the root (the pending token), as EAGLE's
+`total_token`. A given shape larger than its beam can fill is `capped`.
 """
 
 from __future__ import annotations
@@ -77,6 +78,12 @@ class Choice:
             "tree_tokens": self.shape.total_tokens,
             "tree_sizing": self.reason,
         }
+
+
+def capped(shape: TreeShape) -> TreeShape:
+    """`shape` with at most the nodes its beam can yield: top-k at the root, k·k per level."""
+    most = shape.topk + (shape.depth - 1) * shape.topk * shape.topk
+    return TreeShape(shape.depth, shape.topk, min(shape.total_tokens, most + 1))
 
 
 def expected_tau(shape: TreeShape, alpha1: float = ALPHA1) -> float:

@@ -230,3 +230,13 @@ def test_head_step_timing_runs_the_dummy_prefix_once(tiny_target, monkeypatch):
         drafter._time_head_step(k)
         assert kv_cache.cache_length(drafter._timing_cache) == 128
     assert rows == [128, 1, 4, 4]
+
+
+def test_a_given_tree_larger_than_its_beam_is_capped_and_says_so(tiny_target):
+    drafter = Eagle2Drafter(tiny_head(tiny_target), tiny_target.model)
+    config = _config((2, 4, 24))  # depth 2 x top-k 4 yields 4 + 16 = 20 nodes
+    choice = drafter.choice(config)
+    assert choice.shape == TreeShape(2, 4, 21) and "capped at 21" in choice.reason
+    ids = prompt(length=6)
+    drafter.begin(ids, Target(tiny_target.model).prefill(ids[:-1]))
+    assert len(drafter.propose(ids, config, torch.Generator()).tokens) == 20

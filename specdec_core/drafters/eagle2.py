@@ -58,8 +58,14 @@ class Eagle2Drafter:
         key = (config.tree_depth, config.tree_topk, config.tree_tokens)
         if key not in self._choices:
             if all(key):
-                shape = TreeShape(*key)
-                self._choices[key] = Choice(shape, tree_sizing.expected_tau(shape), None, "given")
+                shape = tree_sizing.capped(TreeShape(*key))
+                reason = "given"
+                if shape.total_tokens < config.tree_tokens:
+                    reason = (
+                        f"given; {config.tree_tokens} tokens capped at {shape.total_tokens}: "
+                        f"depth {shape.depth} x top-k {shape.topk} yields {shape.nodes} nodes"
+                    )
+                self._choices[key] = Choice(shape, tree_sizing.expected_tau(shape), None, reason)
             else:
                 costs = tree_sizing.Costs(
                     target=tree_sizing.measure_target(self.target_model),
