@@ -110,7 +110,8 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     On the CPU bf16 is faster where the CPU has native bf16 (README: 25.5 ms per token here
     against 27 ms for prepacked float32 and 42 ms for unpacked float32), but its multi-token
     forwards round differently from one-token forwards, so greedy speculative output stops
-    being identical to autoregressive output; float32 keeps lossless meaning identical. bf16 is one flag away: --dtype bfloat16.
+    being identical to autoregressive output; float32 keeps lossless meaning identical. bf16
+    is one flag away: --dtype bfloat16.
     """
     if dtype == "auto":
         if device.type == "cuda":
