@@ -60,7 +60,7 @@ def add_decode_options(parser: argparse.ArgumentParser) -> None:
         default="lossless",
         help=f"verification policy with its parameters and defaults: {_policies()}. "
         "Lossy ones trade fidelity for acceptance and are marked LOSSY in all output; "
-        "tree methods (eagle2) take lossless only",
+        "tree methods (eagle2, eagle2-lookup) take lossless only",
     )
     parser.add_argument(
         "--policy-param",

@@ -147,3 +147,58 @@ def test_self_distillation_never_reuses_sharegpt_or_held_out_conversations(
     # validation data is the target's own answers to held-out prompts, features included
     assert len(held_answers) == 32 and all(s.hidden is not None for s in held_answers)
     assert {asked(s) for s in held_answers} <= held
+
+
+def test_self_long_answers_only_the_long_prompts_and_caches_them_apart(
+    tiny_target, tmp_path, monkeypatch
+):
+    from specdec_core.eagle import data as datasets
+    from specdec_core.eagle import pipeline
+
+    # even conversations ask 2 words, odd ones 6 (ids: BOS + words, no chat template)
+    conversations = [
+        [
+            {"from": "human", "value": " ".join(["w1"] * (2 if i % 2 == 0 else 6))},
+            {"from": "gpt", "value": "w5 w6 w7"},
+        ]
+        for i in range(160)
+    ]
+    monkeypatch.setattr(datasets, "iter_sharegpt", lambda: iter(conversations))
+    monkeypatch.setattr(pipeline, "SHAREGPT", slice(30, 50))
+    monkeypatch.setattr(pipeline, "SELF_PROMPTS", {"self": (1, 4), "self-long": (5, 8)})
+    short, _, _ = pipeline.collect("self", tiny_target, 10**6, tmp_path, 64, seed=0)
+    long, _, _ = pipeline.collect("self-long", tiny_target, 10**6, tmp_path, 64, seed=0)
+    assert short and long
+    assert all(s.start <= 4 for s in short) and all(5 <= s.start <= 8 for s in long)
+    assert (tmp_path / "self").is_dir() and (tmp_path / "self-long").is_dir()
+
+
+def test_training_continues_from_an_init_head(tiny_dir, tmp_path):
+    common = [
+        "--target",
+        str(tiny_dir / "target"),
+        "--data",
+        str(tiny_dir / "data.jsonl"),
+        "--tokens",
+        "400",
+        "--epochs",
+        "1",
+        "--draft-vocab",
+        "16",
+        "--batch-tokens",
+        "256",
+        "--feature-dtype",
+        "float32",
+    ]
+    first, second = tmp_path / "first", tmp_path / "second"
+    assert main(["train", "eagle", *common, "--out", str(first)]) == 0
+    assert main(["train", "eagle", *common, "--out", str(second), "--init", str(first)]) == 0
+    card = json.loads((second / "specdec_card.json").read_text())
+    assert card["init"] == str(first)
+    target = load_model(str(tiny_dir / "target"), device="cpu", dtype="float32")
+    before, after = load_head(str(first), target), load_head(str(second), target)
+    assert torch.equal(before.draft_ids(), after.draft_ids())  # the init's vocabulary
+    assert not torch.equal(before.fc.weight, after.fc.weight)  # and trained on from there
+    assert (
+        main(["train", "draft", *common, "--out", str(tmp_path / "d"), "--init", str(first)]) == 2
+    )

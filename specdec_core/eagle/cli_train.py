@@ -14,13 +14,20 @@ def add_parsers(sub) -> dict[str, Callable[[argparse.Namespace], int]]:
     train.add_argument(
         "--data",
         default="self",
-        help="sharegpt, self (the target's own answers to ShareGPT prompts) or FILE.jsonl; "
+        help="sharegpt, self (the target's own answers to ShareGPT prompts of up to 256 "
+        "tokens), self-long (to the prompts of 257-1024 tokens) or FILE.jsonl; "
         "comma-separated to combine",
     )
     train.add_argument(
         "--tokens", default="1000000", help="token budget (one, or one per --data source)"
     )
     train.add_argument("--epochs", type=int, default=2)
+    train.add_argument(
+        "--init",
+        default=None,
+        help="eagle: start from this trained head (its weights and draft vocabulary), "
+        "e.g. embedded, to continue it on new data with a fresh schedule",
+    )
     train.add_argument("--out", required=True, help="output directory (also resumes from it)")
     train.add_argument("--work", default=None, help="cache for data and features (OUT/work)")
     train.add_argument(

@@ -31,6 +31,10 @@ from specdec_core.models import LoadedModel, load_model
 
 HOLDOUT = 64
 SHAREGPT = slice(4096, 8192)  # the conversations used as ShareGPT answers
+# self-distillation prompt lengths (tokens, chat template included): `self` answers the short
+# first prompts; `self-long` the long ones (articles to summarise, code to review), so the head
+# also learns to attend over the distances that long-document prompts need
+SELF_PROMPTS = {"self": (1, 256), "self-long": (257, 1024)}
 
 
 def _log(message: str) -> None:
@@ -50,8 +54,10 @@ def collect(
     tok = target.tokenizer
     if source.endswith(".jsonl"):
         return _jsonl(source, target, tokens, work, max_len), [], []
-    if source not in ("sharegpt", "self"):
-        raise SpecdecError(f"unknown --data '{source}'; use sharegpt, self or FILE.jsonl")
+    if source not in ("sharegpt", *SELF_PROMPTS):
+        raise SpecdecError(
+            f"unknown --data '{source}'; use sharegpt, self, self-long or FILE.jsonl"
+        )
     conversations = list(datasets.iter_sharegpt())
     rest, held = datasets.split_conversations(len(conversations), HOLDOUT, seed)
     rendered = (datasets.render_conversation(tok, conversations[i], max_len) for i in held)
@@ -70,16 +76,20 @@ def collect(
         return samples, held_samples, held_prompts
     chunk = 512
     order = rest[: SHAREGPT.start] + rest[SHAREGPT.stop :]
+    shortest, longest = SELF_PROMPTS[source]
     for number, first in enumerate(range(0, len(order), chunk)):
         ids = order[first : first + chunk]
-        prompts = [p for p in (datasets.first_prompt(tok, conversations[i], 256) for i in ids) if p]
+        found = (datasets.first_prompt(tok, conversations[i], longest) for i in ids)
+        prompts = [p for p in found if p and len(p) >= shortest]
+        if not prompts:
+            continue
         samples += datasets.generate_answers(
             target.model,
             tok,
             prompts,
             128,
             64,
-            work / "self" / f"chunk-{number:04d}",
+            work / source / f"chunk-{number:04d}",
             progress=lambda n, total, made: _log(
                 f"self-distillation batch {n}/{total}: {made} tokens"
             ),
@@ -168,8 +178,14 @@ def run_training(args) -> dict:
         unroll=args.unroll,
     )
     vocab = target.vocab_size
-    draft_ids = frequent_tokens(data, min(config.draft_vocab or vocab, vocab), vocab)
-    model = build_model(config.kind, target.model, draft_ids)
+    init = _init_head(args, target)
+    if init is not None:  # continue from a trained head: its weights and draft vocabulary
+        draft_ids = init.draft_ids()
+        model = build_model(config.kind, target.model, draft_ids)
+        model.load_state_dict(init.state_dict())
+    else:
+        draft_ids = frequent_tokens(data, min(config.draft_vocab or vocab, vocab), vocab)
+        model = build_model(config.kind, target.model, draft_ids)
     lm_head = target.model.get_output_embeddings()
     noise = config.noise if config.kind == "eagle" else 0.0
     unroll = config.unroll if config.kind == "eagle" else 1
@@ -198,6 +214,7 @@ def run_training(args) -> dict:
         "epochs": config.epochs,
         "seed": args.seed,
         "draft_vocab": len(draft_ids),
+        "init": getattr(args, "init", None),
         "history": history,
         "validation": history[-1] if history else None,
         "train_seconds": round(time.time() - started),
@@ -205,6 +222,24 @@ def run_training(args) -> dict:
     }
     save(config.kind, model, target, out, card)
     return card
+
+
+def _init_head(args, target: LoadedModel):
+    """The head named by --init (EAGLE-1 layout with a reduced vocabulary), or None."""
+    spec = getattr(args, "init", None)
+    if not spec:
+        return None
+    if args.kind != "eagle":
+        raise SpecdecError("--init continues an EAGLE head; drop it for `specdec train draft`")
+    from specdec_core.runner import load_head
+
+    head = load_head(spec, target)
+    if head.kind != "eagle1" or not head.draft_vocab:
+        raise SpecdecError(
+            f"--init {spec}: the trainer continues EAGLE-1-layout heads with a reduced draft "
+            f"vocabulary (this one is {head.kind}, draft vocabulary {head.draft_vocab or 'full'})"
+        )
+    return head
 
 
 def save(kind: str, model, target: LoadedModel, out: Path, card: dict) -> None:
