@@ -28,29 +28,19 @@ def tiny_dir(tmp_path_factory):
     return root
 
 
+def _tiny_run(tiny_dir, tokens: int, epochs: int) -> list[str]:
+    """`specdec train` options for a few steps on the tiny target and its JSONL data."""
+    return [
+        *("--target", str(tiny_dir / "target"), "--data", str(tiny_dir / "data.jsonl")),
+        *("--tokens", str(tokens), "--epochs", str(epochs), "--draft-vocab", "16"),
+        *("--batch-tokens", "256", "--feature-dtype", "float32"),
+    ]
+
+
 @pytest.mark.parametrize("kind", ["eagle", "draft"])
 def test_a_short_training_run_produces_a_loadable_model(tiny_dir, tmp_path, kind):
     out = tmp_path / kind
-    argv = [
-        "train",
-        kind,
-        "--target",
-        str(tiny_dir / "target"),
-        "--data",
-        str(tiny_dir / "data.jsonl"),
-        "--tokens",
-        "800",
-        "--epochs",
-        "2",
-        "--out",
-        str(out),
-        "--draft-vocab",
-        "16",
-        "--batch-tokens",
-        "256",
-        "--feature-dtype",
-        "float32",
-    ]
+    argv = ["train", kind, *_tiny_run(tiny_dir, tokens=800, epochs=2), "--out", str(out)]
     assert main(argv) == 0
     card = json.loads((out / "specdec_card.json").read_text())
     assert card["epochs"] == 2 and card["tokens"] >= 800 and card["draft_vocab"] == 16
@@ -174,22 +164,7 @@ def test_self_long_answers_only_the_long_prompts_and_caches_them_apart(
 
 
 def test_training_continues_from_an_init_head(tiny_dir, tmp_path):
-    common = [
-        "--target",
-        str(tiny_dir / "target"),
-        "--data",
-        str(tiny_dir / "data.jsonl"),
-        "--tokens",
-        "400",
-        "--epochs",
-        "1",
-        "--draft-vocab",
-        "16",
-        "--batch-tokens",
-        "256",
-        "--feature-dtype",
-        "float32",
-    ]
+    common = _tiny_run(tiny_dir, tokens=400, epochs=1)
     first, second = tmp_path / "first", tmp_path / "second"
     assert main(["train", "eagle", *common, "--out", str(first)]) == 0
     assert main(["train", "eagle", *common, "--out", str(second), "--init", str(first)]) == 0
