@@ -34,12 +34,13 @@ def keep(cache: DynamicCache, start: int, rows: list[int]) -> None:
     After a tree forward the cache holds every tree node; this compacts the accepted path
     into place. A contiguous prefix of rows is a plain truncation.
     """
-    if rows == list(range(len(rows))):
-        truncate(cache, start + len(rows))
-        return
-    for layer in cache.layers:
-        index = torch.tensor(rows, device=layer.keys.device) + start
-        layer.keys = torch.cat([layer.keys[..., :start, :], layer.keys[..., index, :]], dim=-2)
-        layer.values = torch.cat(
-            [layer.values[..., :start, :], layer.values[..., index, :]], dim=-2
-        )
+    if rows != list(range(len(rows))):
+        # gather the kept rows (a copy of a few rows), write them into place, then truncate:
+        # the prefix before `start` is never copied
+        end = start + len(rows)
+        with torch.inference_mode():  # the cache holds inference tensors
+            for layer in cache.layers:
+                index = torch.tensor(rows, device=layer.keys.device) + start
+                layer.keys[..., start:end, :] = layer.keys[..., index, :]
+                layer.values[..., start:end, :] = layer.values[..., index, :]
+    truncate(cache, start + len(rows))
