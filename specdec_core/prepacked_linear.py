@@ -11,9 +11,9 @@ method gains, speculative ones most, because verifying k tokens costs closer to 
 `prepack(model)` swaps each `nn.Linear` for a `PrepackedLinear` that keeps the original
 `weight` and `bias` parameters (state dicts, tied embeddings and readers of `.weight` see no
 change) plus the packed copy, used only where it is exact to use it: CPU, the packed dtype,
-no autograd (training falls back to `F.linear`). If the weight changes in place the copy is
-packed again. The packed copy costs one more copy of the linear weights in memory. Set
-SPECDEC_PREPACK=0 to keep torch's default kernels.
+no autograd (training falls back to `F.linear`). If the weight changes (in place, new data,
+or a new parameter) the copy is packed again. The packed copy costs one more copy of the
+linear weights in memory. Set SPECDEC_PREPACK=0 to keep torch's default kernels.
 """
 
 from __future__ import annotations
@@ -64,13 +64,13 @@ class PackedWeight:
         if enabled(self.weight.device, self.weight.dtype):
             self._packed = self.weight.detach().to_mkldnn()
             self._packed_bias = None if self.bias is None else self.bias.detach().to_mkldnn()
-        self._version = self._weights_version()
+        self._stamp = self._weights_stamp()
 
-    def _weights_version(self) -> tuple[int, int]:
-        return (_version(self.weight), _version(self.bias))
+    def _weights_stamp(self) -> tuple:
+        return (*_stamp(self.weight), *_stamp(self.bias))
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if self._weights_version() != self._version:
+        if self._weights_stamp() != self._stamp:
             self._pack()
         packed = self._packed
         if (
@@ -87,9 +87,12 @@ class PackedWeight:
         return out.reshape(*x.shape[:-1], out.shape[-1])
 
 
-def _version(tensor: torch.Tensor | None) -> int:
-    """In-place updates bump a tensor's version; inference tensors cannot be updated."""
-    return -1 if tensor is None or tensor.is_inference() else tensor._version
+def _stamp(tensor: torch.Tensor | None) -> tuple[int, int]:
+    """(storage, version): new data (`.to`, `.data =`) changes the storage, an in-place
+    update bumps the version (inference tensors cannot be updated in place)."""
+    if tensor is None:
+        return (0, -1)
+    return (tensor.data_ptr(), -1 if tensor.is_inference() else tensor._version)
 
 
 class PrepackedLinear(nn.Module):
@@ -103,6 +106,8 @@ class PrepackedLinear(nn.Module):
         self._packed = PackedWeight(self.weight, self.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self._packed.weight is not self.weight or self._packed.bias is not self.bias:
+            self._packed = PackedWeight(self.weight, self.bias)  # e.g. load_state_dict(assign=)
         return self._packed(x)
 
     def extra_repr(self) -> str:

@@ -77,6 +77,18 @@ def test_packed_copy_follows_in_place_weight_updates():
         torch.testing.assert_close(linear(x), expected, rtol=1e-5, atol=1e-5)
 
 
+def test_packed_copy_follows_replaced_parameters_and_data():
+    linear = PrepackedLinear(torch.nn.Linear(16, 8))
+    x = torch.randn(2, 16)
+    state = {"weight": torch.randn(8, 16), "bias": torch.randn(8)}
+    linear.load_state_dict(state, assign=True)  # new parameter objects
+    with torch.no_grad():
+        torch.testing.assert_close(linear(x), x @ state["weight"].T + state["bias"])
+        linear.weight.data = torch.randn(8, 16)  # new data under the same parameter
+        expected = torch.nn.functional.linear(x, linear.weight, linear.bias)
+        torch.testing.assert_close(linear(x), expected, rtol=1e-5, atol=1e-5)
+
+
 def test_prepack_is_off_for_other_dtypes_and_when_switched_off(monkeypatch):
     assert prepack(tiny_model(seed=1).to(torch.bfloat16)) == 0
     monkeypatch.setenv("SPECDEC_PREPACK", "0")

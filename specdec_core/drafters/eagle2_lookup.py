@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 
 from specdec_core.config import DecodeConfig
-from specdec_core.drafters.base import EMPTY, Proposal
+from specdec_core.drafters.base import Proposal
 from specdec_core.drafters.eagle2 import Eagle2Drafter
 from specdec_core.drafters.ngram import prompt_lookup
 
@@ -60,4 +60,4 @@ class Eagle2LookupDrafter(Eagle2Drafter):
             return tree
         tokens, parents, scores = merge_chain(tree.tokens, tree.parents or (), tree.scores, chain)
         self._last = (tokens, parents, len(tree.tokens))  # head nodes first, for `_observe`
-        return Proposal(tokens=tokens, parents=parents, scores=scores) if tokens else EMPTY
+        return Proposal(tokens=tokens, parents=parents, scores=scores)
