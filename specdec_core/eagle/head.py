@@ -89,7 +89,7 @@ class Eagle3Layer(nn.Module):
     def forward(self, emb, hidden, mask, position_embeddings, cache) -> torch.Tensor:
         residual = hidden
         x = torch.cat([self.input_layernorm(emb), self.hidden_norm(hidden)], dim=-1)
-        x, _ = self.self_attn(x, position_embeddings, mask, cache=cache)
+        x, _ = self.self_attn(x, position_embeddings, mask, **kv_cache.cache_arg(cache))
         hidden = residual + x
         return hidden + self.mlp(self.post_attention_layernorm(hidden))
 
@@ -165,7 +165,9 @@ class EagleHead(nn.Module):
         rope = self.rotary(emb, positions)
         if self.kind == "eagle1":
             x = self.fc(torch.cat([emb, features], dim=-1))
-            hidden = self.layers[0](x, attention_mask=mask, position_embeddings=rope, cache=cache)
+            hidden = self.layers[0](
+                x, attention_mask=mask, position_embeddings=rope, **kv_cache.cache_arg(cache)
+            )
             return HeadOutput(hidden, self)
         if features.shape[-1] != self.config.hidden_size:
             features = self.fc(features)  # [B, n, 3h] -> [B, n, h]: target layers, first step

@@ -54,9 +54,11 @@ def collect(
     tok = target.tokenizer
     if source.endswith(".jsonl"):
         return _jsonl(source, target, tokens, work, max_len), [], []
+    if source.endswith(".npz"):
+        return _answers(source, tokens, max_len), [], []
     if source not in ("sharegpt", *SELF_PROMPTS):
         raise SpecdecError(
-            f"unknown --data '{source}'; use sharegpt, self, self-long or FILE.jsonl"
+            f"unknown --data '{source}'; use sharegpt, self, self-long, FILE.jsonl or FILE.npz"
         )
     conversations = list(datasets.iter_sharegpt())
     rest, held = datasets.split_conversations(len(conversations), HOLDOUT, seed)
@@ -103,6 +105,29 @@ def collect(
         target.model, tok, held_prompts[:32], 128, 32, work / "self-heldout"
     )
     return samples, held_answers or held_samples, held_prompts
+
+
+def _answers(path: str, tokens: int, max_len: int) -> list[datasets.Sample]:
+    """Prompt + answer token ids saved by scripts/gpu_distill.py (`ids`, `offsets`, `starts`)."""
+    import numpy as np
+
+    try:
+        saved = np.load(path)
+        ids, offsets, starts = saved["ids"], saved["offsets"], saved["starts"]
+    except (OSError, KeyError, ValueError) as exc:
+        raise SpecdecError(
+            f"--data {path}: expected an .npz of answers with arrays ids, offsets and starts "
+            f"(as scripts/gpu_distill.py saves them): {exc}"
+        ) from None
+    samples, total = [], 0
+    for a, b, start in zip(offsets[:-1], offsets[1:], starts, strict=True):
+        sample = datasets.Sample(ids[a:b][:max_len].astype("int64").tolist(), int(start))
+        if len(sample.ids) > sample.start + 1:
+            samples.append(sample)
+            total += len(sample.ids)
+            if total >= tokens:
+                break
+    return samples
 
 
 def _jsonl(path: str, target: LoadedModel, tokens: int, work: Path, max_len: int):
@@ -155,7 +180,7 @@ def run_training(args) -> dict:
         samples, held_samples, prompts = collect(
             source, target, budget, work, args.max_len, args.seed, args.cached_only
         )
-        name = Path(source).stem if source.endswith(".jsonl") else source
+        name = Path(source).stem if source.endswith((".jsonl", ".npz")) else source
         _log(f"{name}: {len(samples)} sequences, {sum(len(s.ids) for s in samples)} tokens")
         data += extract_features(
             target.model,
@@ -233,7 +258,7 @@ def _init_head(args, target: LoadedModel):
         raise SpecdecError("--init continues an EAGLE head; drop it for `specdec train draft`")
     from specdec_core.runner import load_head
 
-    head = load_head(spec, target)
+    head = load_head(spec, target, torch.float32)  # not through a bf16 target's rounding
     if head.kind != "eagle1" or not head.draft_vocab:
         raise SpecdecError(
             f"--init {spec}: the trainer continues EAGLE-1-layout heads with a reduced draft "

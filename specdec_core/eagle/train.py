@@ -1,4 +1,4 @@
-"""`specdec train eagle|draft`: train an EAGLE head or a same-size token-level draft on a CPU.
+"""`specdec train eagle|draft`: train an EAGLE head or a same-size token-level draft (CPU or GPU).
 
 Recipe (EAGLE-1): the target's features come from one forward per sequence (features.py);
 the model predicts the next feature; loss = SmoothL1(feature) + 0.1 * cross-entropy of
@@ -82,8 +82,11 @@ def batches(data: list[Featured], batch_tokens: int, generator: torch.Generator)
     return [[data[i] for i in groups[j]] for j in perm]
 
 
-def collate(items: list[Featured]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """-> ids [B, T], features [B, T, h], loss mask [B, T] (positions >= start and < length)."""
+def collate(
+    items: list[Featured], device: torch.device | str = "cpu"
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """-> ids [B, T], features [B, T, h], loss mask [B, T] (positions >= start and < length),
+    on `device`."""
     width = max(len(item.ids) for item in items)
     h = items[0].hidden.shape[-1]
     ids = torch.zeros(len(items), width, dtype=torch.long)
@@ -93,7 +96,7 @@ def collate(items: list[Featured]) -> tuple[torch.Tensor, torch.Tensor, torch.Te
         n = len(item.ids)
         ids[row, :n], hidden[row, :n] = item.ids, item.hidden
         mask[row, item.start : n] = True
-    return ids, hidden, mask
+    return ids.to(device), hidden.to(device), mask.to(device)
 
 
 class Objective(nn.Module):
@@ -127,18 +130,19 @@ class Objective(nn.Module):
         f_in = hidden[:, :-1].float()
         if self.training and self.noise:
             f_in = f_in + (torch.rand_like(f_in) - 0.5) * self.noise
-        positions = torch.arange(T - 1)[None].expand(B, -1)
+        positions = torch.arange(T - 1, device=ids.device)[None].expand(B, -1)
         cache = self.model.new_cache() if self.unroll > 1 else None
         out = self.model.step(f_in, ids[:, 1:], positions, None, cache).hidden  # [B, T-1, h]
         preds, trues = [out[mask[:, 1:]]], [hidden[:, 1:][mask[:, 1:]]]
         widths = [T - 1]
         for j in range(2, min(self.unroll, T - 1) + 1):
             n = T - j  # rows p = 0..T-j-1
-            allowed = [torch.ones(n, widths[0], dtype=torch.bool).tril()]
-            allowed += [torch.eye(n, w, dtype=torch.bool) for w in widths[1:]]
-            allowed.append(torch.eye(n, dtype=torch.bool))
+            dev = ids.device
+            allowed = [torch.ones(n, widths[0], dtype=torch.bool, device=dev).tril()]
+            allowed += [torch.eye(n, w, dtype=torch.bool, device=dev) for w in widths[1:]]
+            allowed.append(torch.eye(n, dtype=torch.bool, device=dev))
             allowed = torch.cat(allowed, dim=1)
-            additive = torch.zeros(allowed.shape).masked_fill(
+            additive = torch.zeros(allowed.shape, device=dev).masked_fill(
                 ~allowed, torch.finfo(torch.float32).min
             )
             out = self.model.step(
@@ -174,14 +178,15 @@ def build_model(kind: str, target, draft_ids: torch.Tensor) -> nn.Module:
             head.layers[0].self_attn.o_proj.weight.mul_(0.1)
             head.layers[0].mlp.down_proj.weight.mul_(0.1)
         head.set_draft_vocab(draft_ids)
-        return head.float().bind(target.get_input_embeddings(), target.get_output_embeddings())
+        head = head.float().to(target.device)
+        return head.bind(target.get_input_embeddings(), target.get_output_embeddings())
     config.tie_word_embeddings = True
     draft = LlamaForCausalLM(config)
     draft.model.layers[0].load_state_dict(target.model.layers[0].state_dict())
     draft.model.norm.load_state_dict(target.model.norm.state_dict())
     draft.model.embed_tokens = target.get_input_embeddings()
     draft.lm_head = target.get_output_embeddings()
-    return draft.float()
+    return draft.float().to(target.device)
 
 
 def trainable(model: nn.Module, kind: str) -> list[nn.Parameter]:
@@ -203,6 +208,7 @@ def train(
         p.requires_grad_(False)
     for p in params:
         p.requires_grad_(True)
+    device = objective.lm_rows.device  # the target's device: data moves there batch by batch
     optimizer = torch.optim.AdamW(params, lr=config.lr, betas=(0.9, 0.95), weight_decay=0.0)
     generator = torch.Generator().manual_seed(config.seed)
     steps_per_epoch = len(batches(data, config.batch_tokens, torch.Generator().manual_seed(0)))
@@ -210,7 +216,7 @@ def train(
     state = {"epoch": 0, "step": 0, "history": []}
     checkpoint = out / "checkpoint.pt"
     if checkpoint.is_file():
-        saved = torch.load(checkpoint, weights_only=False)
+        saved = torch.load(checkpoint, weights_only=False, map_location="cpu")
         objective.model.load_state_dict(saved["model"], strict=False)
         optimizer.load_state_dict(saved["optimizer"])
         generator.set_state(saved["generator"])
@@ -244,8 +250,8 @@ def train(
             lr *= 0.5 * (1 + math.cos(math.pi * min(1.0, state["step"] / total)))
             for group in optimizer.param_groups:
                 group["lr"] = lr
-            ids, hidden, mask = collate(items)
-            with torch.autocast("cpu", dtype=torch.bfloat16):
+            ids, hidden, mask = collate(items, device)
+            with torch.autocast(device.type, dtype=torch.bfloat16):
                 pred, true = objective(ids, hidden, mask)
                 feature, ce, agree = objective.losses(pred.float(), true.float())
             loss = feature + config.ce_weight * ce
@@ -275,7 +281,7 @@ def teacher_forced_agreement(objective: Objective, data: list[Featured], lm_head
     """Share of held-out answer positions where the model's top-1 equals the target's top-1."""
     hits = total = 0
     for item in data:
-        ids, hidden, mask = collate([item])
+        ids, hidden, mask = collate([item], objective.lm_rows.device)
         pred, true = objective(ids, hidden, mask)
         draft = (pred @ objective.lm_rows.T.to(pred.dtype)).argmax(-1)  # draft-vocab ids
         draft_ids = objective.draft_ids[draft]

@@ -1,0 +1,335 @@
+"""Self-distil and train the EAGLE head on a leased GPU, inside a fixed wall-clock budget.
+
+This is how the bundled head's GPU stage was made (its card records the arguments). It drives
+the same library code as `specdec train eagle` (`generate_answers`, `extract_features`, `train`)
+but sizes the work by time, because a leased machine is held for minutes, not hours:
+
+1. `export` (on any machine with the ShareGPT package): the first user prompts of ShareGPT,
+   chat-templated for the target, split like `specdec train` splits them (the same 64
+   held-out conversations), saved as token ids in one compressed .npz.
+2. `run` (on the GPU): answer the prompts greedily in large batches until `--gen-seconds`
+   (batches in random order, so a cut-off drops a random subset, not the longest prompts),
+   then sample answers at T=1 with what is left of that time; save the answers' token ids;
+   take the target's features in one forward per sequence; continue the bundled head on them
+   for as many epochs as fit in `--total-seconds` (timed on a probe); save the head and card.
+3. `smoke`: the same stages on a random model of the target's shape, a few batches each, to
+   time generation and catch device problems before a real run.
+
+    python scripts/gpu_distill.py export --out .xfer/prompts.npz
+    python scripts/gpu_distill.py run --target model.gguf --prompts prompts.npz --out OUT
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from specdec_core.eagle import data as datasets  # noqa: E402
+from specdec_core.eagle.features import extract_features  # noqa: E402
+from specdec_core.eagle.pipeline import HOLDOUT  # noqa: E402
+from specdec_core.eagle.train import (  # noqa: E402
+    Objective,
+    TrainConfig,
+    batches,
+    build_model,
+    collate,
+    frequent_tokens,
+    teacher_forced_agreement,
+    train,
+)
+
+START = time.monotonic()
+
+
+def log(message: str) -> None:
+    print(f"[{time.monotonic() - START:6.1f}s] {message}", file=sys.stderr, flush=True)
+
+
+def pack(lists: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    flat = np.fromiter((t for ids in lists for t in ids), dtype=np.uint16)
+    return flat, np.cumsum([0] + [len(ids) for ids in lists]).astype(np.int64)
+
+
+def unpack(flat: np.ndarray, offsets: np.ndarray) -> list[list[int]]:
+    bounds = zip(offsets[:-1], offsets[1:], strict=True)
+    return [flat[a:b].astype(np.int64).tolist() for a, b in bounds]
+
+
+def export(args) -> None:
+    from specdec_core.models import load_model
+
+    target = load_model(args.target, "cpu", "float32")
+    tok = target.tokenizer
+    conversations = list(datasets.iter_sharegpt())
+    rest, held = datasets.split_conversations(len(conversations), HOLDOUT, args.seed)
+    train_prompts = [datasets.first_prompt(tok, conversations[i], args.max_prompt) for i in rest]
+    held_prompts = [datasets.first_prompt(tok, conversations[i], 256) for i in held]
+    train_prompts = [p for p in train_prompts if p]
+    held_prompts = [p for p in held_prompts if p]
+    tf, to = pack(train_prompts)
+    hf, ho = pack(held_prompts)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(args.out, train=tf, train_offsets=to, held=hf, held_offsets=ho)
+    log(f"{len(train_prompts)} prompts ({len(tf)} tokens), {len(held_prompts)} held out")
+
+
+def length_groups(prompts, batch: int, batch_tokens: int, max_new: int) -> list[list[int]]:
+    """Length-sorted groups of at most `batch` prompts and `batch_tokens` padded tokens."""
+    groups, group = [], []
+    for i in sorted(range(len(prompts)), key=lambda i: len(prompts[i])):
+        if group and (
+            len(group) >= batch or (len(group) + 1) * (len(prompts[i]) + max_new) > batch_tokens
+        ):
+            groups.append(group)
+            group = []
+        group.append(i)
+    return groups + [group] if group else groups
+
+
+def answer(model, tok, prompts, args, deadline, spent, temperature, seed, work, label):
+    """Answers to `prompts` batch by batch (length-sorted batches in random order) while the
+    slowest batch so far (`spent`, seconds, shared between calls) still fits before `deadline`."""
+    groups = length_groups(prompts, args.batch, args.gen_batch_tokens, args.max_new)
+    random.Random(seed).shuffle(groups)
+    samples = []
+    for n, group in enumerate(groups):
+        left = deadline - time.monotonic()
+        if left <= 0 or (spent and left < 1.1 * max(spent)):
+            break
+        began = time.monotonic()
+        samples += datasets.generate_answers(
+            model,
+            tok,
+            [prompts[i] for i in group],
+            args.max_new,
+            len(group),
+            work / f"{label}-{n:04d}",
+            keep_features=False,
+            temperature=temperature,
+        )
+        spent.append(time.monotonic() - began)
+        made = sum(len(s.ids) - s.start for s in samples)
+        log(f"{label} batch {n + 1}/{len(groups)}: {spent[-1]:.1f}s, {made} answer tokens")
+    return samples
+
+
+def save_ids(samples, path: Path) -> None:
+    flat, offsets = pack([s.ids for s in samples])
+    starts = np.array([s.start for s in samples], dtype=np.int32)
+    np.savez_compressed(path, ids=flat, offsets=offsets, starts=starts)
+
+
+def probe_seconds_per_token(objective, data, config, steps: int = 12) -> float:
+    """Time a few training steps on a copy of the model (the real run starts fresh)."""
+    trial = copy.deepcopy(objective)
+    params = [p for p in trial.model.parameters() if p.requires_grad] or list(
+        trial.model.parameters()
+    )
+    for p in params:
+        p.requires_grad_(True)
+    optimizer = torch.optim.AdamW(params, lr=1e-6)
+    plan = batches(data, config.batch_tokens, torch.Generator().manual_seed(1))[: steps + 2]
+    device = objective.lm_rows.device
+    tokens, began = 0, None
+    for n, items in enumerate(plan):
+        if n == 2:  # two warm-up steps
+            torch.cuda.synchronize() if device.type == "cuda" else None
+            began, tokens = time.monotonic(), 0
+        ids, hidden, mask = collate(items, device)
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            pred, true = trial(ids, hidden, mask)
+            feature, ce, _ = trial.losses(pred.float(), true.float())
+        optimizer.zero_grad(set_to_none=True)
+        (feature + 0.1 * ce).backward()
+        optimizer.step()
+        tokens += sum(len(item.ids) for item in items)
+    torch.cuda.synchronize() if device.type == "cuda" else None
+    return (time.monotonic() - began) / max(1, tokens)
+
+
+def run(args) -> None:
+    from specdec_core.eagle.formats import load_head, save_head
+    from specdec_core.models import load_model
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    work = Path(args.work + ("-smoke" if args.smoke else ""))  # never mix smoke shards in
+    (work / "train").mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(args.seed)
+    target = smoke_target(args) if args.smoke else load_model(args.target, args.device, "bfloat16")
+    model, tok = target.model, target.tokenizer
+    for p in model.parameters():
+        p.requires_grad_(False)
+    log(f"target on {model.device}, {model.dtype}")
+    saved = np.load(args.prompts)
+    prompts = unpack(saved["train"], saved["train_offsets"])
+    held_prompts = unpack(saved["held"], saved["held_offsets"])
+    if args.smoke:
+        prompts = prompts[: 3 * args.batch]
+    report = {"args": vars(args), "stages": {}}
+
+    began = time.monotonic()
+    deadline, spent = began + args.gen_seconds, []
+    held = datasets.generate_answers(
+        model, tok, held_prompts[:32], args.max_new, 32, work / "held", keep_features=False
+    )
+    greedy = answer(model, tok, prompts, args, deadline, spent, 0.0, args.seed, work, "greedy")
+    sampled = answer(
+        model, tok, prompts, args, deadline, spent, 1.0, args.seed + 1, work, "sampled"
+    )
+    report["stages"]["generate"] = {
+        "seconds": round(time.monotonic() - began, 1),
+        "greedy_answers": len(greedy),
+        "sampled_answers": len(sampled),
+        "answer_tokens": sum(len(s.ids) - s.start for s in greedy + sampled),
+        "tokens": sum(len(s.ids) for s in greedy + sampled),
+    }
+    log(json.dumps(report["stages"]["generate"]))
+    save_ids(greedy, out / "greedy_ids.npz")
+    if sampled:
+        save_ids(sampled, out / "sampled_ids.npz")
+
+    began = time.monotonic()
+    samples = [datasets.Sample(s.ids[: args.max_len], s.start) for s in greedy + sampled]
+    samples = [s for s in samples if len(s.ids) > s.start + 1]
+    data = extract_features(model, samples, None, batch_tokens=args.feature_batch_tokens)
+    held_data = extract_features(model, [datasets.Sample(s.ids, s.start) for s in held], None)
+    report["stages"]["features"] = {"seconds": round(time.monotonic() - began, 1)}
+    log(f"features: {len(data)} sequences in {time.monotonic() - began:.1f}s")
+
+    config = TrainConfig(
+        kind="eagle", epochs=1, lr=args.lr, batch_tokens=args.batch_tokens, seed=args.seed,
+        unroll=args.unroll, save_every=10**9,
+    )  # fmt: skip
+    if not args.init:  # a fresh head on the data's most frequent tokens
+        size = min(args.draft_vocab, target.vocab_size)
+        draft_ids = frequent_tokens(data, size, target.vocab_size).to(model.device)
+        head = build_model("eagle", model, draft_ids)
+    else:
+        init = load_head(args.init, target, torch.float32)
+        draft_ids = init.draft_ids()
+        head = build_model("eagle", model, draft_ids)
+        head.load_state_dict(init.state_dict())
+    lm_head = model.get_output_embeddings()
+    objective = Objective("eagle", head, lm_head, draft_ids, config.noise, config.unroll)
+    before = teacher_forced_agreement(objective.eval(), held_data, lm_head)
+    per_token = probe_seconds_per_token(objective.train(), data, config)
+    tokens = sum(len(item.ids) for item in data)
+    left = args.total_seconds - (time.monotonic() - START) - args.reserve_seconds
+    epochs = int(left / (per_token * tokens * 1.1))
+    if epochs < 1:  # not even one epoch: train on the share of the data that fits
+        keep = max(1, int(len(data) * left / (per_token * tokens * 1.1)))
+        data = random.Random(args.seed).sample(data, keep)
+        epochs = 1
+    config.epochs = min(epochs, args.max_epochs)
+    log(f"probe {per_token * 1e6:.1f} us/token; {config.epochs} epochs over {len(data)} seqs")
+    began = time.monotonic()
+    history = train(
+        objective, data, config, work / "train",
+        lambda o: {"teacher_forced_top1": teacher_forced_agreement(o, held_data, lm_head)},
+    )  # fmt: skip
+    report["stages"]["train"] = {
+        "seconds": round(time.monotonic() - began, 1),
+        "epochs": config.epochs,
+        "sequences": len(data),
+        "tokens": sum(len(item.ids) for item in data),
+        "teacher_forced_top1_before": before,
+        "history": history,
+    }
+    card = {
+        "kind": "eagle",
+        "target": "embedded",
+        "command": "python scripts/gpu_distill.py " + " ".join(sys.argv[1:]),
+        "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+        "data": ["self (GPU: greedy + T=1 answers to ShareGPT first prompts)"],
+        "tokens": report["stages"]["train"]["tokens"],
+        "sequences": len(data),
+        "epochs": config.epochs,
+        "seed": args.seed,
+        "draft_vocab": len(draft_ids),
+        "init": args.init or None,
+        "history": history,
+        "validation": history[-1] if history else None,
+        "stages": report["stages"],
+        "train_config": {k: v for k, v in vars(config).items() if k != "extra"},
+    }
+    save_head(head, out / "head", card)
+    (out / "report.json").write_text(json.dumps(report, indent=2, default=str))
+    log(f"saved {out / 'head'}: {json.dumps(history[-1] if history else {})}")
+
+
+def smoke_target(args):
+    """A random model of SmolLM2-135M's shape (timing and device checks; no weights needed)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from specdec_core.models import LoadedModel
+
+    config = LlamaConfig(
+        vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+        num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=8192,
+        rope_theta=100000.0, tie_word_embeddings=True, eos_token_id=2, pad_token_id=2,
+    )  # fmt: skip
+    model = LlamaForCausalLM(config).to(args.device, torch.bfloat16).eval()
+    model.generation_config.eos_token_id = 2
+
+    class Tok:
+        pad_token_id = 2
+        eos_token_id = 2
+
+    device = torch.device(args.device)
+    return LoadedModel(model, Tok(), "smoke", "random", device, torch.bfloat16)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="mode", required=True)
+    ex = sub.add_parser("export")
+    ex.add_argument("--target", default="embedded")
+    ex.add_argument("--out", required=True)
+    ex.add_argument("--max-prompt", type=int, default=1024)
+    ex.add_argument("--seed", type=int, default=0)
+    for name in ("run", "smoke"):
+        p = sub.add_parser(name)
+        p.add_argument("--target", default="embedded")
+        p.add_argument("--prompts", required=True)
+        p.add_argument("--out", required=True)
+        p.add_argument("--work", default="/tmp/gpu_distill")
+        p.add_argument("--init", default="resources/head", help="head to continue; '' = fresh")
+        p.add_argument("--draft-vocab", type=int, default=8192, help="fresh head only")
+        p.add_argument("--device", default="cuda")
+        p.add_argument("--batch", type=int, default=1024)
+        p.add_argument("--gen-batch-tokens", type=int, default=600_000)
+        p.add_argument("--max-new", type=int, default=384)
+        p.add_argument("--max-len", type=int, default=1536)
+        p.add_argument("--gen-seconds", type=float, default=240)
+        p.add_argument("--total-seconds", type=float, default=520)
+        p.add_argument("--reserve-seconds", type=float, default=25)
+        p.add_argument("--max-epochs", type=int, default=6)
+        p.add_argument("--batch-tokens", type=int, default=32768)
+        p.add_argument("--feature-batch-tokens", type=int, default=131072)
+        p.add_argument("--lr", type=float, default=5e-4)
+        p.add_argument("--unroll", type=int, default=2)
+        p.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    if args.mode == "export":
+        export(args)
+    else:
+        args.smoke = args.mode == "smoke"
+        if args.smoke:
+            args.init = ""  # a random target: nothing to continue
+        run(args)
+
+
+if __name__ == "__main__":
+    main()

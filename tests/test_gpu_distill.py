@@ -1,0 +1,81 @@
+"""scripts/gpu_distill.py (the leased-GPU training run) end to end on the tiny target, on a CPU."""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from specdec_core.config import DecodeConfig
+from specdec_core.eagle.formats import load_head
+from specdec_core.models import load_model
+from specdec_core.runner import run
+from tests.tiny import VOCAB, tiny_model, tiny_tokenizer
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "gpu_distill.py"
+
+
+@pytest.fixture(scope="module")
+def distill():
+    spec = importlib.util.spec_from_file_location("gpu_distill", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_prompts_pack_and_unpack_losslessly(distill):
+    lists = [[1, 2, 3], [], [49151, 0]]
+    assert distill.unpack(*distill.pack(lists)) == lists
+
+
+def test_length_groups_respect_the_count_and_the_padded_token_budget(distill):
+    prompts = [[1] * n for n in (9, 1, 5, 3, 7, 2, 8)]
+    groups = distill.length_groups(prompts, batch=3, batch_tokens=40, max_new=4)
+    assert sorted(i for g in groups for i in g) == list(range(len(prompts)))
+    for group in groups:
+        longest = max(len(prompts[i]) for i in group)
+        assert len(group) <= 3 and len(group) * (longest + 4) <= 40
+    lengths = [len(prompts[i]) for g in groups for i in g]
+    assert lengths == sorted(lengths)  # groups of similar length
+
+
+def test_a_timed_run_answers_trains_and_saves_a_lossless_head(distill, tmp_path, monkeypatch):
+    tiny_model(1).save_pretrained(tmp_path / "target")
+    tiny_tokenizer().save_pretrained(tmp_path / "target")
+    generator = torch.Generator().manual_seed(0)
+    prompts = [
+        [1, *torch.randint(3, VOCAB, (n,), generator=generator).tolist()] for n in range(2, 14)
+    ]
+    train, train_offsets = distill.pack(prompts)
+    held, held_offsets = distill.pack(prompts[:3])
+    np.savez(tmp_path / "prompts.npz", train=train, train_offsets=train_offsets, held=held,
+             held_offsets=held_offsets)  # fmt: skip
+    out = tmp_path / "out"
+    argv = [
+        *("run", "--target", str(tmp_path / "target"), "--prompts", str(tmp_path / "prompts.npz")),
+        *("--out", str(out), "--work", str(tmp_path / "work"), "--init", "", "--device", "cpu"),
+        *("--batch", "4", "--max-new", "6", "--gen-seconds", "60", "--total-seconds", "120"),
+        *("--reserve-seconds", "0", "--batch-tokens", "128", "--max-epochs", "2"),
+    ]
+    monkeypatch.setattr(sys, "argv", ["gpu_distill.py", *argv])
+    distill.main()
+    report = json.loads((out / "report.json").read_text())
+    generated = report["stages"]["generate"]
+    assert generated["greedy_answers"] == len(prompts) == generated["sampled_answers"]
+    assert report["stages"]["train"]["epochs"] == 2
+    saved = np.load(out / "greedy_ids.npz")
+    answers = distill.unpack(saved["ids"], saved["offsets"])
+    assert sorted(a[:s] for a, s in zip(answers, saved["starts"], strict=True)) == sorted(prompts)
+    card = json.loads((out / "head" / "specdec_card.json").read_text())
+    assert card["epochs"] == 2 and card["init"] is None and card["draft_vocab"] == VOCAB
+    target = load_model(str(tmp_path / "target"), device="cpu", dtype="float32")
+    head = load_head(str(out / "head"), target)
+    config = DecodeConfig(max_new_tokens=16, k=3)
+    ids = prompts[4]
+    assert (
+        run(target, "eagle", ids, config, head).token_ids
+        == run(target, "ar", ids, config).token_ids
+    )
