@@ -232,3 +232,12 @@ def test_answers_saved_as_npz_train_a_head(tiny_dir, tmp_path):
     np.savez(tmp_path / "bad.npz", tokens=flat)
     common[common.index("--data") + 1] = str(tmp_path / "bad.npz")
     assert main(["train", "eagle", *common, "--out", str(tmp_path / "bad")]) == 2
+
+
+def test_a_checkpoint_from_other_data_is_refused_not_resumed_at_a_wrong_step(
+    tiny_dir, tmp_path, capsys
+):
+    out = str(tmp_path / "head")
+    assert main(["train", "eagle", *_tiny_run(tiny_dir, tokens=800, epochs=1), "--out", out]) == 0
+    assert main(["train", "eagle", *_tiny_run(tiny_dir, tokens=400, epochs=1), "--out", out]) == 2
+    assert "cannot resume" in capsys.readouterr().err

@@ -38,6 +38,7 @@ from tqdm import tqdm
 
 from specdec_core.eagle.features import Featured
 from specdec_core.eagle.head import EagleHead
+from specdec_core.errors import SpecdecError
 
 
 @dataclass
@@ -213,10 +214,22 @@ def train(
     generator = torch.Generator().manual_seed(config.seed)
     steps_per_epoch = len(batches(data, config.batch_tokens, torch.Generator().manual_seed(0)))
     total = max(1, steps_per_epoch * config.epochs)
-    state = {"epoch": 0, "step": 0, "history": []}
+    # what a resumed run must share with the checkpoint for its step count to mean the same
+    plan = {
+        "sequences": len(data),
+        "tokens": sum(len(item.ids) for item in data),
+        "batch_tokens": config.batch_tokens,
+    }
+    state = {"epoch": 0, "step": 0, "history": [], "plan": plan}
     checkpoint = out / "checkpoint.pt"
     if checkpoint.is_file():
         saved = torch.load(checkpoint, weights_only=False, map_location="cpu")
+        if saved["state"].get("plan", plan) != plan:
+            raise SpecdecError(
+                f"{checkpoint} is from a run on other data or batches ({saved['state']['plan']}; "
+                f"this run: {plan}), so it cannot resume; use a new --out, or delete the "
+                "checkpoint to start over (--init continues a finished head on new data)"
+            )
         objective.model.load_state_dict(saved["model"], strict=False)
         optimizer.load_state_dict(saved["optimizer"])
         generator.set_state(saved["generator"])
