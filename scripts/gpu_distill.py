@@ -37,17 +37,17 @@ sys.path.insert(0, str(ROOT))
 
 from specdec_core.eagle import data as datasets  # noqa: E402
 from specdec_core.eagle.features import extract_features  # noqa: E402
-from specdec_core.eagle.pipeline import HOLDOUT  # noqa: E402
+from specdec_core.eagle.pipeline import HOLDOUT, starting_model  # noqa: E402
 from specdec_core.eagle.train import (  # noqa: E402
     Objective,
     TrainConfig,
     batches,
-    build_model,
-    collate,
-    frequent_tokens,
     teacher_forced_agreement,
     train,
+    train_step,
+    trainable,
 )
+from specdec_core.errors import SpecdecError  # noqa: E402
 
 START = time.monotonic()
 
@@ -124,12 +124,6 @@ def answer(model, tok, prompts, args, deadline, spent, temperature, seed, work, 
     return samples
 
 
-def save_ids(samples, path: Path) -> None:
-    flat, offsets = pack([s.ids for s in samples])
-    starts = np.array([s.start for s in samples], dtype=np.int32)
-    np.savez_compressed(path, ids=flat, offsets=offsets, starts=starts)
-
-
 def probe_seconds_per_token(objective, data, config, steps: int = 20, warmup: int = 5) -> float:
     """Time a few training steps on a copy of the model (the real run starts fresh).
 
@@ -138,36 +132,34 @@ def probe_seconds_per_token(objective, data, config, steps: int = 20, warmup: in
     fit: warm up longer, and time more steps.
     """
     trial = copy.deepcopy(objective)
-    params = [p for p in trial.model.parameters() if p.requires_grad] or list(
-        trial.model.parameters()
-    )
+    params = trainable(trial.model, "eagle")
     for p in params:
         p.requires_grad_(True)
     optimizer = torch.optim.AdamW(params, lr=1e-6)
     plan = batches(data, config.batch_tokens, torch.Generator().manual_seed(1))[: steps + warmup]
-    device = objective.lm_rows.device
     warmup = min(warmup, len(plan) - 1)  # little data: time what there is
     tokens, began = 0, time.monotonic()
     for n, items in enumerate(plan):
         if n == warmup:
-            torch.cuda.synchronize() if device.type == "cuda" else None
+            sync()
             began, tokens = time.monotonic(), 0
-        ids, hidden, mask = collate(items, device)
-        with torch.autocast(device.type, dtype=torch.bfloat16):
-            pred, true = trial(ids, hidden, mask)
-            feature, ce, _ = trial.losses(pred.float(), true.float())
-        optimizer.zero_grad(set_to_none=True)
-        (feature + 0.1 * ce).backward()
-        optimizer.step()
+        train_step(trial, items, optimizer, params, config.ce_weight)
         tokens += sum(len(item.ids) for item in items)
-    torch.cuda.synchronize() if device.type == "cuda" else None
+    sync()
     return (time.monotonic() - began) / max(1, tokens)
 
 
+def sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
 def run(args) -> None:
-    from specdec_core.eagle.formats import load_head, save_head
+    from specdec_core.eagle.formats import save_head
     from specdec_core.models import load_model
 
+    if not Path(args.prompts).is_file():  # before minutes of model loading
+        raise SpecdecError(f"{args.prompts} not found; make it with: gpu_distill.py export")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     work = Path(args.work + ("-smoke" if args.smoke else ""))  # never mix smoke shards in
@@ -202,9 +194,9 @@ def run(args) -> None:
         "tokens": sum(len(s.ids) for s in greedy + sampled),
     }
     log(json.dumps(report["stages"]["generate"]))
-    save_ids(greedy, out / "greedy_ids.npz")
+    datasets.save_answers(greedy, out / "greedy_ids.npz")
     if sampled:
-        save_ids(sampled, out / "sampled_ids.npz")
+        datasets.save_answers(sampled, out / "sampled_ids.npz")
 
     began = time.monotonic()
     samples = [datasets.Sample(s.ids[: args.max_len], s.start) for s in greedy + sampled]
@@ -218,15 +210,7 @@ def run(args) -> None:
         kind="eagle", epochs=1, lr=args.lr, batch_tokens=args.batch_tokens, seed=args.seed,
         unroll=args.unroll, save_every=10**9,
     )  # fmt: skip
-    if not args.init:  # a fresh head on the data's most frequent tokens
-        size = min(args.draft_vocab, target.vocab_size)
-        draft_ids = frequent_tokens(data, size, target.vocab_size).to(model.device)
-        head = build_model("eagle", model, draft_ids)
-    else:
-        init = load_head(args.init, target, torch.float32)
-        draft_ids = init.draft_ids()
-        head = build_model("eagle", model, draft_ids)
-        head.load_state_dict(init.state_dict())
+    head, draft_ids = starting_model("eagle", args.init, target, data, args.draft_vocab)
     lm_head = model.get_output_embeddings()
     objective = Objective("eagle", head, lm_head, draft_ids, config.noise, config.unroll)
     before = teacher_forced_agreement(objective.eval(), held_data, lm_head)
@@ -328,13 +312,16 @@ def main() -> None:
         p.add_argument("--unroll", type=int, default=2)
         p.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    if args.mode == "export":
-        export(args)
-    else:
-        args.smoke = args.mode == "smoke"
-        if args.smoke:
-            args.init = ""  # a random target: nothing to continue
-        run(args)
+    try:
+        if args.mode == "export":
+            export(args)
+        else:
+            args.smoke = args.mode == "smoke"
+            if args.smoke:
+                args.init = ""  # a random target: nothing to continue
+            run(args)
+    except SpecdecError as exc:
+        sys.exit(f"gpu_distill: {exc}")
 
 
 if __name__ == "__main__":

@@ -79,3 +79,10 @@ def test_a_timed_run_answers_trains_and_saves_a_lossless_head(distill, tmp_path,
         run(target, "eagle", ids, config, head).token_ids
         == run(target, "ar", ids, config).token_ids
     )
+
+
+def test_a_missing_prompts_file_says_how_to_make_it(distill, tmp_path, monkeypatch):
+    argv = ["gpu_distill.py", "run", "--prompts", str(tmp_path / "none.npz"), "--out", "x"]
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(SystemExit, match="gpu_distill.py export"):
+        distill.main()

@@ -108,6 +108,34 @@ def _encode(tokenizer, messages: list[dict], add_generation_prompt: bool) -> lis
     return tokenizer(text, add_special_tokens=True)["input_ids"]
 
 
+def save_answers(samples: list[Sample], path: Path) -> None:
+    """Save prompt + answer ids as one .npz (`ids` uint16 when the vocabulary fits, `offsets`,
+    `starts`): the form in which answers generated elsewhere (a GPU) reach `--data FILE.npz`."""
+    import numpy as np
+
+    flat = [t for s in samples for t in s.ids]
+    dtype = np.uint16 if max(flat, default=0) < 2**16 else np.int32
+    offsets = np.cumsum([0] + [len(s.ids) for s in samples]).astype(np.int64)
+    starts = np.array([s.start for s in samples], dtype=np.int32)
+    np.savez_compressed(path, ids=np.array(flat, dtype=dtype), offsets=offsets, starts=starts)
+
+
+def load_answers(path: str | Path) -> list[Sample]:
+    """The samples `save_answers` wrote; a clear error for any other file."""
+    import numpy as np
+
+    try:
+        saved = np.load(path)
+        ids, offsets, starts = saved["ids"], saved["offsets"], saved["starts"]
+    except (OSError, KeyError, ValueError) as exc:
+        raise SpecdecError(
+            f"{path}: expected an .npz of answers with arrays ids, offsets and starts "
+            f"(as scripts/gpu_distill.py saves them): {exc}"
+        ) from None
+    bounds = zip(offsets[:-1], offsets[1:], starts, strict=True)
+    return [Sample(ids[a:b].astype(np.int64).tolist(), int(start)) for a, b, start in bounds]
+
+
 def split_conversations(count: int, holdout: int, seed: int) -> tuple[list[int], list[int]]:
     order = list(range(count))
     random.Random(seed).shuffle(order)

@@ -108,20 +108,10 @@ def collect(
 
 
 def _answers(path: str, tokens: int, max_len: int) -> list[datasets.Sample]:
-    """Prompt + answer token ids saved by scripts/gpu_distill.py (`ids`, `offsets`, `starts`)."""
-    import numpy as np
-
-    try:
-        saved = np.load(path)
-        ids, offsets, starts = saved["ids"], saved["offsets"], saved["starts"]
-    except (OSError, KeyError, ValueError) as exc:
-        raise SpecdecError(
-            f"--data {path}: expected an .npz of answers with arrays ids, offsets and starts "
-            f"(as scripts/gpu_distill.py saves them): {exc}"
-        ) from None
+    """Answers saved by `datasets.save_answers` (scripts/gpu_distill.py), up to `tokens`."""
     samples, total = [], 0
-    for a, b, start in zip(offsets[:-1], offsets[1:], starts, strict=True):
-        sample = datasets.Sample(ids[a:b][:max_len].astype("int64").tolist(), int(start))
+    for saved in datasets.load_answers(path):
+        sample = datasets.Sample(saved.ids[:max_len], saved.start)
         if len(sample.ids) > sample.start + 1:
             samples.append(sample)
             total += len(sample.ids)
@@ -202,15 +192,9 @@ def run_training(args) -> dict:
         seed=args.seed,
         unroll=args.unroll,
     )
-    vocab = target.vocab_size
-    init = _init_head(args, target)
-    if init is not None:  # continue from a trained head: its weights and draft vocabulary
-        draft_ids = init.draft_ids()
-        model = build_model(config.kind, target.model, draft_ids)
-        model.load_state_dict(init.state_dict())
-    else:
-        draft_ids = frequent_tokens(data, min(config.draft_vocab or vocab, vocab), vocab)
-        model = build_model(config.kind, target.model, draft_ids)
+    model, draft_ids = starting_model(
+        config.kind, getattr(args, "init", None), target, data, config.draft_vocab
+    )
     lm_head = target.model.get_output_embeddings()
     noise = config.noise if config.kind == "eagle" else 0.0
     unroll = config.unroll if config.kind == "eagle" else 1
@@ -249,22 +233,31 @@ def run_training(args) -> dict:
     return card
 
 
-def _init_head(args, target: LoadedModel):
-    """The head named by --init (EAGLE-1 layout with a reduced vocabulary), or None."""
-    spec = getattr(args, "init", None)
-    if not spec:
-        return None
-    if args.kind != "eagle":
+def starting_model(kind: str, init: str | None, target: LoadedModel, data, draft_vocab: int):
+    """-> (model to train, its draft vocabulary's target ids), on the target's device.
+
+    With `init` (--init): that trained EAGLE-1 head, its weights and draft vocabulary. Without:
+    a fresh model on the `draft_vocab` most frequent tokens of `data` (0 = all).
+    """
+    vocab = target.vocab_size
+    if not init:
+        draft_ids = frequent_tokens(data, min(draft_vocab or vocab, vocab), vocab)
+        draft_ids = draft_ids.to(target.device)
+        return build_model(kind, target.model, draft_ids), draft_ids
+    if kind != "eagle":
         raise SpecdecError("--init continues an EAGLE head; drop it for `specdec train draft`")
     from specdec_core.runner import load_head
 
-    head = load_head(spec, target, torch.float32)  # not through a bf16 target's rounding
+    head = load_head(init, target, torch.float32)  # not through a bf16 target's rounding
     if head.kind != "eagle1" or not head.draft_vocab:
         raise SpecdecError(
-            f"--init {spec}: the trainer continues EAGLE-1-layout heads with a reduced draft "
+            f"--init {init}: the trainer continues EAGLE-1-layout heads with a reduced draft "
             f"vocabulary (this one is {head.kind}, draft vocabulary {head.draft_vocab or 'full'})"
         )
-    return head
+    draft_ids = head.draft_ids()
+    model = build_model(kind, target.model, draft_ids)
+    model.load_state_dict(head.state_dict())
+    return model, draft_ids
 
 
 def save(kind: str, model, target: LoadedModel, out: Path, card: dict) -> None:

@@ -196,6 +196,20 @@ def trainable(model: nn.Module, kind: str) -> list[nn.Parameter]:
     return list(model.model.layers.parameters()) + list(model.model.norm.parameters())
 
 
+def train_step(objective: Objective, items, optimizer, params, ce_weight: float):
+    """One optimiser step on a batch of `items` -> (feature loss, ce, top-1 agreement)."""
+    device = objective.lm_rows.device  # the target's device: data moves there batch by batch
+    ids, hidden, mask = collate(items, device)
+    with torch.autocast(device.type, dtype=torch.bfloat16):
+        pred, true = objective(ids, hidden, mask)
+        feature, ce, agree = objective.losses(pred.float(), true.float())
+    optimizer.zero_grad(set_to_none=True)
+    (feature + ce_weight * ce).backward()
+    torch.nn.utils.clip_grad_norm_(params, 0.5)
+    optimizer.step()
+    return feature, ce, agree
+
+
 def train(
     objective: Objective,
     data: list[Featured],
@@ -209,7 +223,6 @@ def train(
         p.requires_grad_(False)
     for p in params:
         p.requires_grad_(True)
-    device = objective.lm_rows.device  # the target's device: data moves there batch by batch
     optimizer = torch.optim.AdamW(params, lr=config.lr, betas=(0.9, 0.95), weight_decay=0.0)
     generator = torch.Generator().manual_seed(config.seed)
     steps_per_epoch = len(batches(data, config.batch_tokens, torch.Generator().manual_seed(0)))
@@ -263,15 +276,7 @@ def train(
             lr *= 0.5 * (1 + math.cos(math.pi * min(1.0, state["step"] / total)))
             for group in optimizer.param_groups:
                 group["lr"] = lr
-            ids, hidden, mask = collate(items, device)
-            with torch.autocast(device.type, dtype=torch.bfloat16):
-                pred, true = objective(ids, hidden, mask)
-                feature, ce, agree = objective.losses(pred.float(), true.float())
-            loss = feature + config.ce_weight * ce
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, 0.5)
-            optimizer.step()
+            feature, ce, agree = train_step(objective, items, optimizer, params, config.ce_weight)
             state["step"] += 1
             bar.set_postfix(
                 feat=f"{feature.item():.3f}", ce=f"{ce.item():.2f}", acc=f"{agree.item():.2f}"
