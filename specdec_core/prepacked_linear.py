@@ -4,9 +4,12 @@ On a CPU, `torch.nn.functional.linear` hands each call to a BLAS GEMM that repac
 for every call with more than one input row. A forward over a few tokens (what speculative
 decoding verifies) then reads every weight matrix about twice: measured on SmolLM2-135M with
 float32 on two cores, 37 ms for one token but 61 ms for two and 63 ms for eight. oneDNN can
-reorder a weight into its blocked layout once (`Tensor.to_mkldnn`) and multiply against that
-copy directly: 27.5 ms for one token, 34 ms for two, 40 ms for eight (docs/eagle.md). Every
-method gains, speculative ones most, because verifying k tokens costs closer to one token.
+reorder a weight once into the blocked layout its matrix kernel reads for a given number of
+input rows (`torch.ops.mkldnn._reorder_linear_weight`, the packing torch.compile uses on a
+CPU) and multiply dense inputs against that copy (`_linear_pointwise`). Tuned for a few rows
+(`BATCH_HINT`), a forward over 1 / 2 / 5 / 9 / 16 tokens at a 400-token context takes
+23 / 27 / 27 / 30 / 33 ms (docs/eagle.md). Every method gains, speculative ones most, because
+verifying k tokens then costs little more than one token.
 
 `prepack(model)` swaps each `nn.Linear` for a `PrepackedLinear` that keeps the original
 `weight` and `bias` parameters (state dicts, tied embeddings and readers of `.weight` see no
@@ -18,6 +21,7 @@ linear weights in memory. Set SPECDEC_PREPACK=0 to keep torch's default kernels.
 
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -25,6 +29,16 @@ from torch import nn
 from torch.nn import functional as F
 
 PACKED_DTYPES = (torch.float32,)  # bf16 kernels depend on the CPU; kept on torch's path
+BATCH_HINT = 4  # input rows the blocked layout is tuned for (decode steps verify 1-16 tokens)
+
+
+@functools.cache
+def _has_ops() -> bool:
+    """Does this torch build have oneDNN's weight reorder and linear ops?"""
+    try:
+        return bool(torch.ops.mkldnn._reorder_linear_weight and torch.ops.mkldnn._linear_pointwise)
+    except (AttributeError, RuntimeError):
+        return False
 
 
 def enabled(device: torch.device, dtype: torch.dtype) -> bool:
@@ -33,6 +47,7 @@ def enabled(device: torch.device, dtype: torch.dtype) -> bool:
         device.type == "cpu"
         and dtype in PACKED_DTYPES
         and torch.backends.mkldnn.is_available()
+        and _has_ops()
         and os.environ.get("SPECDEC_PREPACK", "1") != "0"
     )
 
@@ -62,8 +77,7 @@ class PackedWeight:
     def _pack(self) -> None:
         self._packed = None
         if enabled(self.weight.device, self.weight.dtype):
-            self._packed = self.weight.detach().to_mkldnn()
-            self._packed_bias = None if self.bias is None else self.bias.detach().to_mkldnn()
+            self._packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), BATCH_HINT)
         self._stamp = self._weights_stamp()
 
     def _weights_stamp(self) -> tuple:
@@ -82,8 +96,9 @@ class PackedWeight:
             or self.weight.dtype != packed.dtype
         ):
             return F.linear(x, self.weight, self.bias)
-        rows = x.reshape(-1, x.shape[-1]).contiguous().to_mkldnn()
-        out = torch._C._nn.mkldnn_linear(rows, packed, self._packed_bias).to_dense()
+        rows = x.reshape(-1, x.shape[-1]).contiguous()
+        bias = None if self.bias is None else self.bias.detach()
+        out = torch.ops.mkldnn._linear_pointwise(rows, packed, bias, "none", [], "")
         return out.reshape(*x.shape[:-1], out.shape[-1])
 
 

@@ -23,13 +23,13 @@ pytestmark = pytest.mark.skipif(
 def calls(monkeypatch):
     """Count calls of the oneDNN kernel, to prove the packed path ran."""
     counted = {"n": 0}
-    kernel = torch._C._nn.mkldnn_linear
+    kernel = torch.ops.mkldnn._linear_pointwise
 
     def counting(*args):
         counted["n"] += 1
         return kernel(*args)
 
-    monkeypatch.setattr(torch._C._nn, "mkldnn_linear", counting)
+    monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise", counting)
     return counted
 
 
