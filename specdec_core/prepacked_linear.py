@@ -21,6 +21,7 @@ linear weights in memory. Set SPECDEC_PREPACK=0 to keep torch's default kernels.
 
 from __future__ import annotations
 
+import copy
 import functools
 import os
 
@@ -28,7 +29,6 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-PACKED_DTYPES = (torch.float32,)  # bf16 kernels depend on the CPU; kept on torch's path
 BATCH_HINT = 4  # input rows the blocked layout is tuned for (decode steps verify 1-16 tokens)
 
 
@@ -41,15 +41,30 @@ def _has_ops() -> bool:
         return False
 
 
+@functools.cache
+def _native_bf16() -> bool:
+    """Does this CPU multiply bf16 natively (AVX-512 BF16, AMX) through oneDNN?"""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
 def enabled(device: torch.device, dtype: torch.dtype) -> bool:
-    """Prepack on this device and dtype? (CPU, float32, oneDNN built in, not switched off)."""
+    """Prepack on this device and dtype? CPU, oneDNN built in, not switched off, and float32,
+    or bfloat16 where the CPU multiplies it natively (elsewhere bf16 stays on torch's path)."""
     return (
         device.type == "cpu"
-        and dtype in PACKED_DTYPES
+        and (dtype == torch.float32 or (dtype == torch.bfloat16 and _native_bf16()))
         and torch.backends.mkldnn.is_available()
         and _has_ops()
         and os.environ.get("SPECDEC_PREPACK", "1") != "0"
     )
+
+
+def fast_bf16(device: torch.device) -> bool:
+    """Are prepacked bf16 linears available here (about twice as fast as float32 ones)?"""
+    return enabled(device, torch.bfloat16)
 
 
 def prepack(model: nn.Module) -> int:
@@ -73,6 +88,11 @@ class PackedWeight:
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
         self.weight, self.bias = weight, bias
         self._pack()
+
+    def __deepcopy__(self, memo: dict) -> PackedWeight:
+        """A copy packed from copies of the weights (oneDNN's blocked tensors cannot be copied;
+        `memo` keeps a copied module's parameters shared with its copied packed weights)."""
+        return PackedWeight(copy.deepcopy(self.weight, memo), copy.deepcopy(self.bias, memo))
 
     def _pack(self) -> None:
         self._packed = None

@@ -9,6 +9,7 @@ from safetensors.torch import save_file
 from specdec_core.config import DecodeConfig
 from specdec_core.eagle.formats import head_from_state, load_head, save_head
 from specdec_core.errors import SpecdecError
+from specdec_core.prepacked_linear import fast_bf16
 from specdec_core.runner import run
 from tests.eagle_tiny import tiny_head
 from tests.tiny import VOCAB, prompt, tiny_config
@@ -82,7 +83,7 @@ def test_official_eagle1_checkpoint_loads_and_decodes_losslessly(tiny_target, tm
     state = official_eagle1_state()
     state["embed_tokens.weight"] = torch.zeros(VOCAB, H)  # some checkpoints ship it: ignored
     path = write_official(tmp_path / "e1", state, {"bias": True}, as_bin=True)
-    head = load_head(str(path), tiny_target)
+    head = load_head(str(path), tiny_target, torch.float32)
     assert head.kind == "eagle1" and head.fc.bias is not None and head.draft_vocab == 0
     torch.testing.assert_close(head.fc.weight, state["fc.weight"])
     reference = run(tiny_target, "ar", prompt(), DecodeConfig(max_new_tokens=24))
@@ -109,7 +110,7 @@ def test_official_eagle3_checkpoint_loads_and_decodes_losslessly(tiny_target, tm
 def test_saved_head_reloads_with_identical_outputs(tiny_target, tmp_path, kind, draft_vocab):
     head = tiny_head(tiny_target, kind, draft_vocab)
     save_head(head, tmp_path / "head", card={"note": "test"}, dtype=torch.float32)
-    again = load_head(str(tmp_path / "head"), tiny_target)
+    again = load_head(str(tmp_path / "head"), tiny_target, torch.float32)
     features = torch.randn(1, 5, 3 * H if kind == "eagle3" else H)
     tokens, positions = torch.tensor([[4, 8, 15, 16, 23]]), torch.arange(5)[None]
     with torch.no_grad():
@@ -145,3 +146,17 @@ def test_a_directory_without_head_weights_is_refused(tiny_target, tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(tiny_config(layers=1).to_dict()))
     with pytest.raises(SpecdecError, match="model.safetensors"):
         load_head(str(tmp_path), tiny_target)
+
+
+@pytest.mark.skipif(not fast_bf16(torch.device("cpu")), reason="this CPU has no native bf16")
+def test_head_runs_in_bf16_on_a_cpu_with_native_bf16_and_keeps_rope_in_float32(
+    tiny_target, tmp_path
+):
+    head = tiny_head(tiny_target, "eagle1", 12)
+    save_head(head, tmp_path / "head", dtype=torch.float32)
+    fast = load_head(str(tmp_path / "head"), tiny_target)
+    assert fast.fc.weight.dtype == torch.bfloat16
+    assert fast.rotary.inv_freq.dtype == torch.float32
+    torch.testing.assert_close(fast.rotary.inv_freq, head.rotary.inv_freq)
+    reference = run(tiny_target, "ar", prompt(), DecodeConfig(max_new_tokens=24))
+    assert _greedy(tiny_target, fast).token_ids == reference.token_ids

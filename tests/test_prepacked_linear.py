@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from transformers import LlamaForCausalLM
@@ -9,7 +11,7 @@ from transformers import LlamaForCausalLM
 from specdec_core.config import DecodeConfig
 from specdec_core.decode import generate
 from specdec_core.drafters.eagle2 import Eagle2Drafter
-from specdec_core.prepacked_linear import PrepackedLinear, prepack
+from specdec_core.prepacked_linear import PrepackedLinear, fast_bf16, prepack
 from specdec_core.runner import run
 from tests.eagle_tiny import tiny_head
 from tests.tiny import prompt, tiny_config, tiny_loaded, tiny_model
@@ -48,6 +50,19 @@ def test_prepacked_linear_gives_torch_linear_outputs(calls, bias, shape):
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.skipif(not fast_bf16(torch.device("cpu")), reason="this CPU has no native bf16")
+def test_bf16_linears_are_packed_where_the_cpu_multiplies_bf16(calls):
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(64, 96).to(torch.bfloat16)
+    packed = PrepackedLinear(linear)
+    x = torch.randn(5, 64, dtype=torch.bfloat16)
+    with torch.inference_mode():
+        expected = torch.nn.functional.linear(x.float(), linear.weight.float(), linear.bias.float())
+        got = packed(x)
+    assert calls["n"] == 1 and got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), expected, rtol=2e-2, atol=2e-2)
+
+
 def test_prepack_keeps_parameters_state_dict_and_tied_weights():
     config = tiny_config()
     config.tie_word_embeddings = True
@@ -66,6 +81,19 @@ def test_with_autograd_it_falls_back_to_torch_and_trains(calls):
     linear(x).sum().backward()
     assert calls["n"] == 0
     assert x.grad is not None and linear.weight.grad is not None
+
+
+def test_a_deep_copy_packs_its_own_copied_weights():
+    linear = PrepackedLinear(torch.nn.Linear(16, 8))
+    twin = copy.deepcopy(linear)
+    assert twin._packed.weight is twin.weight and twin.weight is not linear.weight
+    with torch.no_grad():
+        twin.weight.mul_(2.0)
+        x = torch.randn(3, 16)
+        torch.testing.assert_close(twin(x), torch.nn.functional.linear(x, twin.weight, twin.bias))
+        torch.testing.assert_close(
+            linear(x), torch.nn.functional.linear(x, linear.weight, linear.bias)
+        )
 
 
 def test_packed_copy_follows_in_place_weight_updates():
@@ -90,7 +118,9 @@ def test_packed_copy_follows_replaced_parameters_and_data():
 
 
 def test_prepack_is_off_for_other_dtypes_and_when_switched_off(monkeypatch):
-    assert prepack(tiny_model(seed=1).to(torch.bfloat16)) == 0
+    assert prepack(tiny_model(seed=1).to(torch.float16)) == 0
+    bf16 = prepack(tiny_model(seed=1).to(torch.bfloat16))
+    assert (bf16 > 0) == fast_bf16(torch.device("cpu"))
     monkeypatch.setenv("SPECDEC_PREPACK", "0")
     assert prepack(tiny_model(seed=1)) == 0
 

@@ -72,7 +72,7 @@ def load_draft_dir(directory: Path, target: LoadedModel) -> LoadedModel:
     model.lm_head = target.model.get_output_embeddings()
     model.model.rotary_emb = type(model.model.rotary_emb)(config)  # real (non-meta) buffers
     model.to(device=target.device, dtype=target.dtype).eval()
-    prepack(model)  # CPU float32: oneDNN weights packed once (prepacked_linear.py)
+    prepack(model)  # CPU: oneDNN weights packed once (prepacked_linear.py)
     model.generation_config.eos_token_id = target.model.generation_config.eos_token_id
     return LoadedModel(
         model, target.tokenizer, str(directory), str(directory), target.device, target.dtype

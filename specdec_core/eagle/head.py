@@ -124,6 +124,14 @@ class EagleHead(nn.Module):
         self._target: tuple[nn.Module, nn.Module] | None = None  # (embedding, lm_head), unowned
         self._draft_head: PackedWeight | None = None  # eagle1 + reduced vocab: gathered rows
 
+    def _apply(self, fn, recurse=True):
+        """`.to(dtype)` and friends, but RoPE's frequencies stay float32: cast to bf16, the
+        angle at position 500 would be off by radians."""
+        super()._apply(fn, recurse)
+        if self.rotary.inv_freq.dtype != torch.float32:
+            self.rotary = LlamaRotaryEmbedding(self.config).to(self.rotary.inv_freq.device)
+        return self
+
     # -- binding to the target ---------------------------------------------------------
     def bind(self, embedding: nn.Module, lm_head: nn.Module) -> EagleHead:
         """Use the target's embedding (and, for eagle1, lm_head); they are not head weights."""
@@ -183,14 +191,15 @@ class EagleHead(nn.Module):
             raise RuntimeError("EagleHead.bind(embedding, lm_head) must be called first")
         if not self.draft_vocab:
             return target_head(hidden.to(target_head.weight.dtype))
-        weight = target_head.weight
+        weight, dtype = target_head.weight, self.fc.weight.dtype  # rows in the head's dtype
         if (
             self._draft_head is None
             or self._draft_head.weight.device != weight.device
-            or self._draft_head.weight.dtype != weight.dtype
+            or self._draft_head.weight.dtype != dtype
         ):
-            self._draft_head = PackedWeight(weight[self.draft_ids()].detach())  # [Vd, h] rows
-        return self._draft_head(hidden.to(weight.dtype))
+            rows = weight[self.draft_ids()].detach().to(dtype)  # [Vd, h]
+            self._draft_head = PackedWeight(rows)
+        return self._draft_head(hidden.to(dtype))
 
     def to_target(self, logits: torch.Tensor) -> torch.Tensor:
         """Draft-vocabulary logits [.., Vd] -> target-vocabulary logits [.., V] (-inf outside)."""
