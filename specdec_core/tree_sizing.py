@@ -1,8 +1,9 @@
 """EAGLE-2 tree size for this device: `--tree-tokens auto` (DESIGN §2.5).
 
-A tree step costs one target forward over the tree plus `depth` head steps over the top-k beam,
-and gains the expected number of accepted tokens. Both costs are measured on this device, once
-per process and model (`measure_target`, `measure_head`, cached); the gain comes from an
+A tree step costs one target forward over the tree, `depth` head steps over the top-k beam and
+one head step over the accepted path (the commit), and gains the expected number of accepted
+tokens. Both costs are measured on this device, once per process and model (`measure_target`,
+`measure_head`, cached); the gain comes from an
 acceptance prior: the head's rank-r token is the target's with probability π_r, where the
 chance that one of its top-k is right is α(k) = 1 − (1 − α₁)·k^(−1/2) (α₁ = top-1 acceptance).
 Under that prior `expected_tau` runs the same beam search the drafter runs (top-k by cumulative
@@ -101,13 +102,14 @@ def choose(
     """The shape with the most expected tokens per second; given dimensions stay fixed."""
     alpha1 = ALPHA1 if alpha1 is None else alpha1
     best: tuple[float, TreeShape, float, float] | None = None
+    commit = costs.head_seconds(2)  # the head over the accepted rows (~2 per step)
     for d in [depth] if depth else range(1, MAX_DEPTH + 1):
         for k in [topk] if topk else range(1, MAX_TOPK + 1):
             curve = _tau_curve(d, k, alpha1)  # [candidates + 1]
             most = min(MAX_TOKENS, len(curve))
             for n in [total_tokens] if total_tokens else range(2, most + 1):
                 tau = float(curve[min(n - 1, len(curve) - 1)])
-                seconds = costs.target_seconds(n) + d * costs.head_seconds(k)
+                seconds = costs.target_seconds(n) + d * costs.head_seconds(k) + commit
                 if best is None or tau / seconds > best[0] * (1 + 1e-3):
                     best = (tau / seconds, TreeShape(d, k, n), tau, seconds)
     assert best is not None
@@ -117,7 +119,7 @@ def choose(
         f"{1000 * seconds:.1f} ms = target over {shape.total_tokens} tokens "
         f"{1000 * costs.target_seconds(shape.total_tokens):.1f} ms (1 token "
         f"{1000 * costs.target_seconds(1):.1f} ms) + {shape.depth} head steps x{shape.topk} "
-        f"of {1000 * costs.head_seconds(shape.topk):.2f} ms"
+        f"of {1000 * costs.head_seconds(shape.topk):.2f} ms + commit {1000 * commit:.2f} ms"
     )
     return Choice(shape, tau, seconds, reason, costs)
 
