@@ -27,6 +27,7 @@ import torch
 from platformdirs import user_cache_dir
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
+from specdec_core.cpu_attention import use_grouped_sdpa
 from specdec_core.errors import SpecdecError
 from specdec_core.prepacked_linear import prepack
 
@@ -147,6 +148,7 @@ def load_model(
         ) from None
     model.to(torch_device).eval()
     prepack(model)  # CPU: oneDNN weights packed once (prepacked_linear.py)
+    use_grouped_sdpa(model)  # CPU: GQA inside torch's attention kernel (cpu_attention.py)
     report(f"loaded {spec}", 1.0)
     return LoadedModel(model, tokenizer, spec, str(source), torch_device, torch_dtype)
 

@@ -19,6 +19,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import LlamaConfig
 
+from specdec_core.cpu_attention import use_grouped_sdpa
 from specdec_core.eagle.head import EagleHead
 from specdec_core.errors import SpecdecError
 from specdec_core.models import LoadedModel
@@ -92,6 +93,7 @@ def load_head(spec: str, target: LoadedModel, dtype: torch.dtype | None = None) 
     )
     head.to(device=target.device, dtype=dtype or head_dtype(target)).eval()
     prepack(head)  # CPU: oneDNN weights packed once (prepacked_linear.py)
+    use_grouped_sdpa(head)  # CPU: GQA inside torch's attention kernel (cpu_attention.py)
     return head.bind(model.get_input_embeddings(), model.get_output_embeddings())
 
 
