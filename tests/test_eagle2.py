@@ -240,3 +240,31 @@ def test_a_given_tree_larger_than_its_beam_is_capped_and_says_so(tiny_target):
     ids = prompt(length=6)
     drafter.begin(ids, Target(tiny_target.model).prefill(ids[:-1]))
     assert len(drafter.propose(ids, config, torch.Generator()).tokens) == 20
+
+
+def test_at_t_above_zero_every_expanded_node_has_topk_draws_from_its_own_q(tiny_target):
+    drafter = Eagle2Drafter(tiny_head(tiny_target, seed=8), tiny_target.model)
+    ids = prompt(length=6)
+    runner = Target(tiny_target.model, drafter.feature_layers)
+    drafter.begin(ids, runner.prefill(ids[:-1]))
+    config = _config((3, 4, 40), temperature=1.0)
+    generator = torch.Generator().manual_seed(2)
+    repeated = 0
+    for _ in range(20):
+        proposal = drafter.propose(ids, config, generator)
+        draws = proposal.draws
+        assert draws is not None and proposal.q is not None
+        expanded = {-1} | {proposal.parents[node] for node in range(len(proposal.tokens))}
+        per_parent = {p: [n for n in draws if proposal.parents[n] == p] for p in expanded}
+        assert all(len(nodes) == 4 for nodes in per_parent.values())  # top-k draws each
+        assert len(expanded) <= 1 + 4 + 4  # the root, then a beam of 4 per level
+        assert sorted(set(draws)) == list(range(len(proposal.tokens)))  # every node was drawn
+        assert all(parent < node for node, parent in enumerate(proposal.parents))
+        for node, token in enumerate(proposal.tokens):
+            assert proposal.q[node, token] > 0
+            siblings = [n for n in draws if proposal.parents[n] == proposal.parents[node]]
+            assert all(torch.equal(proposal.q[n], proposal.q[node]) for n in siblings)
+        torch.testing.assert_close(proposal.q.sum(-1), torch.ones(len(proposal.tokens)))
+        repeated += len(draws) > len(proposal.tokens)
+    assert drafter.cache.get_seq_length() == len(ids) - 1  # drafting rows truncated again
+    assert repeated > 0

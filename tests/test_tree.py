@@ -234,3 +234,51 @@ def test_the_cache_reaches_the_model_under_the_installed_transformers_name():
     cache = kv_cache.new_cache(model.config)
     model(torch.tensor([prompt(length=6)]), **kv_cache.cache_arg(cache), use_cache=True)
     assert kv_cache.cache_length(cache) == 6
+
+
+def _sampled_proposal(q: torch.Tensor, draws: int, lookup: int | None, generator) -> Proposal:
+    """Children of the root drawn i.i.d. from q (a token drawn twice is one node drawn
+    twice), plus a deterministic lookup child with a one-hot q, tried last."""
+    from specdec_core.sampling import sample_many
+
+    tokens: list[int] = []
+    order: list[int] = []
+    for token in sample_many(q, draws, generator):
+        if token not in tokens:
+            tokens.append(token)
+        order.append(tokens.index(token))
+    rows = [q] * len(tokens)
+    if lookup is not None and lookup not in tokens:
+        tokens.append(lookup)
+        order.append(len(tokens) - 1)
+        rows.append(torch.nn.functional.one_hot(torch.tensor(lookup), q.shape[-1]).float())
+    return Proposal(
+        tokens=tokens,
+        q=torch.stack(rows),
+        parents=(-1,) * len(tokens),
+        draws=tuple(order),
+    )
+
+
+@pytest.mark.parametrize("lookup", [None, 4])
+def test_sampled_siblings_with_repeats_and_a_lookup_child_emit_the_target_distribution(lookup):
+    """Recursive rejection sampling over i.i.d. draws (and a deterministic child) is exact."""
+    from specdec_core.verifiers import make_verifier
+    from specdec_core.verifiers.tree import verify_tree
+
+    vocab = 8
+    target = torch.tensor([0.05, 0.3, 0.0, 0.25, 0.1, 0.2, 0.05, 0.05])
+    draft = torch.tensor([0.3, 0.1, 0.2, 0.3, 0.0, 0.05, 0.05, 0.0])  # far from the target
+    generator = torch.Generator().manual_seed(5)
+    firsts, accepted, repeats = [], 0, 0
+    for _ in range(6000):
+        proposal = _sampled_proposal(draft, 3, lookup, generator)
+        p = torch.zeros(len(proposal.tokens) + 1, vocab)
+        p[0] = target
+        p[1:, 1] = 1.0
+        path, token = verify_tree(proposal, p, generator, make_verifier("lossless"))
+        firsts.append(proposal.tokens[path[0]] if path else token)
+        accepted += bool(path)
+        repeats += len(proposal.draws) > len(set(proposal.draws))
+    assert chi_square_pvalue(firsts, target) > 1e-3
+    assert accepted > 3000 and repeats > 1000  # both branches and repeated draws exercised

@@ -23,6 +23,9 @@ class Proposal:
     q: torch.Tensor | None = None  # [n, V] draft distributions the tokens were drawn from
     parents: tuple[int, ...] | None = None  # tree: parent node index per node (-1 = root)
     scores: tuple[float, ...] = ()  # tree: cumulative log-prob per node (display)
+    # sampled tree: node indices in the order they were drawn (a node drawn twice appears
+    # twice), each from its q row; None = deterministic children (verifiers/tree.py)
+    draws: tuple[int, ...] | None = None
 
     @property
     def is_tree(self) -> bool:

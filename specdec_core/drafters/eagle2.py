@@ -20,6 +20,8 @@ RESIZE_STEPS steps)
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from specdec_core import kv_cache, tree_sizing
@@ -27,6 +29,7 @@ from specdec_core.config import DecodeConfig
 from specdec_core.drafters.base import EMPTY, Proposal
 from specdec_core.drafters.eagle import feature_layers, head_features
 from specdec_core.eagle.head import EagleHead
+from specdec_core.sampling import probs, sample_many
 from specdec_core.target import TargetOutput
 from specdec_core.tree_sizing import Choice, TreeShape
 
@@ -104,11 +107,15 @@ class Eagle2Drafter:
         shape = self.choice(config).shape
         prefix = kv_cache.cache_length(self.cache)
         try:
-            tokens, parents, scores = self._grow(shape, prefix)
+            if config.greedy:
+                tokens, parents, scores = self._grow(shape, prefix)
+                proposal = Proposal(tokens=tokens, parents=parents, scores=scores)
+            else:
+                proposal = self._grow_sampled(shape, prefix, config, generator)
         finally:
             kv_cache.truncate(self.cache, prefix)
-        self._last = (tokens, parents, len(tokens))
-        return Proposal(tokens=tokens, parents=parents, scores=scores)
+        self._last = (proposal.tokens, proposal.parents, len(proposal.tokens))
+        return proposal
 
     def commit(self, ids: list[int], accepted: int, features: TargetOutput) -> None:
         self._feed(features, ids[len(ids) - accepted - 1 :])
@@ -161,6 +168,68 @@ class Eagle2Drafter:
             torch.cat(scores),
             torch.cat(parents),
             shape.nodes,
+        )
+
+    def _grow_sampled(
+        self, shape: TreeShape, prefix: int, config: DecodeConfig, generator: torch.Generator
+    ) -> Proposal:
+        """T > 0: every expanded node's children are `topk` i.i.d. draws from the head's q.
+
+        The beam (which nodes to expand next: the `topk` most likely of the newest level, by
+        cumulative log q) is chosen as in `_grow`, but every drawn child stays in the tree,
+        since the verifier's rule needs all of a node's draws (verifiers/tree.py). A token
+        drawn twice is one node drawn twice, so a confident head makes a smaller tree.
+        """
+        k = shape.topk
+        tokens: list[int] = []
+        parents: list[int] = []
+        scores: list[float] = []
+        q_rows: list[torch.Tensor] = []
+        draws: list[int] = []
+        continues: list[torch.Tensor] = []  # per node: the head hidden state it was drawn after
+        sees: dict[int, list[int]] = {-1: []}  # per expanded node: head rows it and its path use
+
+        def expand(parent: int, logits: torch.Tensor, hidden: torch.Tensor) -> list[int]:
+            q = probs(self.head.to_target(logits), config.temperature, config.top_p)  # [V]
+            base = scores[parent] if parent >= 0 else 0.0
+            new: dict[int, int] = {}
+            for token in sample_many(q, k, generator):
+                if token not in new:
+                    new[token] = len(tokens)
+                    tokens.append(token)
+                    parents.append(parent)
+                    scores.append(base + math.log(float(q[token])))
+                    q_rows.append(q)
+                    continues.append(hidden)
+                draws.append(new[token])
+            return list(new.values())
+
+        hidden, logits = self.root  # [h], [Vd]
+        level = expand(-1, logits, hidden)
+        rows = 0
+        dtype, device = self._dtype(), logits.device
+        for depth in range(1, shape.depth):
+            beam = sorted(level, key=lambda node: -scores[node])[:k]
+            seen = torch.zeros(len(beam), rows + len(beam), dtype=torch.bool)
+            for j, node in enumerate(beam):
+                sees[node] = [*sees[parents[node]], rows + j]
+                seen[j, sees[node]] = True
+            rows += len(beam)
+            mask = _tree_mask(seen, prefix, dtype, device)
+            positions = torch.full((1, len(beam)), prefix + depth - 1, device=device)
+            features = torch.stack([continues[node] for node in beam])[None]  # [1, b, h]
+            beam_tokens = torch.tensor([tokens[node] for node in beam], device=device)[None]
+            out = self.head.step(features, beam_tokens, positions, mask, self.cache)
+            child_logits = self.head.logits(out.hidden[0])  # [b, Vd]
+            level = []
+            for j, node in enumerate(beam):
+                level += expand(node, child_logits[j], out.hidden[0, j])
+        return Proposal(
+            tokens=tokens,
+            q=torch.stack(q_rows),
+            parents=tuple(parents),
+            scores=tuple(scores),
+            draws=tuple(draws),
         )
 
     def _dtype(self) -> torch.dtype:

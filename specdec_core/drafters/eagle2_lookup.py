@@ -13,7 +13,9 @@ forward. Merged nodes are never duplicate siblings, and the whole tree depends o
 committed tokens, so the lossless tree verifier (verifiers/tree.py) keeps the target's output
 at temperature 0 and its distribution above. This combination is ours, not EAGLE's; `eagle2`
 stays the paper's algorithm. Nodes the head did not draft carry the score -inf (no head
-log-prob); the tree size chosen for the head is unchanged, the chain adds up to k nodes.
+log-prob); the tree size chosen for the head is unchanged, the chain adds up to k nodes. At
+T > 0, where the head's children are drawn from its distribution, the lookup nodes are
+deterministic children tried after the drawn ones (verifiers/tree.py handles both).
 """
 
 from __future__ import annotations
@@ -60,4 +62,16 @@ class Eagle2LookupDrafter(Eagle2Drafter):
             return tree
         tokens, parents, scores = merge_chain(tree.tokens, tree.parents or (), tree.scores, chain)
         self._last = (tokens, parents, len(tree.tokens))  # head nodes first, for `_observe`
-        return Proposal(tokens=tokens, parents=parents, scores=scores)
+        if tree.draws is None:
+            return Proposal(tokens=tokens, parents=parents, scores=scores)
+        # a sampled tree (T > 0): lookup nodes are deterministic children, tried after the
+        # drawn ones, with a one-hot q
+        added = torch.tensor(tokens[len(tree.tokens) :], device=tree.q.device, dtype=torch.long)
+        one_hot = torch.nn.functional.one_hot(added, tree.q.shape[-1]).to(tree.q.dtype)
+        return Proposal(
+            tokens=tokens,
+            q=torch.cat([tree.q, one_hot]),
+            parents=parents,
+            scores=scores,
+            draws=(*tree.draws, *range(len(tree.tokens), len(tokens))),
+        )
