@@ -53,13 +53,16 @@ def verify_tree(
             q = proposal.q[child] if sampled else None  # [V]; None: one-hot on x
             q_x = q[x] if q is not None else 1.0
             u = torch.rand((), generator=generator, device=dist.device)
-            if q is None:
-                residual = dist.clone()
-                residual[x] = 0.0
-            else:
-                residual = (dist - q).clamp(min=0.0)
-            rest = residual.sum()  # 0 only if r <= q everywhere (then r = q: always accept)
-            if u * q_x < dist[x] or rest <= 0:
+            accepted = u * q_x < dist[x]
+            if not accepted:
+                if q is None:
+                    residual = dist.clone()
+                    residual[x] = 0.0
+                else:
+                    residual = (dist - q).clamp(min=0.0)
+                rest = residual.sum()
+                accepted = rest <= 0  # only if r <= q everywhere, i.e. r = q up to rounding
+            if accepted:
                 path.append(child)
                 node = child
                 break
