@@ -84,6 +84,14 @@ def embedded_gguf_path() -> Path:
     return path
 
 
+def fast_cpu_paths(model: torch.nn.Module) -> None:
+    """On a CPU: oneDNN-packed linears (prepacked_linear.py) and grouped-query attention
+    inside torch's kernel (cpu_attention.py). Elsewhere nothing changes. For targets, drafts
+    and EAGLE heads alike, after they reach their device and dtype."""
+    prepack(model)
+    use_grouped_sdpa(model)
+
+
 def resolve_device(device: str = "auto") -> torch.device:
     if device == "auto":
         if torch.cuda.is_available():
@@ -148,8 +156,7 @@ def load_model(
             "check the path or id, or pass a directory with config.json and weights"
         ) from None
     model.to(torch_device).eval()
-    prepack(model)  # CPU: oneDNN weights packed once (prepacked_linear.py)
-    use_grouped_sdpa(model)  # CPU: GQA inside torch's attention kernel (cpu_attention.py)
+    fast_cpu_paths(model)
     report(f"loaded {spec}", 1.0)
     return LoadedModel(model, tokenizer, spec, str(source), torch_device, torch_dtype)
 

@@ -7,6 +7,10 @@
         next beam = the global top-k of those k·k children
     tree     = the best `total_tokens − 1` of all candidates, sorted parents first
 
+At T > 0 (`_grow_sampled`) each expanded node's children are instead top-k i.i.d. draws from
+the head's distribution, all kept (no final rerank), for the verifier's recursive rejection
+sampling (verifiers/tree.py); the beam is chosen the same way.
+
 The head's cache holds one row per committed pair (f_t, x_{t+1}) for t < len(ids) − 1, exactly
 like the target's cache; drafting appends the beam rows, each seeing the cached prefix, its
 ancestors and itself (positions = prefix length + depth − 1), and `propose` truncates them
@@ -14,8 +18,7 @@ again. `commit` feeds the target's own rows for the accepted path (the previous 
 and the accepted drafts), so after a step both caches equal a fresh prefill of the accepted
 sequence. The tree shape comes from `DecodeConfig` or, where a dimension is None, from the
 measured costs of this device and how often the target takes this head's top-1 (refitted every
-RESIZE_STEPS steps)
-(`tree_sizing`). Works with EAGLE-1/2 and EAGLE-3 heads.
+RESIZE_STEPS steps, `tree_sizing`). Works with EAGLE-1/2 and EAGLE-3 heads.
 """
 
 from __future__ import annotations

@@ -18,10 +18,8 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from specdec_core.cpu_attention import use_grouped_sdpa
 from specdec_core.errors import SpecdecError
-from specdec_core.models import LoadedModel
-from specdec_core.prepacked_linear import prepack
+from specdec_core.models import LoadedModel, fast_cpu_paths
 
 CARD = "specdec_card.json"
 
@@ -73,8 +71,7 @@ def load_draft_dir(directory: Path, target: LoadedModel) -> LoadedModel:
     model.lm_head = target.model.get_output_embeddings()
     model.model.rotary_emb = type(model.model.rotary_emb)(config)  # real (non-meta) buffers
     model.to(device=target.device, dtype=target.dtype).eval()
-    prepack(model)  # CPU: oneDNN weights packed once (prepacked_linear.py)
-    use_grouped_sdpa(model)  # CPU: GQA inside torch's attention kernel (cpu_attention.py)
+    fast_cpu_paths(model)
     model.generation_config.eos_token_id = target.model.generation_config.eos_token_id
     return LoadedModel(
         model, target.tokenizer, str(directory), str(directory), target.device, target.dtype

@@ -19,11 +19,10 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import LlamaConfig
 
-from specdec_core.cpu_attention import use_grouped_sdpa
 from specdec_core.eagle.head import EagleHead
 from specdec_core.errors import SpecdecError
-from specdec_core.models import LoadedModel
-from specdec_core.prepacked_linear import fast_bf16, prepack
+from specdec_core.models import LoadedModel, fast_cpu_paths
+from specdec_core.prepacked_linear import fast_bf16
 
 CARD = "specdec_card.json"
 
@@ -92,8 +91,7 @@ def load_head(spec: str, target: LoadedModel, dtype: torch.dtype | None = None) 
         config, state, model.config.hidden_size, model.get_output_embeddings().weight.shape[0]
     )
     head.to(device=target.device, dtype=dtype or head_dtype(target)).eval()
-    prepack(head)  # CPU: oneDNN weights packed once (prepacked_linear.py)
-    use_grouped_sdpa(head)  # CPU: GQA inside torch's attention kernel (cpu_attention.py)
+    fast_cpu_paths(head)
     return head.bind(model.get_input_embeddings(), model.get_output_embeddings())
 
 
