@@ -12,6 +12,8 @@ but sizes the work by time, because a leased machine is held for minutes, not ho
    then sample answers at T=1 with what is left of that time; save the answers' token ids;
    take the target's features in one forward per sequence; continue the bundled head on them
    for as many epochs as fit in `--total-seconds` (timed on a probe); save the head and card.
+   `--answers` skips generation and trains on an earlier run's saved answers; `--arch eagle3`
+   trains a fresh EAGLE-3-layout head (`--init ''`) instead of continuing the EAGLE-1 one.
 3. `smoke`: the same stages on a random model of the target's shape, a few batches each, to
    time generation and catch device problems before a real run.
 
@@ -37,7 +39,8 @@ sys.path.insert(0, str(ROOT))
 
 from specdec_core.eagle import data as datasets  # noqa: E402
 from specdec_core.eagle.features import extract_features  # noqa: E402
-from specdec_core.eagle.pipeline import HOLDOUT, starting_model  # noqa: E402
+from specdec_core.eagle.head import fused_layers  # noqa: E402
+from specdec_core.eagle.pipeline import HOLDOUT, resolve_arch, starting_model  # noqa: E402
 from specdec_core.eagle.train import (  # noqa: E402
     Objective,
     TrainConfig,
@@ -182,10 +185,14 @@ def run(args) -> None:
     held = datasets.generate_answers(
         model, tok, held_prompts[:32], args.max_new, 32, work / "held", keep_features=False
     )
-    greedy = answer(model, tok, prompts, args, deadline, spent, 0.0, args.seed, work, "greedy")
-    sampled = answer(
-        model, tok, prompts, args, deadline, spent, 1.0, args.seed + 1, work, "sampled"
-    )
+    if args.answers:  # answered by an earlier run: train on those
+        greedy = datasets.load_answers(args.answers)[: 3 * args.batch if args.smoke else None]
+        sampled = []
+    else:
+        greedy = answer(model, tok, prompts, args, deadline, spent, 0.0, args.seed, work, "greedy")
+        sampled = answer(
+            model, tok, prompts, args, deadline, spent, 1.0, args.seed + 1, work, "sampled"
+        )
     report["stages"]["generate"] = {
         "seconds": round(time.monotonic() - began, 1),
         "greedy_answers": len(greedy),
@@ -194,25 +201,34 @@ def run(args) -> None:
         "tokens": sum(len(s.ids) for s in greedy + sampled),
     }
     log(json.dumps(report["stages"]["generate"]))
-    datasets.save_answers(greedy, out / "greedy_ids.npz")
+    if not args.answers:
+        datasets.save_answers(greedy, out / "greedy_ids.npz")
     if sampled:
         datasets.save_answers(sampled, out / "sampled_ids.npz")
 
     began = time.monotonic()
     samples = [datasets.Sample(s.ids[: args.max_len], s.start) for s in greedy + sampled]
     samples = [s for s in samples if len(s.ids) > s.start + 1]
-    data = extract_features(model, samples, None, batch_tokens=args.feature_batch_tokens)
-    held_data = extract_features(model, [datasets.Sample(s.ids, s.start) for s in held], None)
+    arch = resolve_arch("eagle", args.arch, args.init)
+    layers = fused_layers(model.config.num_hidden_layers) if arch == "eagle3" else ()
+    data = extract_features(
+        model, samples, None, batch_tokens=args.feature_batch_tokens, layers=layers
+    )
+    held = [datasets.Sample(s.ids, s.start) for s in held]
+    held_data = extract_features(model, held, None, layers=layers)
     report["stages"]["features"] = {"seconds": round(time.monotonic() - began, 1)}
     log(f"features: {len(data)} sequences in {time.monotonic() - began:.1f}s")
 
     config = TrainConfig(
         kind="eagle", epochs=1, lr=args.lr, batch_tokens=args.batch_tokens, seed=args.seed,
-        unroll=args.unroll, save_every=10**9,
+        unroll=args.unroll, save_every=10**9, arch=arch,
+        ce_weight=args.ce_weight if args.ce_weight is not None else (1.0 if layers else 0.1),
+        noise=0.0 if layers else TrainConfig.noise,
     )  # fmt: skip
-    head, draft_ids = starting_model("eagle", args.init, target, data, args.draft_vocab)
+    head, draft_ids = starting_model("eagle", args.init, target, data, args.draft_vocab, arch)
     lm_head = model.get_output_embeddings()
     objective = Objective("eagle", head, lm_head, draft_ids, config.noise, config.unroll)
+    log(f"{arch} head, {sum(p.numel() for p in head.parameters()) / 1e6:.1f}M parameters")
     before = teacher_forced_agreement(objective.eval(), held_data, lm_head)
     per_token = probe_seconds_per_token(objective.train(), data, config)
     tokens = sum(len(item.ids) for item in data)
@@ -225,10 +241,13 @@ def run(args) -> None:
     config.epochs = min(epochs, args.max_epochs)
     log(f"probe {per_token * 1e6:.1f} us/token; {config.epochs} epochs over {len(data)} seqs")
     began = time.monotonic()
-    history = train(
-        objective, data, config, work / "train",
-        lambda o: {"teacher_forced_top1": teacher_forced_agreement(o, held_data, lm_head)},
-    )  # fmt: skip
+
+    def validate(objective) -> dict:  # and save the head so far: a run cut off keeps it
+        result = {"teacher_forced_top1": teacher_forced_agreement(objective, held_data, lm_head)}
+        save_head(head, out / "head", {"kind": "eagle", "arch": arch, "partial": result})
+        return result
+
+    history = train(objective, data, config, work / "train", validate)
     report["stages"]["train"] = {
         "seconds": round(time.monotonic() - began, 1),
         "epochs": config.epochs,
@@ -239,10 +258,15 @@ def run(args) -> None:
     }
     card = {
         "kind": "eagle",
+        "arch": arch,
         "target": "embedded",
         "command": "python scripts/gpu_distill.py " + " ".join(sys.argv[1:]),
         "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
-        "data": ["self (GPU: greedy + T=1 answers to ShareGPT first prompts)"],
+        "data": [
+            f"self (answers from {args.answers})"
+            if args.answers
+            else "self (GPU: greedy + T=1 answers to ShareGPT first prompts)"
+        ],
         "tokens": report["stages"]["train"]["tokens"],
         "sequences": len(data),
         "epochs": config.epochs,
@@ -310,6 +334,9 @@ def main() -> None:
         p.add_argument("--feature-batch-tokens", type=int, default=131072)
         p.add_argument("--lr", type=float, default=5e-4)
         p.add_argument("--unroll", type=int, default=2)
+        p.add_argument("--arch", choices=["eagle1", "eagle3"], default=None)
+        p.add_argument("--ce-weight", type=float, default=None, help="default 0.1; eagle3 1")
+        p.add_argument("--answers", default="", help="earlier run's greedy_ids.npz")
         p.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     try:

@@ -86,3 +86,42 @@ def test_a_missing_prompts_file_says_how_to_make_it(distill, tmp_path, monkeypat
     monkeypatch.setattr(sys, "argv", argv)
     with pytest.raises(SystemExit, match="gpu_distill.py export"):
         distill.main()
+
+
+def test_a_run_on_saved_answers_trains_a_fresh_eagle3_head(distill, tmp_path, monkeypatch):
+    from specdec_core.eagle.data import Sample, save_answers
+
+    tiny_model(1, layers=4).save_pretrained(tmp_path / "target")
+    tiny_tokenizer().save_pretrained(tmp_path / "target")
+    generator = torch.Generator().manual_seed(0)
+    answers = [
+        Sample([1, *torch.randint(3, VOCAB, (n,), generator=generator).tolist()], 3)
+        for n in range(8, 20)
+    ]
+    save_answers(answers, tmp_path / "answers.npz")
+    held, held_offsets = distill.pack([a.ids[:3] for a in answers[:3]])
+    np.savez(tmp_path / "prompts.npz", train=held, train_offsets=held_offsets, held=held,
+             held_offsets=held_offsets)  # fmt: skip
+    out = tmp_path / "out"
+    argv = [
+        *("run", "--target", str(tmp_path / "target"), "--prompts", str(tmp_path / "prompts.npz")),
+        *("--out", str(out), "--work", str(tmp_path / "work"), "--init", "", "--device", "cpu"),
+        *("--answers", str(tmp_path / "answers.npz"), "--arch", "eagle3", "--unroll", "3"),
+        *("--batch", "4", "--max-new", "6", "--total-seconds", "120", "--draft-vocab", "16"),
+        *("--reserve-seconds", "0", "--batch-tokens", "128", "--max-epochs", "2"),
+    ]
+    monkeypatch.setattr(sys, "argv", ["gpu_distill.py", *argv])
+    distill.main()
+    assert not (out / "greedy_ids.npz").exists()  # nothing generated but the held-out answers
+    card = json.loads((out / "head" / "specdec_card.json").read_text())
+    assert card["arch"] == "eagle3" and card["sequences"] == len(answers)
+    assert card["train_config"]["ce_weight"] == 1.0 and card["epochs"] == 2
+    target = load_model(str(tmp_path / "target"), device="cpu", dtype="float32")
+    head = load_head(str(out / "head"), target)
+    assert head.kind == "eagle3" and head.draft_vocab == 16
+    config = DecodeConfig(max_new_tokens=16, k=3)
+    ids = answers[4].ids[:5]
+    assert (
+        run(target, "eagle", ids, config, head).token_ids
+        == run(target, "ar", ids, config).token_ids
+    )

@@ -18,16 +18,14 @@ import torch
 from specdec_core import kv_cache
 from specdec_core.config import DecodeConfig
 from specdec_core.drafters.base import EMPTY, Proposal
-from specdec_core.eagle.head import EagleHead
+from specdec_core.eagle.head import EagleHead, fused_layers
 from specdec_core.sampling import probs, sample
 from specdec_core.target import TargetOutput
 
 
 def feature_layers(head: EagleHead, target_layers: int) -> tuple[int, ...]:
     """Target layers whose inputs an EAGLE-3 head reads (low to high); none for EAGLE-1."""
-    if head.kind != "eagle3":
-        return ()
-    return (2, target_layers // 2, target_layers - 3)
+    return fused_layers(target_layers) if head.kind == "eagle3" else ()
 
 
 def head_features(head: EagleHead, out: TargetOutput) -> torch.Tensor:

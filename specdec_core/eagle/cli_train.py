@@ -28,6 +28,14 @@ def add_parsers(sub) -> dict[str, Callable[[argparse.Namespace], int]]:
         help="eagle: start from this trained head (its weights and draft vocabulary), "
         "e.g. embedded, to continue it on new data with a fresh schedule",
     )
+    train.add_argument(
+        "--arch",
+        choices=["eagle1", "eagle3"],
+        default=None,
+        help="eagle: head layout. eagle1 (default): predicts the target's next top-layer "
+        "feature; eagle3: reads three target layers, predicts tokens only (EAGLE-3). "
+        "Default with --init: that head's layout",
+    )
     train.add_argument("--out", required=True, help="output directory (also resumes from it)")
     train.add_argument("--work", default=None, help="cache for data and features (OUT/work)")
     train.add_argument(

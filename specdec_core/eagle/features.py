@@ -1,7 +1,8 @@
 """Target features for training: one forward per sequence, saved in resumable shards.
 
 For every sample the target's last hidden state after the final norm (the EAGLE feature) is
-stored for every position, in the target's dtype (bf16 is ~2x faster than fp32 on a CPU with
+stored for every position (with `layers`, also the concatenated hidden states an EAGLE-3 head
+reads: `fused`), in the target's dtype (bf16 is ~2x faster than fp32 on a CPU with
 avx512_bf16). Sequences are sorted by length and right-padded into batches of about
 `batch_tokens` tokens; with right padding the causal mask alone keeps padding invisible to
 real positions, so no attention mask is needed.
@@ -22,6 +23,7 @@ class Featured:
     ids: torch.Tensor  # [n] int64 token ids
     start: int  # loss counts for predicted positions >= start
     hidden: torch.Tensor  # [n, h] target features (final-norm output)
+    fused: torch.Tensor | None = None  # [n, 3h] EAGLE-3 input: hidden states of `layers`
 
 
 @torch.inference_mode()
@@ -32,12 +34,16 @@ def extract_features(
     batch_tokens: int = 4096,
     shard_samples: int = 256,
     progress=None,
+    layers: tuple[int, ...] = (),
 ) -> list[Featured]:
     """Features for `samples`, computed in shards of `shard_samples` (reused when present;
     `shard_dir` None keeps them in memory only, for a run that will not be resumed).
 
-    Samples that carry their features from generation are taken as they are, with no shard.
+    Samples that carry their features from generation are taken as they are, with no shard,
+    unless `layers` asks for hidden states that generation does not keep.
     """
+    if layers:
+        samples = [type(s)(s.ids, s.start) for s in samples]  # one forward for every layer
     if all(s.hidden is not None for s in samples):
         out = [_from_generation(s) for s in samples]
         if progress is not None:
@@ -61,7 +67,7 @@ def extract_features(
             computed = dict(
                 zip(
                     forward,
-                    _forward_all(model, [todo[i] for i in forward], batch_tokens, pad),
+                    _forward_all(model, [todo[i] for i in forward], batch_tokens, pad, layers),
                     strict=True,
                 )
             )
@@ -76,7 +82,9 @@ def extract_features(
     return out
 
 
-def _forward_all(model, samples: list[Sample], batch_tokens: int, pad: int) -> list[dict]:
+def _forward_all(
+    model, samples: list[Sample], batch_tokens: int, pad: int, layers: tuple[int, ...]
+) -> list[dict]:
     """Features of `samples` (in their order), batched by length."""
     order = sorted(range(len(samples)), key=lambda i: len(samples[i].ids))
     results: dict[int, dict] = {}
@@ -88,7 +96,7 @@ def _forward_all(model, samples: list[Sample], batch_tokens: int, pad: int) -> l
             continue
         if batch:
             results.update(
-                zip(batch, _forward(model, [samples[j] for j in batch], pad), strict=True)
+                zip(batch, _forward(model, [samples[j] for j in batch], pad, layers), strict=True)
             )
         batch = [i] if i is not None else []
     return [results[i] for i in range(len(samples))]
@@ -100,17 +108,19 @@ def _from_generation(sample: Sample) -> Featured:
     return Featured(ids=ids, start=sample.start, hidden=sample.hidden)
 
 
-def _forward(model, batch: list[Sample], pad: int) -> list[dict]:
+def _forward(model, batch: list[Sample], pad: int, layers: tuple[int, ...]) -> list[dict]:
     width = max(len(s.ids) for s in batch)
     input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
     for row, sample in enumerate(batch):
         input_ids[row, : len(sample.ids)] = torch.tensor(sample.ids)
-    hidden = model.model(input_ids=input_ids.to(model.device)).last_hidden_state  # [B, T, h]
-    return [
-        {
-            "ids": input_ids[row, : len(s.ids)].clone(),
-            "start": s.start,
-            "hidden": hidden[row, : len(s.ids)].cpu().clone(),
-        }
-        for row, s in enumerate(batch)
-    ]
+    out = model.model(input_ids=input_ids.to(model.device), output_hidden_states=bool(layers))
+    hidden = out.last_hidden_state  # [B, T, h]
+    fused = torch.cat([out.hidden_states[i] for i in layers], dim=-1) if layers else None
+    made = []
+    for row, s in enumerate(batch):
+        item = {"ids": input_ids[row, : len(s.ids)].clone(), "start": s.start}
+        item["hidden"] = hidden[row, : len(s.ids)].cpu().clone()
+        if fused is not None:
+            item["fused"] = fused[row, : len(s.ids)].cpu().clone()
+        made.append(item)
+    return made

@@ -3,10 +3,11 @@
 A head directory holds `config.json` (a LlamaConfig with `num_hidden_layers: 1`; EAGLE-1
 heads add `bias`, EAGLE-3 heads `draft_vocab_size`) and `model.safetensors` or
 `pytorch_model.bin` with the keys of DESIGN §2.5. The layout is recognised from the keys:
-`midlayer.*` is EAGLE-3, `layers.0.*` is EAGLE-1/2. Heads trained here use the EAGLE-1 layout
-and may add `d2t` / `t2d` (a reduced draft vocabulary, EAGLE-3 convention) plus
-`specdec_card.json` (the model card). An `embed_tokens.weight` stored in a checkpoint is ignored:
-the embedding always comes from the target, which must then be the model the head was trained on.
+`midlayer.*` is EAGLE-3, `layers.0.*` is EAGLE-1/2. Heads trained here use either layout
+(`specdec train eagle --arch`); EAGLE-1 ones may add `d2t` / `t2d` (a reduced draft vocabulary,
+EAGLE-3 convention), and both add `specdec_card.json` (the model card). An
+`embed_tokens.weight` stored in a checkpoint is ignored: the embedding always comes from the
+target, which must then be the model the head was trained on.
 """
 
 from __future__ import annotations
@@ -93,6 +94,17 @@ def load_head(spec: str, target: LoadedModel, dtype: torch.dtype | None = None) 
     head.to(device=target.device, dtype=dtype or head_dtype(target)).eval()
     fast_cpu_paths(head)
     return head.bind(model.get_input_embeddings(), model.get_output_embeddings())
+
+
+def read_kind(spec: str) -> str:
+    """The layout (eagle1 | eagle3) of the head at `spec`, from its weights' keys."""
+    from safetensors import safe_open
+
+    directory = _resolve(spec)
+    if (directory / "model.safetensors").is_file():
+        with safe_open(str(directory / "model.safetensors"), "pt") as f:
+            return head_kind(dict.fromkeys(f.keys()))
+    return head_kind(_read_state(directory, spec))
 
 
 def head_dtype(target: LoadedModel) -> torch.dtype:

@@ -57,6 +57,12 @@ from specdec_core.prepacked_linear import PackedWeight
 KINDS = ("eagle1", "eagle3")
 
 
+def fused_layers(target_layers: int) -> tuple[int, ...]:
+    """Indices into the target's `hidden_states` (0 = embeddings) that an EAGLE-3 head reads,
+    low to high: the inputs of layers 2, L//2 and L-3."""
+    return (2, target_layers // 2, target_layers - 3)
+
+
 class HeadOutput:
     """A head pass: predicted features, and their logits computed only when asked for."""
 

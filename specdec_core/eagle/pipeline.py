@@ -18,6 +18,7 @@ import torch
 
 from specdec_core.eagle import data as datasets
 from specdec_core.eagle.features import Featured, extract_features
+from specdec_core.eagle.head import fused_layers
 from specdec_core.eagle.train import (
     Objective,
     TrainConfig,
@@ -163,6 +164,9 @@ def run_training(args) -> dict:
     target = load_model(args.target, args.device, args.feature_dtype)
     for p in target.model.parameters():
         p.requires_grad_(False)
+    arch = resolve_arch(args.kind, getattr(args, "arch", None), getattr(args, "init", None))
+    layers = fused_layers(target.model.config.num_hidden_layers) if arch == "eagle3" else ()
+    suffix = "-eagle3" if layers else ""  # EAGLE-3 shards also hold the fused layers
     data: list[Featured] = []
     held: list[Featured] = []
     held_prompts: list[list[int]] = []
@@ -175,11 +179,14 @@ def run_training(args) -> dict:
         data += extract_features(
             target.model,
             samples,
-            work / f"features-{name}",
+            work / f"features-{name}{suffix}",
             progress=lambda n, total, made: _log(f"features {n}/{total} sequences: {made} tokens"),
+            layers=layers,
         )
         if held_samples and not held:
-            held = extract_features(target.model, held_samples, work / "features-heldout")
+            held = extract_features(
+                target.model, held_samples, work / f"features-heldout{suffix}", layers=layers
+            )
             held_prompts = prompts
     if not data:
         raise SpecdecError("no training data; check --data and --tokens")
@@ -191,9 +198,12 @@ def run_training(args) -> dict:
         draft_vocab=args.draft_vocab,
         seed=args.seed,
         unroll=args.unroll,
+        arch=arch,
+        ce_weight=1.0 if arch == "eagle3" else TrainConfig.ce_weight,  # its only loss
+        noise=0.0 if arch == "eagle3" else TrainConfig.noise,
     )
     model, draft_ids = starting_model(
-        config.kind, getattr(args, "init", None), target, data, config.draft_vocab
+        config.kind, getattr(args, "init", None), target, data, config.draft_vocab, arch
     )
     lm_head = target.model.get_output_embeddings()
     noise = config.noise if config.kind == "eagle" else 0.0
@@ -233,29 +243,52 @@ def run_training(args) -> dict:
     return card
 
 
-def starting_model(kind: str, init: str | None, target: LoadedModel, data, draft_vocab: int):
+def resolve_arch(kind: str, arch: str | None, init: str | None) -> str:
+    """The head layout to train: --arch, else the --init head's, else eagle1."""
+    if kind != "eagle":
+        if arch:
+            raise SpecdecError("--arch chooses an EAGLE head's layout; drop it for `train draft`")
+        return "eagle1"
+    if not init:
+        return arch or "eagle1"
+    from specdec_core.eagle.formats import read_kind
+
+    found = read_kind(init)
+    if arch and arch != found:
+        raise SpecdecError(
+            f"--init {init} is an {found} head, so it cannot continue as --arch {arch}; "
+            f"drop --arch, or drop --init to train a fresh {arch} head"
+        )
+    return found
+
+
+def starting_model(
+    kind: str, init: str | None, target: LoadedModel, data, draft_vocab: int, arch="eagle1"
+):
     """-> (model to train, its draft vocabulary's target ids), on the target's device.
 
-    With `init` (--init): that trained EAGLE-1 head, its weights and draft vocabulary. Without:
-    a fresh model on the `draft_vocab` most frequent tokens of `data` (0 = all).
+    With `init` (--init): that trained head, its layout, weights and draft vocabulary. Without:
+    a fresh model (layout `arch`) on the `draft_vocab` most frequent tokens of `data` (0 = all).
     """
     vocab = target.vocab_size
     if not init:
+        if arch == "eagle3" and not draft_vocab:
+            raise SpecdecError("an EAGLE-3 head needs a reduced draft vocabulary: --draft-vocab N")
         draft_ids = frequent_tokens(data, min(draft_vocab or vocab, vocab), vocab)
         draft_ids = draft_ids.to(target.device)
-        return build_model(kind, target.model, draft_ids), draft_ids
+        return build_model(kind, target.model, draft_ids, arch), draft_ids
     if kind != "eagle":
         raise SpecdecError("--init continues an EAGLE head; drop it for `specdec train draft`")
     from specdec_core.runner import load_head
 
     head = load_head(init, target, torch.float32)  # not through a bf16 target's rounding
-    if head.kind != "eagle1" or not head.draft_vocab:
+    if not head.draft_vocab:
         raise SpecdecError(
-            f"--init {init}: the trainer continues EAGLE-1-layout heads with a reduced draft "
-            f"vocabulary (this one is {head.kind}, draft vocabulary {head.draft_vocab or 'full'})"
+            f"--init {init}: the trainer continues heads with a reduced draft vocabulary "
+            "(d2t / t2d); this one drafts over the full vocabulary"
         )
     draft_ids = head.draft_ids()
-    model = build_model(kind, target.model, draft_ids)
+    model = build_model(kind, target.model, draft_ids, head.kind)
     model.load_state_dict(head.state_dict())
     return model, draft_ids
 

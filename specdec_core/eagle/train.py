@@ -7,9 +7,16 @@ reduced draft vocabulary (the most frequent tokens of the training data, EAGLE-3
 because the lm_head is most of the cost on a CPU. Uniform noise on input features; AdamW
 (0.9, 0.95), linear warm-up then cosine decay; bf16 autocast on the CPU.
 
-- `eagle`: EAGLE-1 layout head. Input pairs (f_t + noise, x_{t+1}); target f_{t+1}.
-  It starts as "the next feature is this one": fc passes f_t through, the layer's output
-  projections are scaled down (the target's feature scale is ~2; a random layer is far off).
+- `eagle`, `arch="eagle1"`: EAGLE-1 layout head. Input pairs (f_t + noise, x_{t+1}); target
+  f_{t+1}. It starts as "the next feature is this one": fc passes f_t through, the layer's
+  output projections are scaled down (the target's feature scale is ~2; a random layer is far
+  off).
+- `eagle`, `arch="eagle3"`: EAGLE-3 layout head. Input pairs (fused_t, x_{t+1}), where fused_t
+  is cat(the target's hidden states entering layers 2, L//2, L-3) and fc maps it to h; the head
+  predicts the next token only (cross-entropy against the target's distribution, no feature
+  loss, no input noise: EAGLE-3 drops both), and `unroll` > 1 is its training-time test. It
+  starts with fc passing the highest of the three layers through, its norm and lm_head copied
+  from the target's final norm and lm_head rows, the output projections scaled down.
 - `draft`: token-level draft of the same size (DESIGN §2.6): one decoder layer on the target's
   frozen embedding, its own final norm, the target's lm_head; input x_0..x_t, target f_t.
   Starts from the target's first layer and final norm. Saved as a LlamaForCausalLM config with
@@ -52,6 +59,7 @@ class TrainConfig:
     noise: float = 0.2  # uniform noise width on input features (eagle)
     ce_weight: float = 0.1
     unroll: int = 2  # eagle: drafting steps simulated in training (1 = plain EAGLE-1)
+    arch: str = "eagle1"  # eagle: head layout, eagle1 | eagle3
     seed: int = 0
     save_every: int = 100
     extra: dict = field(default_factory=dict)  # recorded in the model card
@@ -85,19 +93,25 @@ def batches(data: list[Featured], batch_tokens: int, generator: torch.Generator)
 
 def collate(
     items: list[Featured], device: torch.device | str = "cpu"
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """-> ids [B, T], features [B, T, h], loss mask [B, T] (positions >= start and < length),
-    on `device`."""
+    EAGLE-3 inputs [B, T, 3h] (None unless the items carry them), on `device`."""
     width = max(len(item.ids) for item in items)
     h = items[0].hidden.shape[-1]
     ids = torch.zeros(len(items), width, dtype=torch.long)
     hidden = torch.zeros(len(items), width, h, dtype=items[0].hidden.dtype)
     mask = torch.zeros(len(items), width, dtype=torch.bool)
+    fused = None
+    if items[0].fused is not None:
+        fused = torch.zeros(len(items), width, items[0].fused.shape[-1], dtype=hidden.dtype)
     for row, item in enumerate(items):
         n = len(item.ids)
         ids[row, :n], hidden[row, :n] = item.ids, item.hidden
+        if fused is not None:
+            fused[row, :n] = item.fused
         mask[row, item.start : n] = True
-    return ids.to(device), hidden.to(device), mask.to(device)
+    fused = fused.to(device) if fused is not None else None
+    return ids.to(device), hidden.to(device), mask.to(device), fused
 
 
 class Objective(nn.Module):
@@ -111,25 +125,27 @@ class Objective(nn.Module):
         self.register_buffer("draft_ids", draft_ids)  # [Vd] target ids of the draft vocabulary
         self.register_buffer("lm_rows", lm_head.weight[draft_ids].detach().float())  # [Vd, h]
 
-    def forward(self, ids, hidden, mask):
-        """-> predicted features [N, h], true features [N, h] at the loss positions."""
+    def forward(self, ids, hidden, mask, fused=None):
+        """-> predicted features [N, h], true features [N, h] at the loss positions (for an
+        EAGLE-3 head the prediction is its output hidden state, before its own norm)."""
         if self.kind == "eagle":
-            return self._eagle(ids, hidden, mask)
+            return self._eagle(ids, fused if self.model.kind == "eagle3" else hidden, hidden, mask)
         pred = self.model.model(input_ids=ids).last_hidden_state  # [B, T, h] after norm
         keep = mask.clone()
         keep[:, :-1] |= mask[:, 1:]  # position start-1 predicts the first answer token
         return pred[keep], hidden[keep]
 
-    def _eagle(self, ids, hidden, mask):
-        """Pass 1: pairs (f_t + noise, x_{t+1}) predict f_{t+1} (teacher forcing).
+    def _eagle(self, ids, inputs, hidden, mask):
+        """Pass 1: pairs (f_t + noise, x_{t+1}) predict f_{t+1} (teacher forcing); f is
+        `inputs` (the feature itself for EAGLE-1, the fused layers for EAGLE-3).
 
         Pass j > 1 (`unroll`, as at drafting time): row p takes pass j-1's prediction with the
         token x_{p+j} at position p+j-1, attends to pass 1's rows 0..p (the real prefix) and to
         row p of every later pass (its own chain), and predicts f_{p+j}.
         """
         B, T = ids.shape
-        f_in = hidden[:, :-1].float()
-        if self.training and self.noise:
+        f_in = inputs[:, :-1].float()
+        if self.training and self.noise and self.model.kind == "eagle1":
             f_in = f_in + (torch.rand_like(f_in) - 0.5) * self.noise
         positions = torch.arange(T - 1, device=ids.device)[None].expand(B, -1)
         cache = self.model.new_cache() if self.unroll > 1 else None
@@ -154,30 +170,47 @@ class Objective(nn.Module):
             trues.append(hidden[:, j:][mask[:, j:]])
         return torch.cat(preds), torch.cat(trues)
 
+    def draft_logits(self, pred: torch.Tensor) -> torch.Tensor:
+        """[N, h] predictions -> [N, Vd] draft-vocabulary logits (as drafting computes them)."""
+        if self.kind == "eagle" and self.model.kind == "eagle3":
+            return self.model.logits(pred)
+        return pred @ self.lm_rows.T.to(pred.dtype)
+
     def losses(self, pred: torch.Tensor, true: torch.Tensor) -> tuple[torch.Tensor, ...]:
         true = true.to(pred.dtype)
-        feature = F.smooth_l1_loss(pred, true)
+        if self.kind == "eagle" and self.model.kind == "eagle3":
+            feature = pred.new_zeros(())  # EAGLE-3 predicts tokens, not features
+        else:
+            feature = F.smooth_l1_loss(pred, true)
         p = torch.softmax(true @ self.lm_rows.T.to(pred.dtype), dim=-1).float()  # [N, Vd]
-        log_q = torch.log_softmax((pred @ self.lm_rows.T.to(pred.dtype)).float(), dim=-1)
+        log_q = torch.log_softmax(self.draft_logits(pred).float(), dim=-1)
         ce = -(p * log_q).sum(-1).mean()
         agree = (p.argmax(-1) == log_q.argmax(-1)).float().mean()
         return feature, ce, agree
 
 
-def build_model(kind: str, target, draft_ids: torch.Tensor) -> nn.Module:
-    """A fresh EAGLE head (eagle) or one-layer LlamaForCausalLM (draft), initialised from the
-    target (see the module docstring), in float32 for training."""
+def build_model(kind: str, target, draft_ids: torch.Tensor, arch: str = "eagle1") -> nn.Module:
+    """A fresh EAGLE head (eagle, layout `arch`) or one-layer LlamaForCausalLM (draft),
+    initialised from the target (see the module docstring), in float32 for training."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(**{**target.config.to_dict(), "num_hidden_layers": 1})
     if kind == "eagle":
-        head = EagleHead(config, kind="eagle1", bias=True, draft_vocab=len(draft_ids))
+        head = EagleHead(config, kind=arch, bias=True, draft_vocab=len(draft_ids))
         h = config.hidden_size
-        with torch.no_grad():  # start from "the next feature is this feature": fc passes f_t
-            head.fc.weight[:, h:] = torch.eye(h)
-            head.fc.bias.zero_()
-            head.layers[0].self_attn.o_proj.weight.mul_(0.1)
-            head.layers[0].mlp.down_proj.weight.mul_(0.1)
+        layer = head.layers[0] if arch == "eagle1" else head.midlayer
+        with torch.no_grad():
+            if arch == "eagle1":  # "the next feature is this feature": fc passes f_t
+                head.fc.weight[:, h:] = torch.eye(h)
+                head.fc.bias.zero_()
+            else:  # fc passes the highest fused layer; the target's norm and lm_head rows
+                head.fc.weight.zero_()
+                head.fc.weight[:, 2 * h :] = torch.eye(h)
+                head.norm.weight.copy_(target.model.norm.weight)
+                rows = target.get_output_embeddings().weight[draft_ids.to(target.device)]
+                head.lm_head.weight.copy_(rows)
+            layer.self_attn.o_proj.weight.mul_(0.1)
+            layer.mlp.down_proj.weight.mul_(0.1)
         head.set_draft_vocab(draft_ids)
         head = head.float().to(target.device)
         return head.bind(target.get_input_embeddings(), target.get_output_embeddings())
@@ -199,9 +232,9 @@ def trainable(model: nn.Module, kind: str) -> list[nn.Parameter]:
 def train_step(objective: Objective, items, optimizer, params, ce_weight: float):
     """One optimiser step on a batch of `items` -> (feature loss, ce, top-1 agreement)."""
     device = objective.lm_rows.device  # the target's device: data moves there batch by batch
-    ids, hidden, mask = collate(items, device)
+    ids, hidden, mask, fused = collate(items, device)
     with torch.autocast(device.type, dtype=torch.bfloat16):
-        pred, true = objective(ids, hidden, mask)
+        pred, true = objective(ids, hidden, mask, fused)
         feature, ce, agree = objective.losses(pred.float(), true.float())
     optimizer.zero_grad(set_to_none=True)
     (feature + ce_weight * ce).backward()
@@ -249,8 +282,9 @@ def train(
         state = saved["state"]
 
     def save() -> None:
-        own = {k: v for k, v in objective.model.state_dict().items() if "embed" not in k}
-        own = {k: v for k, v in own.items() if not k.startswith("lm_head")}
+        own = objective.model.state_dict()
+        if config.kind == "draft":  # the target's embedding and lm_head are not its own
+            own = {k: v for k, v in own.items() if "embed" not in k and "lm_head" not in k}
         torch.save(
             {
                 "model": own,
@@ -299,9 +333,9 @@ def teacher_forced_agreement(objective: Objective, data: list[Featured], lm_head
     """Share of held-out answer positions where the model's top-1 equals the target's top-1."""
     hits = total = 0
     for item in data:
-        ids, hidden, mask = collate([item], objective.lm_rows.device)
-        pred, true = objective(ids, hidden, mask)
-        draft = (pred @ objective.lm_rows.T.to(pred.dtype)).argmax(-1)  # draft-vocab ids
+        ids, hidden, mask, fused = collate([item], objective.lm_rows.device)
+        pred, true = objective(ids, hidden, mask, fused)
+        draft = objective.draft_logits(pred).argmax(-1)  # draft-vocab ids
         draft_ids = objective.draft_ids[draft]
         hits += int((draft_ids == lm_head(true.to(lm_head.weight.dtype)).argmax(-1)).sum())
         total += len(true)

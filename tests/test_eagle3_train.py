@@ -1,0 +1,130 @@
+"""`specdec train eagle --arch eagle3` on a tiny random target: an EAGLE-3-layout head is trained
+on the features drafting gives it, learns, and decodes losslessly."""
+
+import json
+
+import pytest
+import torch
+
+from specdec_core.cli import main
+from specdec_core.config import DecodeConfig
+from specdec_core.eagle.data import Sample
+from specdec_core.eagle.features import extract_features
+from specdec_core.eagle.formats import load_head
+from specdec_core.eagle.head import fused_layers
+from specdec_core.eagle.train import Objective, build_model, collate, train_step
+from specdec_core.models import load_model
+from specdec_core.runner import run
+from specdec_core.target import Target
+from tests.tiny import VOCAB, tiny_model, tiny_tokenizer
+
+LAYERS = 4  # fused layers (2, 2, 1): an EAGLE-3 head needs a few target layers
+
+
+@pytest.fixture(scope="module")
+def deep_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("deep")
+    tiny_model(1, layers=LAYERS).save_pretrained(root / "target")
+    tiny_tokenizer().save_pretrained(root / "target")
+    generator = torch.Generator().manual_seed(0)
+    lines = []
+    for _ in range(40):
+        words = torch.randint(3, VOCAB, (30,), generator=generator).tolist()
+        lines.append(json.dumps({"text": " ".join(f"w{w - 3}" for w in words)}))
+    (root / "data.jsonl").write_text("\n".join(lines))
+    return root
+
+
+@pytest.fixture(scope="module")
+def deep_target(deep_dir):
+    return load_model(str(deep_dir / "target"), device="cpu", dtype="float32")
+
+
+def _argv(deep_dir, out, *extra) -> list[str]:
+    return [
+        *("train", "eagle", "--target", str(deep_dir / "target")),
+        *("--data", str(deep_dir / "data.jsonl"), "--tokens", "800", "--epochs", "2"),
+        *("--draft-vocab", "16", "--batch-tokens", "256", "--feature-dtype", "float32"),
+        *("--out", str(out), *extra),
+    ]
+
+
+def test_an_eagle3_training_run_saves_a_lossless_eagle3_head(deep_dir, deep_target, tmp_path):
+    out = tmp_path / "head"
+    argv = _argv(deep_dir, out, "--arch", "eagle3", "--unroll", "3")
+    assert main(argv) == 0
+    card = json.loads((out / "specdec_card.json").read_text())
+    assert card["train_config"]["arch"] == "eagle3" and card["draft_vocab"] == 16
+    head = load_head(str(out), deep_target)
+    assert head.kind == "eagle3" and head.draft_vocab == 16
+    config = DecodeConfig(max_new_tokens=20, k=3)
+    ids = [1, 5, 9, 4]
+    reference = run(deep_target, "ar", ids, config).token_ids
+    assert run(deep_target, "eagle", ids, config, head).token_ids == reference
+    assert run(deep_target, "eagle2", ids, config, head).token_ids == reference
+    assert main(argv) == 0  # a rerun resumes from the finished checkpoint (own lm_head too)
+    assert (out / "work" / "features-data-eagle3").is_dir()  # shards apart from EAGLE-1's
+
+
+def test_fused_training_inputs_are_the_hidden_states_drafting_reads(deep_target):
+    ids = [1, 5, 9, 4, 7, 12, 3, 8]
+    (item,) = extract_features(deep_target.model, [Sample(ids, 0)], None, layers=(2, 2, 1))
+    target = Target(deep_target.model, feature_layers=(2, 2, 1))
+    seen = target.prefill(ids)
+    torch.testing.assert_close(item.fused, torch.cat(seen.layer_hidden, dim=-1))
+    torch.testing.assert_close(item.hidden, seen.hidden)
+
+
+def test_unrolled_eagle3_training_pass_matches_drafting_step_by_step(deep_target):
+    model = deep_target.model
+    draft_ids = torch.arange(0, VOCAB, 2)
+    head = build_model("eagle", model, draft_ids, "eagle3").eval()
+    ids = [1, 5, 9, 4, 7, 12, 3, 8]
+    (item,) = extract_features(model, [Sample(ids, 0)], None, layers=fused_layers(LAYERS))
+    batch_ids, hidden, mask, fused = collate([item])
+    objective = Objective("eagle", head, model.lm_head, draft_ids, 0.5, unroll=3).eval()
+    with torch.no_grad():
+        preds, _ = objective(batch_ids, hidden, mask, fused)
+        T = len(ids)
+        for p in range(T - 3):
+            cache = head.new_cache()
+            positions = torch.arange(p + 1)[None]
+            out = head.step(fused[:, : p + 1], batch_ids[:, 1 : p + 2], positions, None, cache)
+            feature = out.hidden[:, -1:]
+            for j in (2, 3):
+                token = batch_ids[:, p + j : p + j + 1]
+                feature = head.step(feature, token, torch.tensor([[p + j - 1]]), None, cache).hidden
+                offset = (T - 1) + (T - 2) * (j == 3)  # rows of passes before pass j
+                torch.testing.assert_close(preds[offset + p], feature[0, 0], atol=1e-4, rtol=1e-4)
+
+
+def test_eagle3_training_learns_the_targets_next_tokens(deep_target):
+    model = deep_target.model
+    draft_ids = torch.arange(0, VOCAB, 2)
+    torch.manual_seed(0)
+    head = build_model("eagle", model, draft_ids, "eagle3")
+    generator = torch.Generator().manual_seed(1)
+    samples = [Sample(torch.randint(3, VOCAB, (24,), generator=generator).tolist(), 0)]
+    items = extract_features(model, samples * 4, None, layers=fused_layers(LAYERS))
+    objective = Objective("eagle", head, model.lm_head, draft_ids, 0.0, unroll=2).train()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    params = list(head.parameters())
+    optimizer = torch.optim.AdamW(params, lr=3e-3)
+    steps = [train_step(objective, items, optimizer, params, 1.0) for _ in range(60)]
+    feature, _, before = steps[0]
+    *_, after = steps[-1]
+    assert float(feature) == 0.0  # no feature loss: EAGLE-3 predicts tokens
+    assert float(before) < 0.3 and float(after) > 0.8  # top-1 agreement with the target
+
+
+def test_an_init_head_of_the_other_layout_is_refused_with_what_to_do(deep_dir, tmp_path, capsys):
+    first = tmp_path / "e3"
+    assert main(_argv(deep_dir, first, "--arch", "eagle3", "--epochs", "1")) == 0
+    second = tmp_path / "again"
+    assert main(_argv(deep_dir, second, "--arch", "eagle1", "--init", str(first))) == 2
+    assert "drop --arch" in capsys.readouterr().err
+    assert main(_argv(deep_dir, second, "--init", str(first), "--epochs", "1")) == 0
+    assert load_head(str(second), load_model(str(deep_dir / "target"), "cpu", "float32")).kind == (
+        "eagle3"
+    )
