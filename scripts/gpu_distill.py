@@ -11,7 +11,9 @@ but sizes the work by time, because a leased machine is held for minutes, not ho
    (batches in random order, so a cut-off drops a random subset, not the longest prompts),
    then sample answers at T=1 with what is left of that time; save the answers' token ids;
    take the target's features in one forward per sequence; continue the bundled head on them
-   for as many epochs as fit in `--total-seconds` (timed on a probe); save the head and card.
+   until `--total-seconds` (the schedule decays over the time left, at most `--max-epochs`;
+   an up-front probe misjudged it: on the H200 the first epoch in a process ran ~6x slower
+   than later ones, 150 s against 25 s for 6.5M tokens); save the head and card.
    `--answers` skips generation and trains on an earlier run's saved answers; `--arch eagle3`
    trains a fresh EAGLE-3-layout head (`--init ''`) instead of continuing the EAGLE-1 one.
 3. `smoke`: the same stages on a random model of the target's shape, a few batches each, to
@@ -24,7 +26,6 @@ but sizes the work by time, because a leased machine is held for minutes, not ho
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import random
 import sys
@@ -40,15 +41,17 @@ sys.path.insert(0, str(ROOT))
 from specdec_core.eagle import data as datasets  # noqa: E402
 from specdec_core.eagle.features import extract_features  # noqa: E402
 from specdec_core.eagle.head import fused_layers  # noqa: E402
-from specdec_core.eagle.pipeline import HOLDOUT, resolve_arch, starting_model  # noqa: E402
+from specdec_core.eagle.pipeline import (  # noqa: E402
+    HOLDOUT,
+    ce_weight,
+    resolve_arch,
+    starting_model,
+)
 from specdec_core.eagle.train import (  # noqa: E402
     Objective,
     TrainConfig,
-    batches,
     teacher_forced_agreement,
     train,
-    train_step,
-    trainable,
 )
 from specdec_core.errors import SpecdecError  # noqa: E402
 
@@ -127,36 +130,6 @@ def answer(model, tok, prompts, args, deadline, spent, temperature, seed, work, 
     return samples
 
 
-def probe_seconds_per_token(objective, data, config, steps: int = 20, warmup: int = 5) -> float:
-    """Time a few training steps on a copy of the model (the real run starts fresh).
-
-    On the H200 a 2-warm-up, 12-step probe said 7.9 us/token where whole epochs ran at 1.4
-    (short sequences) to 6 (up to 1.4k tokens) us/token, so the runs trained fewer epochs than
-    fit: warm up longer, and time more steps.
-    """
-    trial = copy.deepcopy(objective)
-    params = trainable(trial.model, "eagle")
-    for p in params:
-        p.requires_grad_(True)
-    optimizer = torch.optim.AdamW(params, lr=1e-6)
-    plan = batches(data, config.batch_tokens, torch.Generator().manual_seed(1))[: steps + warmup]
-    warmup = min(warmup, len(plan) - 1)  # little data: time what there is
-    tokens, began = 0, time.monotonic()
-    for n, items in enumerate(plan):
-        if n == warmup:
-            sync()
-            began, tokens = time.monotonic(), 0
-        train_step(trial, items, optimizer, params, config.ce_weight)
-        tokens += sum(len(item.ids) for item in items)
-    sync()
-    return (time.monotonic() - began) / max(1, tokens)
-
-
-def sync() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-
-
 def run(args) -> None:
     from specdec_core.eagle.formats import save_head
     from specdec_core.models import load_model
@@ -209,7 +182,7 @@ def run(args) -> None:
     began = time.monotonic()
     samples = [datasets.Sample(s.ids[: args.max_len], s.start) for s in greedy + sampled]
     samples = [s for s in samples if len(s.ids) > s.start + 1]
-    arch = resolve_arch("eagle", args.arch, args.init)
+    arch = resolve_arch("eagle", args.arch, args.init, target)
     layers = fused_layers(model.config.num_hidden_layers) if arch == "eagle3" else ()
     data = extract_features(
         model, samples, None, batch_tokens=args.feature_batch_tokens, layers=layers
@@ -220,9 +193,9 @@ def run(args) -> None:
     log(f"features: {len(data)} sequences in {time.monotonic() - began:.1f}s")
 
     config = TrainConfig(
-        kind="eagle", epochs=1, lr=args.lr, batch_tokens=args.batch_tokens, seed=args.seed,
-        unroll=args.unroll, save_every=10**9, arch=arch,
-        ce_weight=args.ce_weight if args.ce_weight is not None else (1.0 if layers else 0.1),
+        kind="eagle", epochs=args.max_epochs, lr=args.lr, batch_tokens=args.batch_tokens,
+        seed=args.seed, unroll=args.unroll, save_every=10**9, arch=arch,
+        ce_weight=ce_weight(arch, args.ce_weight),
         noise=0.0 if layers else TrainConfig.noise,
     )  # fmt: skip
     head, draft_ids = starting_model("eagle", args.init, target, data, args.draft_vocab, arch)
@@ -230,16 +203,9 @@ def run(args) -> None:
     objective = Objective("eagle", head, lm_head, draft_ids, config.noise, config.unroll)
     log(f"{arch} head, {sum(p.numel() for p in head.parameters()) / 1e6:.1f}M parameters")
     before = teacher_forced_agreement(objective.eval(), held_data, lm_head)
-    per_token = probe_seconds_per_token(objective.train(), data, config)
-    tokens = sum(len(item.ids) for item in data)
     left = args.total_seconds - (time.monotonic() - START) - args.reserve_seconds
-    epochs = int(left / (per_token * tokens * 1.1))
-    if epochs < 1:  # not even one epoch: train on the share of the data that fits
-        keep = max(1, int(len(data) * left / (per_token * tokens * 1.1)))
-        data = random.Random(args.seed).sample(data, keep)
-        epochs = 1
-    config.epochs = min(epochs, args.max_epochs)
-    log(f"probe {per_token * 1e6:.1f} us/token; {config.epochs} epochs over {len(data)} seqs")
+    config.seconds = max(1.0, left)
+    log(f"training for {config.seconds:.0f}s (at most {config.epochs} epochs), {len(data)} seqs")
     began = time.monotonic()
 
     def validate(objective) -> dict:  # and save the head so far: a run cut off keeps it
@@ -248,9 +214,10 @@ def run(args) -> None:
         return result
 
     history = train(objective, data, config, work / "train", validate)
+    trained = history[-1]["epoch"] if history else 0
     report["stages"]["train"] = {
         "seconds": round(time.monotonic() - began, 1),
-        "epochs": config.epochs,
+        "epochs": trained,
         "sequences": len(data),
         "tokens": sum(len(item.ids) for item in data),
         "teacher_forced_top1_before": before,
@@ -269,7 +236,7 @@ def run(args) -> None:
         ],
         "tokens": report["stages"]["train"]["tokens"],
         "sequences": len(data),
-        "epochs": config.epochs,
+        "epochs": trained,
         "seed": args.seed,
         "draft_vocab": len(draft_ids),
         "init": args.init or None,

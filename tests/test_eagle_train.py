@@ -241,3 +241,33 @@ def test_a_checkpoint_from_other_data_is_refused_not_resumed_at_a_wrong_step(
     assert main(["train", "eagle", *_tiny_run(tiny_dir, tokens=800, epochs=1), "--out", out]) == 0
     assert main(["train", "eagle", *_tiny_run(tiny_dir, tokens=400, epochs=1), "--out", out]) == 2
     assert "cannot resume" in capsys.readouterr().err
+
+
+def test_a_time_budget_stops_training_with_the_schedule_decayed(tiny_target, tmp_path):
+    from specdec_core.eagle.data import Sample
+    from specdec_core.eagle.features import extract_features
+    from specdec_core.eagle.train import Objective, TrainConfig, build_model, train
+
+    model = tiny_target.model
+    generator = torch.Generator().manual_seed(0)
+    samples = [Sample(torch.randint(3, VOCAB, (20,), generator=generator).tolist(), 0)] * 8
+    data = extract_features(model, samples, None)
+    head = build_model("eagle", model, torch.arange(VOCAB))
+    objective = Objective("eagle", head, model.lm_head, torch.arange(VOCAB), 0.2, 2)
+    config = TrainConfig(epochs=10**6, batch_tokens=40, warmup=1, seconds=1.0, save_every=10**9)
+    rates = []
+    step = torch.optim.AdamW.step
+
+    def spy(self, *args, **kwargs):
+        rates.append(self.param_groups[0]["lr"])
+        return step(self, *args, **kwargs)
+
+    torch.optim.AdamW.step = spy
+    try:
+        history = train(objective, data, config, tmp_path)
+    finally:
+        torch.optim.AdamW.step = step
+    *epochs, record = history  # a million epochs asked for; one second given
+    assert all("stopped" not in e for e in epochs) and len(epochs) < 10**6
+    assert record["stopped"] == "time" and record["step"] == len(rates) > 10
+    assert rates[-1] < 0.05 * config.lr < rates[len(rates) // 4]  # decayed over the time

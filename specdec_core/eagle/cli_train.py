@@ -50,6 +50,13 @@ def add_parsers(sub) -> dict[str, Callable[[argparse.Namespace], int]]:
     train.add_argument(
         "--unroll", type=int, default=2, help="eagle: draft steps simulated per position"
     )
+    train.add_argument(
+        "--ce-weight",
+        type=float,
+        default=None,
+        help="eagle: weight of the token loss beside the feature loss (eagle1 default 0.1; "
+        "eagle3 has only the token loss)",
+    )
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--val-prompts", type=int, default=4, help="held-out prompts for tau")
     train.add_argument("--device", default="cpu", choices=["auto", "cpu", "cuda", "mps"])

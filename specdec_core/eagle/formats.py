@@ -96,17 +96,6 @@ def load_head(spec: str, target: LoadedModel, dtype: torch.dtype | None = None) 
     return head.bind(model.get_input_embeddings(), model.get_output_embeddings())
 
 
-def read_kind(spec: str) -> str:
-    """The layout (eagle1 | eagle3) of the head at `spec`, from its weights' keys."""
-    from safetensors import safe_open
-
-    directory = _resolve(spec)
-    if (directory / "model.safetensors").is_file():
-        with safe_open(str(directory / "model.safetensors"), "pt") as f:
-            return head_kind(dict.fromkeys(f.keys()))
-    return head_kind(_read_state(directory, spec))
-
-
 def head_dtype(target: LoadedModel) -> torch.dtype:
     """The target's dtype, except bfloat16 on a CPU that multiplies it natively.
 

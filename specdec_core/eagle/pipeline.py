@@ -164,7 +164,7 @@ def run_training(args) -> dict:
     target = load_model(args.target, args.device, args.feature_dtype)
     for p in target.model.parameters():
         p.requires_grad_(False)
-    arch = resolve_arch(args.kind, getattr(args, "arch", None), getattr(args, "init", None))
+    arch = resolve_arch(args.kind, getattr(args, "arch", None), getattr(args, "init", None), target)
     layers = fused_layers(target.model.config.num_hidden_layers) if arch == "eagle3" else ()
     suffix = "-eagle3" if layers else ""  # EAGLE-3 shards also hold the fused layers
     data: list[Featured] = []
@@ -199,7 +199,7 @@ def run_training(args) -> dict:
         seed=args.seed,
         unroll=args.unroll,
         arch=arch,
-        ce_weight=1.0 if arch == "eagle3" else TrainConfig.ce_weight,  # its only loss
+        ce_weight=ce_weight(arch, getattr(args, "ce_weight", None)),
         noise=0.0 if arch == "eagle3" else TrainConfig.noise,
     )
     model, draft_ids = starting_model(
@@ -243,7 +243,14 @@ def run_training(args) -> dict:
     return card
 
 
-def resolve_arch(kind: str, arch: str | None, init: str | None) -> str:
+def ce_weight(arch: str, asked: float | None) -> float:
+    """--ce-weight, else 0.1 beside EAGLE-1's feature loss, 1 for EAGLE-3 (its only loss)."""
+    if asked is not None:
+        return asked
+    return 1.0 if arch == "eagle3" else TrainConfig.ce_weight
+
+
+def resolve_arch(kind: str, arch: str | None, init: str | None, target: LoadedModel) -> str:
     """The head layout to train: --arch, else the --init head's, else eagle1."""
     if kind != "eagle":
         if arch:
@@ -251,9 +258,9 @@ def resolve_arch(kind: str, arch: str | None, init: str | None) -> str:
         return "eagle1"
     if not init:
         return arch or "eagle1"
-    from specdec_core.eagle.formats import read_kind
+    from specdec_core.runner import load_head
 
-    found = read_kind(init)
+    found = load_head(init, target, torch.float32).kind
     if arch and arch != found:
         raise SpecdecError(
             f"--init {init} is an {found} head, so it cannot continue as --arch {arch}; "

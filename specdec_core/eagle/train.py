@@ -24,9 +24,11 @@ because the lm_head is most of the cost on a CPU. Uniform noise on input feature
   the target at load time (`materialize_draft`), which keeps the bundled file small.
 
 Checkpoints (`OUT/checkpoint.pt`) are written every `save_every` steps and after each epoch;
-a rerun with the same OUT resumes. Each epoch ends with validation on held-out
-conversations: teacher-forced top-1 agreement with the target and, for a few held-out prompts,
-the real mean acceptance length tau of greedy decoding (k=4).
+a rerun with the same OUT resumes. With a time budget (`seconds`, as on a leased GPU) the
+cosine schedule runs over whichever ends first, the epochs or the time, and training stops
+at the budget (then validates and saves as after an epoch). Each epoch ends with validation
+on held-out conversations: teacher-forced top-1 agreement with the target and, for a few
+held-out prompts, the real mean acceptance length tau of greedy decoding (k=4).
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ class TrainConfig:
     arch: str = "eagle1"  # eagle: head layout, eagle1 | eagle3
     seed: int = 0
     save_every: int = 100
+    seconds: float = 0.0  # > 0: a time budget; the schedule decays over it and training stops
     extra: dict = field(default_factory=dict)  # recorded in the model card
 
 
@@ -295,7 +298,16 @@ def train(
             checkpoint,
         )
 
-    while state["epoch"] < config.epochs:
+    clock = time.monotonic() - state.get("seconds", 0.0)  # a resumed run counts its time
+
+    def progress() -> float:
+        """Share of the schedule done: of the steps, or of the time budget if that is ahead."""
+        done = state["step"] / total
+        if config.seconds:
+            done = max(done, (time.monotonic() - clock) / config.seconds)
+        return min(1.0, done)
+
+    while state["epoch"] < config.epochs and not state.get("out_of_time"):
         plan = batches(data, config.batch_tokens, generator)
         done_in_epoch = state["step"] - state["epoch"] * steps_per_epoch
         objective.train()
@@ -306,8 +318,11 @@ def train(
             dynamic_ncols=True,
         )
         for items in bar:
+            if config.seconds and progress() >= 1.0:
+                state["out_of_time"] = True
+                break
             lr = config.lr * min(1.0, (state["step"] + 1) / config.warmup)
-            lr *= 0.5 * (1 + math.cos(math.pi * min(1.0, state["step"] / total)))
+            lr *= 0.5 * (1 + math.cos(math.pi * progress()))
             for group in optimizer.param_groups:
                 group["lr"] = lr
             feature, ce, agree = train_step(objective, items, optimizer, params, config.ce_weight)
@@ -315,10 +330,15 @@ def train(
             bar.set_postfix(
                 feat=f"{feature.item():.3f}", ce=f"{ce.item():.2f}", acc=f"{agree.item():.2f}"
             )
+            state["seconds"] = time.monotonic() - clock
             if state["step"] % config.save_every == 0:
                 save()
-        state["epoch"] += 1
-        record = {"epoch": state["epoch"], "step": state["step"], "time": time.time()}
+        if state.get("out_of_time"):  # epochs done so far, as a fraction
+            record = {"epoch": round(state["step"] / steps_per_epoch, 2), "stopped": "time"}
+        else:
+            state["epoch"] += 1
+            record = {"epoch": state["epoch"]}
+        record.update(step=state["step"], time=time.time())
         if validate is not None:
             objective.eval()
             record.update(validate(objective))
