@@ -125,6 +125,7 @@ class Objective(nn.Module):
     ):
         super().__init__()
         self.kind, self.model, self.noise, self.unroll = kind, model, noise, unroll
+        self.eagle3 = kind == "eagle" and model.kind == "eagle3"  # tokens out, no feature loss
         self.register_buffer("draft_ids", draft_ids)  # [Vd] target ids of the draft vocabulary
         self.register_buffer("lm_rows", lm_head.weight[draft_ids].detach().float())  # [Vd, h]
 
@@ -132,7 +133,7 @@ class Objective(nn.Module):
         """-> predicted features [N, h], true features [N, h] at the loss positions (for an
         EAGLE-3 head the prediction is its output hidden state, before its own norm)."""
         if self.kind == "eagle":
-            return self._eagle(ids, fused if self.model.kind == "eagle3" else hidden, hidden, mask)
+            return self._eagle(ids, fused if self.eagle3 else hidden, hidden, mask)
         pred = self.model.model(input_ids=ids).last_hidden_state  # [B, T, h] after norm
         keep = mask.clone()
         keep[:, :-1] |= mask[:, 1:]  # position start-1 predicts the first answer token
@@ -148,7 +149,7 @@ class Objective(nn.Module):
         """
         B, T = ids.shape
         f_in = inputs[:, :-1].float()
-        if self.training and self.noise and self.model.kind == "eagle1":
+        if self.training and self.noise and not self.eagle3:
             f_in = f_in + (torch.rand_like(f_in) - 0.5) * self.noise
         positions = torch.arange(T - 1, device=ids.device)[None].expand(B, -1)
         cache = self.model.new_cache() if self.unroll > 1 else None
@@ -175,16 +176,14 @@ class Objective(nn.Module):
 
     def draft_logits(self, pred: torch.Tensor) -> torch.Tensor:
         """[N, h] predictions -> [N, Vd] draft-vocabulary logits (as drafting computes them)."""
-        if self.kind == "eagle" and self.model.kind == "eagle3":
+        if self.eagle3:
             return self.model.logits(pred)
         return pred @ self.lm_rows.T.to(pred.dtype)
 
     def losses(self, pred: torch.Tensor, true: torch.Tensor) -> tuple[torch.Tensor, ...]:
         true = true.to(pred.dtype)
-        if self.kind == "eagle" and self.model.kind == "eagle3":
-            feature = pred.new_zeros(())  # EAGLE-3 predicts tokens, not features
-        else:
-            feature = F.smooth_l1_loss(pred, true)
+        # EAGLE-3 predicts tokens, not features
+        feature = pred.new_zeros(()) if self.eagle3 else F.smooth_l1_loss(pred, true)
         p = torch.softmax(true @ self.lm_rows.T.to(pred.dtype), dim=-1).float()  # [N, Vd]
         log_q = torch.log_softmax(self.draft_logits(pred).float(), dim=-1)
         ce = -(p * log_q).sum(-1).mean()
