@@ -16,23 +16,14 @@ from specdec_core.eagle.train import Objective, build_model, collate, train_step
 from specdec_core.models import load_model
 from specdec_core.runner import run
 from specdec_core.target import Target
-from tests.tiny import VOCAB, tiny_model, tiny_tokenizer
+from tests.tiny import VOCAB, training_dir
 
 LAYERS = 4  # fused layers (2, 2, 1): an EAGLE-3 head needs a few target layers
 
 
 @pytest.fixture(scope="module")
 def deep_dir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("deep")
-    tiny_model(1, layers=LAYERS).save_pretrained(root / "target")
-    tiny_tokenizer().save_pretrained(root / "target")
-    generator = torch.Generator().manual_seed(0)
-    lines = []
-    for _ in range(40):
-        words = torch.randint(3, VOCAB, (30,), generator=generator).tolist()
-        lines.append(json.dumps({"text": " ".join(f"w{w - 3}" for w in words)}))
-    (root / "data.jsonl").write_text("\n".join(lines))
-    return root
+    return training_dir(tmp_path_factory.mktemp("deep"), layers=LAYERS)
 
 
 @pytest.fixture(scope="module")
@@ -128,3 +119,11 @@ def test_an_init_head_of_the_other_layout_is_refused_with_what_to_do(deep_dir, t
     assert load_head(str(second), load_model(str(deep_dir / "target"), "cpu", "float32")).kind == (
         "eagle3"
     )
+
+
+def test_an_eagle3_head_over_the_full_vocabulary_is_refused_with_what_to_do(
+    deep_dir, tmp_path, capsys
+):
+    argv = _argv(deep_dir, tmp_path / "full", "--arch", "eagle3", "--draft-vocab", "0")
+    assert main(argv) == 2
+    assert "--draft-vocab N" in capsys.readouterr().err

@@ -11,22 +11,13 @@ from specdec_core.config import DecodeConfig
 from specdec_core.eagle.formats import load_head
 from specdec_core.models import load_model
 from specdec_core.runner import load_draft, run
-from tests.tiny import VOCAB, tiny_model, tiny_tokenizer
+from tests.tiny import VOCAB, training_dir
 
 
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("tiny")
-    tiny_model(1).save_pretrained(root / "target")
-    tiny_tokenizer().save_pretrained(root / "target")
-    generator = torch.Generator().manual_seed(0)
-    lines = []
-    for _ in range(40):
-        words = torch.randint(3, VOCAB, (30,), generator=generator).tolist()
-        lines.append(json.dumps({"text": " ".join(f"w{w - 3}" for w in words)}))
-    lines += [json.dumps({"prompt": "w1 w2 w3"}), json.dumps({"turns": ["w4 w5", "w6"]})]
-    (root / "data.jsonl").write_text("\n".join(lines))  # texts, and prompts the target answers
-    return root
+    prompts = (json.dumps({"prompt": "w1 w2 w3"}), json.dumps({"turns": ["w4 w5", "w6"]}))
+    return training_dir(tmp_path_factory.mktemp("tiny"), prompts=prompts)  # texts and prompts
 
 
 def _tiny_run(tiny_dir, tokens: int, epochs: int) -> list[str]:

@@ -44,6 +44,22 @@ def tiny_config(layers: int = 2, hidden: int = 32) -> LlamaConfig:
     )
 
 
+def training_dir(root, layers: int = 2, prompts: tuple[str, ...] = ()):
+    """`root/target` (a tiny model and tokenizer) and `root/data.jsonl`: 40 random 30-word
+    texts, then `prompts` (JSON lines) for the target to answer; -> root."""
+    import json
+
+    tiny_model(1, layers=layers).save_pretrained(root / "target")
+    tiny_tokenizer().save_pretrained(root / "target")
+    generator = torch.Generator().manual_seed(0)
+    lines = []
+    for _ in range(40):
+        words = torch.randint(3, VOCAB, (30,), generator=generator).tolist()
+        lines.append(json.dumps({"text": " ".join(f"w{w - 3}" for w in words)}))
+    (root / "data.jsonl").write_text("\n".join([*lines, *prompts]))
+    return root
+
+
 def tiny_model(seed: int, layers: int = 2, sharpness: float = 4.0) -> LlamaForCausalLM:
     torch.manual_seed(seed)
     model = LlamaForCausalLM(tiny_config(layers)).eval()
