@@ -43,7 +43,7 @@ from specdec_core.eagle.features import extract_features  # noqa: E402
 from specdec_core.eagle.head import fused_layers  # noqa: E402
 from specdec_core.eagle.pipeline import (  # noqa: E402
     HOLDOUT,
-    ce_weight,
+    layout_settings,
     resolve_arch,
     starting_model,
 )
@@ -194,9 +194,8 @@ def run(args) -> None:
 
     config = TrainConfig(
         kind="eagle", epochs=args.max_epochs, lr=args.lr, batch_tokens=args.batch_tokens,
-        seed=args.seed, unroll=args.unroll, save_every=10**9, arch=arch,
-        ce_weight=ce_weight(arch, args.ce_weight),
-        noise=0.0 if layers else TrainConfig.noise,
+        seed=args.seed, unroll=args.unroll, save_every=10**9,
+        **layout_settings(arch, args.ce_weight),
     )  # fmt: skip
     head, draft_ids = starting_model("eagle", args.init, target, data, args.draft_vocab, arch)
     lm_head = model.get_output_embeddings()

@@ -195,9 +195,11 @@ def test_training_continues_from_an_init_head(tiny_dir, tmp_path):
     common = _tiny_run(tiny_dir, tokens=400, epochs=1)
     first, second = tmp_path / "first", tmp_path / "second"
     assert main(["train", "eagle", *common, "--out", str(first)]) == 0
-    assert main(["train", "eagle", *common, "--out", str(second), "--init", str(first)]) == 0
+    continued = ["--init", str(first), "--ce-weight", "0.5"]
+    assert main(["train", "eagle", *common, "--out", str(second), *continued]) == 0
     card = json.loads((second / "specdec_card.json").read_text())
-    assert card["init"] == str(first)
+    assert card["init"] == str(first) and card["train_config"]["arch"] == "eagle1"
+    assert card["train_config"]["ce_weight"] == 0.5 and card["train_config"]["noise"] == 0.2
     target = load_model(str(tiny_dir / "target"), device="cpu", dtype="float32")
     before, after = load_head(str(first), target), load_head(str(second), target)
     assert torch.equal(before.draft_ids(), after.draft_ids())  # the init's vocabulary

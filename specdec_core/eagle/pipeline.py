@@ -198,9 +198,7 @@ def run_training(args) -> dict:
         draft_vocab=args.draft_vocab,
         seed=args.seed,
         unroll=args.unroll,
-        arch=arch,
-        ce_weight=ce_weight(arch, getattr(args, "ce_weight", None)),
-        noise=0.0 if arch == "eagle3" else TrainConfig.noise,
+        **layout_settings(arch, getattr(args, "ce_weight", None)),
     )
     model, draft_ids = starting_model(
         config.kind, getattr(args, "init", None), target, data, config.draft_vocab, arch
@@ -243,11 +241,16 @@ def run_training(args) -> dict:
     return card
 
 
-def ce_weight(arch: str, asked: float | None) -> float:
-    """--ce-weight, else 0.1 beside EAGLE-1's feature loss, 1 for EAGLE-3 (its only loss)."""
-    if asked is not None:
-        return asked
-    return 1.0 if arch == "eagle3" else TrainConfig.ce_weight
+def layout_settings(arch: str, ce_weight: float | None) -> dict:
+    """TrainConfig fields that follow the layout: EAGLE-3 has no input noise and only the token
+    loss (weight 1); EAGLE-1 weighs it 0.1 beside the feature loss. --ce-weight overrides."""
+    eagle3 = arch == "eagle3"
+    default = 1.0 if eagle3 else TrainConfig.ce_weight
+    return {
+        "arch": arch,
+        "ce_weight": default if ce_weight is None else ce_weight,
+        "noise": 0.0 if eagle3 else TrainConfig.noise,
+    }
 
 
 def resolve_arch(kind: str, arch: str | None, init: str | None, target: LoadedModel) -> str:
