@@ -264,3 +264,19 @@ def test_a_time_budget_stops_training_with_the_schedule_decayed(tiny_target, tmp
     assert all("stopped" not in e for e in epochs) and len(epochs) < 10**6
     assert record["stopped"] == "time" and record["step"] == len(rates) > 10
     assert rates[-1] < 0.05 * config.lr < rates[len(rates) // 4]  # decayed over the time
+
+
+def test_feature_shards_of_other_samples_are_redone_not_reused(tiny_target, tmp_path):
+    from specdec_core.eagle.data import Sample
+    from specdec_core.eagle.features import extract_features
+
+    model = tiny_target.model
+    first = [Sample([1, 5, 9, 4, 7], 2), Sample([1, 6, 3], 1)]
+    later = [Sample([1, 5, 9, 4, 7, 8, 8], 2), Sample([1, 12, 3], 1)]  # longer; other ids
+    extract_features(model, first, tmp_path / "shards")
+    reused = extract_features(model, later, tmp_path / "shards")
+    fresh = extract_features(model, later, None)
+    for a, b in zip(reused, fresh, strict=True):
+        assert a.ids.tolist() == b.ids.tolist() and torch.equal(a.hidden, b.hidden)
+    again = extract_features(model, later, tmp_path / "shards", layers=(1, 1, 1))
+    assert all(item.fused is not None for item in again)  # EAGLE-1 shards lack the layers

@@ -57,6 +57,7 @@ def extract_features(
         shard = shard_dir / f"feat-{number:05d}.pt" if shard_dir is not None else None
         chunk = samples[first : first + shard_samples]
         made: list[dict] = torch.load(shard) if shard is not None and shard.is_file() else []
+        made = made[: _matching(made, chunk, layers)]  # a shard of other samples is redone
         todo = chunk[len(made) :]  # a shard saved under a smaller budget is extended
         if todo:
             kept = {i: s for i, s in enumerate(todo) if s.hidden is not None}  # from generation
@@ -80,6 +81,22 @@ def extract_features(
                 min(first + shard_samples, len(samples)), len(samples), sum(len(f.ids) for f in out)
             )
     return out
+
+
+def _matching(made: list[dict], chunk: list[Sample], layers: tuple[int, ...]) -> int:
+    """How many leading shard items are the features of `chunk`'s samples (same ids and start,
+    the EAGLE-3 layers present if asked for): a rerun with other data, lengths or layers in
+    the same --work must not train on what an earlier run stored."""
+    count = 0
+    for item, sample in zip(made, chunk, strict=False):
+        ids = item["ids"].tolist()
+        whole = len(ids) in (len(sample.ids), len(sample.ids) - 1)  # generation drops the last
+        if not whole or ids != list(sample.ids[: len(ids)]) or item["start"] != sample.start:
+            break
+        if bool(layers) and "fused" not in item:
+            break
+        count += 1
+    return count
 
 
 def _forward_all(
