@@ -127,3 +127,10 @@ def test_an_eagle3_head_over_the_full_vocabulary_is_refused_with_what_to_do(
     argv = _argv(deep_dir, tmp_path / "full", "--arch", "eagle3", "--draft-vocab", "0")
     assert main(argv) == 2
     assert "--draft-vocab N" in capsys.readouterr().err
+
+
+def test_an_eagle3_head_for_a_too_shallow_target_is_refused_with_what_to_do(tmp_path, capsys):
+    root = training_dir(tmp_path, layers=1)
+    argv = _argv(root, tmp_path / "out", "--arch", "eagle3")
+    assert main(argv) == 2
+    assert "--arch eagle1" in capsys.readouterr().err

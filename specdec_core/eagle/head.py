@@ -52,6 +52,7 @@ from transformers.models.llama.modeling_llama import (
 )
 
 from specdec_core import kv_cache
+from specdec_core.errors import SpecdecError
 from specdec_core.prepacked_linear import PackedWeight
 
 KINDS = ("eagle1", "eagle3")
@@ -60,6 +61,11 @@ KINDS = ("eagle1", "eagle3")
 def fused_layers(target_layers: int) -> tuple[int, ...]:
     """Indices into the target's `hidden_states` (0 = embeddings) that an EAGLE-3 head reads,
     low to high: the inputs of layers 2, L//2 and L-3."""
+    if target_layers < 2:  # hidden_states[2] must exist
+        raise SpecdecError(
+            f"an EAGLE-3 head reads the inputs of target layers 2, L//2 and L-3, but this target "
+            f"has {target_layers} layer(s); use an EAGLE-1 head (--arch eagle1)"
+        )
     return (2, target_layers // 2, target_layers - 3)
 
 
