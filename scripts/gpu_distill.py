@@ -40,10 +40,11 @@ sys.path.insert(0, str(ROOT))
 
 from specdec_core.eagle import data as datasets  # noqa: E402
 from specdec_core.eagle.features import extract_features  # noqa: E402
-from specdec_core.eagle.head import fused_layers  # noqa: E402
 from specdec_core.eagle.pipeline import (  # noqa: E402
     HOLDOUT,
+    input_layers,
     layout_settings,
+    read_init,
     resolve_arch,
     starting_model,
 )
@@ -182,8 +183,9 @@ def run(args) -> None:
     began = time.monotonic()
     samples = [datasets.Sample(s.ids[: args.max_len], s.start) for s in greedy + sampled]
     samples = [s for s in samples if len(s.ids) > s.start + 1]
-    arch = resolve_arch("eagle", args.arch, args.init, target)
-    layers = fused_layers(model.config.num_hidden_layers) if arch == "eagle3" else ()
+    init_head = read_init("eagle", args.init, target)
+    arch = resolve_arch("eagle", args.arch, init_head)
+    layers = input_layers(arch, target)
     data = extract_features(
         model, samples, None, batch_tokens=args.feature_batch_tokens, layers=layers
     )
@@ -197,7 +199,7 @@ def run(args) -> None:
         seed=args.seed, unroll=args.unroll, save_every=10**9,
         **layout_settings(arch, args.ce_weight),
     )  # fmt: skip
-    head, draft_ids = starting_model("eagle", args.init, target, data, args.draft_vocab, arch)
+    head, draft_ids = starting_model("eagle", init_head, target, data, args.draft_vocab, arch)
     lm_head = model.get_output_embeddings()
     objective = Objective("eagle", head, lm_head, draft_ids, config.noise, config.unroll)
     log(f"{arch} head, {sum(p.numel() for p in head.parameters()) / 1e6:.1f}M parameters")

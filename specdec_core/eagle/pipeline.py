@@ -164,8 +164,9 @@ def run_training(args) -> dict:
     target = load_model(args.target, args.device, args.feature_dtype)
     for p in target.model.parameters():
         p.requires_grad_(False)
-    arch = resolve_arch(args.kind, getattr(args, "arch", None), getattr(args, "init", None), target)
-    layers = fused_layers(target.model.config.num_hidden_layers) if arch == "eagle3" else ()
+    init_head = read_init(args.kind, getattr(args, "init", None), target)
+    arch = resolve_arch(args.kind, getattr(args, "arch", None), init_head)
+    layers = input_layers(arch, target)
     suffix = "-eagle3" if layers else ""  # EAGLE-3 shards also hold the fused layers
     data: list[Featured] = []
     held: list[Featured] = []
@@ -201,7 +202,7 @@ def run_training(args) -> dict:
         **layout_settings(arch, getattr(args, "ce_weight", None)),
     )
     model, draft_ids = starting_model(
-        config.kind, getattr(args, "init", None), target, data, config.draft_vocab, arch
+        config.kind, init_head, target, data, config.draft_vocab, arch
     )
     lm_head = target.model.get_output_embeddings()
     noise = config.noise if config.kind == "eagle" else 0.0
@@ -253,53 +254,62 @@ def layout_settings(arch: str, ce_weight: float | None) -> dict:
     }
 
 
-def resolve_arch(kind: str, arch: str | None, init: str | None, target: LoadedModel) -> str:
-    """The head layout to train: --arch, else the --init head's, else eagle1."""
-    if kind != "eagle":
-        if arch:
-            raise SpecdecError("--arch chooses an EAGLE head's layout; drop it for `train draft`")
-        return "eagle1"
+def read_init(kind: str, init: str | None, target: LoadedModel):
+    """The --init head, read once in float32 (not through a bf16 target's rounding), or None."""
     if not init:
-        return arch or "eagle1"
-    from specdec_core.runner import load_head
-
-    found = load_head(init, target, torch.float32).kind
-    if arch and arch != found:
-        raise SpecdecError(
-            f"--init {init} is an {found} head, so it cannot continue as --arch {arch}; "
-            f"drop --arch, or drop --init to train a fresh {arch} head"
-        )
-    return found
-
-
-def starting_model(
-    kind: str, init: str | None, target: LoadedModel, data, draft_vocab: int, arch="eagle1"
-):
-    """-> (model to train, its draft vocabulary's target ids), on the target's device.
-
-    With `init` (--init): that trained head, its layout, weights and draft vocabulary. Without:
-    a fresh model (layout `arch`) on the `draft_vocab` most frequent tokens of `data` (0 = all).
-    """
-    vocab = target.vocab_size
-    if not init:
-        if arch == "eagle3" and not draft_vocab:
-            raise SpecdecError("an EAGLE-3 head needs a reduced draft vocabulary: --draft-vocab N")
-        draft_ids = frequent_tokens(data, min(draft_vocab or vocab, vocab), vocab)
-        draft_ids = draft_ids.to(target.device)
-        return build_model(kind, target.model, draft_ids, arch), draft_ids
+        return None
     if kind != "eagle":
         raise SpecdecError("--init continues an EAGLE head; drop it for `specdec train draft`")
     from specdec_core.runner import load_head
 
-    head = load_head(init, target, torch.float32)  # not through a bf16 target's rounding
+    head = load_head(init, target, torch.float32)
     if not head.draft_vocab:
         raise SpecdecError(
             f"--init {init}: the trainer continues heads with a reduced draft vocabulary "
             "(d2t / t2d); this one drafts over the full vocabulary"
         )
-    draft_ids = head.draft_ids()
-    model = build_model(kind, target.model, draft_ids, head.kind)
-    model.load_state_dict(head.state_dict())
+    return head
+
+
+def resolve_arch(kind: str, arch: str | None, init_head) -> str:
+    """The head layout to train: --arch, else the --init head's (`read_init`), else eagle1."""
+    if kind != "eagle":
+        if arch:
+            raise SpecdecError("--arch chooses an EAGLE head's layout; drop it for `train draft`")
+        return "eagle1"
+    if init_head is None:
+        return arch or "eagle1"
+    if arch and arch != init_head.kind:
+        raise SpecdecError(
+            f"the --init head is an {init_head.kind} head, so it cannot continue as --arch "
+            f"{arch}; drop --arch, or drop --init to train a fresh {arch} head"
+        )
+    return init_head.kind
+
+
+def input_layers(arch: str, target: LoadedModel) -> tuple[int, ...]:
+    """Target hidden states the features must hold besides the last one (EAGLE-3's fused)."""
+    return fused_layers(target.model.config.num_hidden_layers) if arch == "eagle3" else ()
+
+
+def starting_model(
+    kind: str, init_head, target: LoadedModel, data, draft_vocab: int, arch="eagle1"
+):
+    """-> (model to train, its draft vocabulary's target ids), on the target's device.
+
+    With `init_head` (`read_init`): its layout, weights and draft vocabulary. Without: a fresh
+    model (layout `arch`) on the `draft_vocab` most frequent tokens of `data` (0 = all).
+    """
+    vocab = target.vocab_size
+    if init_head is None:
+        if arch == "eagle3" and not draft_vocab:
+            raise SpecdecError("an EAGLE-3 head needs a reduced draft vocabulary: --draft-vocab N")
+        draft_ids = frequent_tokens(data, min(draft_vocab or vocab, vocab), vocab)
+        draft_ids = draft_ids.to(target.device)
+        return build_model(kind, target.model, draft_ids, arch), draft_ids
+    draft_ids = init_head.draft_ids()
+    model = build_model(kind, target.model, draft_ids, init_head.kind)
+    model.load_state_dict(init_head.state_dict())
     return model, draft_ids
 
 
