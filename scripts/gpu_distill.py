@@ -42,6 +42,7 @@ from specdec_core.eagle import data as datasets  # noqa: E402
 from specdec_core.eagle.features import extract_features  # noqa: E402
 from specdec_core.eagle.pipeline import (  # noqa: E402
     HOLDOUT,
+    head_layers,
     input_layers,
     layout_settings,
     read_init,
@@ -199,7 +200,9 @@ def run(args) -> None:
         seed=args.seed, unroll=args.unroll, save_every=10**9,
         **layout_settings(arch, args.ce_weight),
     )  # fmt: skip
-    head, draft_ids = starting_model("eagle", init_head, target, data, args.draft_vocab, arch)
+    head, draft_ids = starting_model(
+        "eagle", init_head, target, data, args.draft_vocab, arch, args.layers
+    )
     lm_head = model.get_output_embeddings()
     objective = Objective("eagle", head, lm_head, draft_ids, config.noise, config.unroll)
     log(f"{arch} head, {sum(p.numel() for p in head.parameters()) / 1e6:.1f}M parameters")
@@ -241,6 +244,7 @@ def run(args) -> None:
         "seed": args.seed,
         "draft_vocab": len(draft_ids),
         "init": args.init or None,
+        "layers": head_layers(head),
         "history": history,
         "validation": history[-1] if history else None,
         "stages": report["stages"],
@@ -304,6 +308,7 @@ def main() -> None:
         p.add_argument("--unroll", type=int, default=2)
         p.add_argument("--arch", choices=["eagle1", "eagle3"], default=None)
         p.add_argument("--ce-weight", type=float, default=None, help="default 0.1; eagle3 1")
+        p.add_argument("--layers", type=int, default=None, help="eagle1 decoder layers")
         p.add_argument("--answers", default="", help="earlier run's greedy_ids.npz")
         p.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()

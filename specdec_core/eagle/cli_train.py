@@ -36,6 +36,14 @@ def add_parsers(sub) -> dict[str, Callable[[argparse.Namespace], int]]:
         "feature; eagle3: reads three target layers, predicts tokens only (EAGLE-3). "
         "Default with --init: that head's layout",
     )
+    train.add_argument(
+        "--layers",
+        type=int,
+        default=None,
+        help="eagle1: decoder layers of the head (default 1, or the --init head's; more than "
+        "the --init head has grows it, the new layers starting as the identity). Each layer "
+        "adds about a layer's cost to every draft step",
+    )
     train.add_argument("--out", required=True, help="output directory (also resumes from it)")
     train.add_argument("--work", default=None, help="cache for data and features (OUT/work)")
     train.add_argument(

@@ -1,7 +1,8 @@
 """Read and write EAGLE heads in the official checkpoint layouts.
 
-A head directory holds `config.json` (a LlamaConfig with `num_hidden_layers: 1`; EAGLE-1
-heads add `bias`, EAGLE-3 heads `draft_vocab_size`) and `model.safetensors` or
+A head directory holds `config.json` (a LlamaConfig whose `num_hidden_layers` counts the
+head's decoder layers, 1 in every released head; EAGLE-1 heads add `bias`, EAGLE-3 heads
+`draft_vocab_size`) and `model.safetensors` or
 `pytorch_model.bin` with the keys of DESIGN §2.5. The layout is recognised from the keys:
 `midlayer.*` is EAGLE-3, `layers.0.*` is EAGLE-1/2. Heads trained here use either layout
 (`specdec train eagle --arch`); EAGLE-1 ones may add `d2t` / `t2d` (a reduced draft vocabulary,
@@ -66,7 +67,8 @@ def head_from_state(
             state["t2d"] = torch.ones(vocab, dtype=torch.bool)
     config = LlamaConfig(**{**config.to_dict(), "vocab_size": vocab})
     bias = "fc.bias" in state
-    head = EagleHead(config, kind=kind, bias=bias, draft_vocab=draft_vocab)
+    layers = 1 + max((int(k.split(".")[1]) for k in state if k.startswith("layers.")), default=0)
+    head = EagleHead(config, kind=kind, bias=bias, draft_vocab=draft_vocab, layers=layers)
     state = {k: v.to(torch.long) if k == "d2t" else v for k, v in state.items()}
     missing, unexpected = head.load_state_dict(state, strict=False)
     if missing or unexpected:
@@ -119,7 +121,8 @@ def save_head(
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     config = head.config.to_dict()
-    config.update(num_hidden_layers=1, bias=head.kind == "eagle1" and head.fc.bias is not None)
+    layers = len(head.layers) if head.kind == "eagle1" else 1
+    config.update(num_hidden_layers=layers, bias=head.kind == "eagle1" and head.fc.bias is not None)
     if head.draft_vocab:
         config["draft_vocab_size"] = head.draft_vocab
     if head.kind == "eagle3":

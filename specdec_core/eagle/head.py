@@ -1,9 +1,10 @@
-"""The EAGLE draft head: one decoder layer that predicts the target's next feature.
+"""The EAGLE draft head: a decoder layer (or a few) that predicts the target's next feature.
 
 One class, two official layouts (DESIGN §2.5):
 
 - `eagle1` (EAGLE-1/2): `fc = Linear(2h, h)` over cat(embedding(x_{t+1}), f_t), embedding
-  first; one Llama decoder layer `layers.0` whose input norm is the identity; no final norm.
+  first; Llama decoder layers `layers.0` (whose input norm is the identity), `layers.1`, ...
+  (official EAGLE-1 code reads `num_hidden_layers`; its released heads have one); no final norm.
   The output hidden state *is* the predicted feature f_{t+1}; logits come from the target's
   lm_head. The feature is the target's last hidden state after its final norm.
 - `eagle3` (EAGLE-3): `fc = Linear(3h, h, bias=False)` over the target's hidden states
@@ -19,7 +20,7 @@ most of a draft step (7 ms over 49152 tokens vs 0.5 ms over 8192).
 Stepping API (used by the chain drafter and the EAGLE-2 tree drafter):
 
     head = load_head(spec, target)                     # eagle/formats.py; bound to the target
-    cache = head.new_cache()                           # the head's own KV cache (1 layer)
+    cache = head.new_cache()                           # the head's own KV cache
     out = head.step(features, tokens, positions, mask, cache)
         features  [B, n, F]  F = h (target feature, or the head's own out.hidden fed back)
                              or 3h (eagle3: concatenated target layers; fc is applied)
@@ -108,22 +109,32 @@ class Eagle3Layer(nn.Module):
 
 class EagleHead(nn.Module):
     def __init__(
-        self, config: LlamaConfig, kind: str = "eagle1", bias: bool = True, draft_vocab: int = 0
+        self,
+        config: LlamaConfig,
+        kind: str = "eagle1",
+        bias: bool = True,
+        draft_vocab: int = 0,
+        layers: int = 1,
     ) -> None:
-        """`draft_vocab` 0 = the full target vocabulary (eagle1 only; eagle3 always reduces)."""
+        """`draft_vocab` 0 = the full target vocabulary (eagle1 only; eagle3 always reduces).
+        `layers`: decoder layers of an eagle1 head (EAGLE-3 has one `midlayer`)."""
         super().__init__()
         if kind not in KINDS:
             raise ValueError(f"unknown EAGLE head kind {kind!r}; expected one of {KINDS}")
-        config = LlamaConfig(**{**config.to_dict(), "num_hidden_layers": 1})
+        if layers < 1 or (kind == "eagle3" and layers != 1):
+            raise SpecdecError(
+                f"an {kind} head cannot have {layers} decoder layers: EAGLE-1 heads have one "
+                "or more, EAGLE-3 heads exactly one (its midlayer)"
+            )
+        config = LlamaConfig(**{**config.to_dict(), "num_hidden_layers": layers})
         config._attn_implementation = "sdpa"
         self.config, self.kind = config, kind
         h = config.hidden_size
         self.draft_vocab = draft_vocab or (config.vocab_size if kind == "eagle3" else 0)
         if kind == "eagle1":
             self.fc = nn.Linear(2 * h, h, bias=bias)
-            layer = LlamaDecoderLayer(config, layer_idx=0)
-            layer.input_layernorm = nn.Identity()  # absent in the official layout
-            self.layers = nn.ModuleList([layer])
+            self.layers = nn.ModuleList(LlamaDecoderLayer(config, i) for i in range(layers))
+            self.layers[0].input_layernorm = nn.Identity()  # absent in the official layout
         else:
             self.fc = nn.Linear(3 * h, h, bias=False)
             self.midlayer = Eagle3Layer(config)
@@ -184,10 +195,12 @@ class EagleHead(nn.Module):
             mask = causal_mask(tokens.shape[-1], past, emb.dtype, emb.device)
         rope = self.rotary(emb, positions)
         if self.kind == "eagle1":
-            x = self.fc(torch.cat([emb, features], dim=-1))
-            hidden = self.layers[0](
-                x, attention_mask=mask, position_embeddings=rope, **kv_cache.cache_arg(cache)
-            )
+            hidden = self.fc(torch.cat([emb, features], dim=-1))
+            for layer in self.layers:
+                hidden = layer(
+                    hidden, attention_mask=mask, position_embeddings=rope,
+                    **kv_cache.cache_arg(cache),
+                )  # fmt: skip
             return HeadOutput(hidden, self)
         if features.shape[-1] != self.config.hidden_size:
             features = self.fc(features)  # [B, n, 3h] -> [B, n, h]: target layers, first step

@@ -202,7 +202,13 @@ def run_training(args) -> dict:
         **layout_settings(arch, getattr(args, "ce_weight", None)),
     )
     model, draft_ids = starting_model(
-        config.kind, init_head, target, data, config.draft_vocab, arch
+        config.kind,
+        init_head,
+        target,
+        data,
+        config.draft_vocab,
+        arch,
+        getattr(args, "layers", None),
     )
     lm_head = target.model.get_output_embeddings()
     noise = config.noise if config.kind == "eagle" else 0.0
@@ -233,6 +239,7 @@ def run_training(args) -> dict:
         "seed": args.seed,
         "draft_vocab": len(draft_ids),
         "init": getattr(args, "init", None),
+        "layers": head_layers(model),
         "history": history,
         "validation": history[-1] if history else None,
         "train_seconds": round(time.time() - started),
@@ -293,24 +300,48 @@ def input_layers(arch: str, target: LoadedModel) -> tuple[int, ...]:
 
 
 def starting_model(
-    kind: str, init_head, target: LoadedModel, data, draft_vocab: int, arch="eagle1"
+    kind: str, init_head, target: LoadedModel, data, draft_vocab: int, arch="eagle1", layers=None
 ):
     """-> (model to train, its draft vocabulary's target ids), on the target's device.
 
-    With `init_head` (`read_init`): its layout, weights and draft vocabulary. Without: a fresh
-    model (layout `arch`) on the `draft_vocab` most frequent tokens of `data` (0 = all).
+    With `init_head` (`read_init`): its layout, weights and draft vocabulary; `layers` more
+    than it has grows it by layers whose output projections are zero (it drafts as before
+    until trained). Without: a fresh model (layout `arch`, `layers` decoder layers, default
+    1) on the `draft_vocab` most frequent tokens of `data` (0 = all).
     """
     vocab = target.vocab_size
+    if layers is not None and kind != "eagle":
+        raise SpecdecError("--layers sizes an EAGLE head; drop it for `specdec train draft`")
     if init_head is None:
         if arch == "eagle3" and not draft_vocab:
             raise SpecdecError("an EAGLE-3 head needs a reduced draft vocabulary: --draft-vocab N")
         draft_ids = frequent_tokens(data, min(draft_vocab or vocab, vocab), vocab)
         draft_ids = draft_ids.to(target.device)
-        return build_model(kind, target.model, draft_ids, arch), draft_ids
+        return build_model(kind, target.model, draft_ids, arch, layers or 1), draft_ids
     draft_ids = init_head.draft_ids()
-    model = build_model(kind, target.model, draft_ids, init_head.kind)
-    model.load_state_dict(init_head.state_dict())
+    have = len(init_head.layers) if init_head.kind == "eagle1" else 1
+    layers = layers or have
+    if layers < have:
+        raise SpecdecError(
+            f"the --init head has {have} decoder layers; --layers can add layers, not remove "
+            f"them: give --layers {have} or more, or drop --init to train a fresh head"
+        )
+    model = build_model(kind, target.model, draft_ids, init_head.kind, layers)
+    missing, _ = model.load_state_dict(init_head.state_dict(), strict=False)
+    if layers > have:
+        with torch.no_grad():
+            for layer in model.layers[have:]:
+                layer.self_attn.o_proj.weight.zero_()
+                layer.mlp.down_proj.weight.zero_()
+    elif missing:
+        raise SpecdecError(f"the --init head lacks weights: {', '.join(missing[:4])}")
     return model, draft_ids
+
+
+def head_layers(model) -> int:
+    """Decoder layers of a model being trained (an EAGLE-3 head's midlayer counts as one)."""
+    layers = getattr(model, "layers", None)
+    return len(layers) if layers is not None else 1
 
 
 def save(kind: str, model, target: LoadedModel, out: Path, card: dict) -> None:

@@ -8,9 +8,11 @@ because the lm_head is most of the cost on a CPU. Uniform noise on input feature
 (0.9, 0.95), linear warm-up then cosine decay; bf16 autocast on the CPU.
 
 - `eagle`, `arch="eagle1"`: EAGLE-1 layout head. Input pairs (f_t + noise, x_{t+1}); target
-  f_{t+1}. It starts as "the next feature is this one": fc passes f_t through, the layer's
+  f_{t+1}. It starts as "the next feature is this one": fc passes f_t through, the layers'
   output projections are scaled down (the target's feature scale is ~2; a random layer is far
-  off).
+  off). `layers` > 1 stacks decoder layers (the official EAGLE-1 code allows it); a trained
+  head grown by extra layers (`--init HEAD --layers N`) starts with their output projections
+  at zero, so it drafts exactly as the head it grew from until training moves them.
 - `eagle`, `arch="eagle3"`: EAGLE-3 layout head. Input pairs (fused_t, x_{t+1}), where fused_t
   is cat(the target's hidden states entering layers 2, L//2, L-3) and fc maps it to h; the head
   predicts the next token only (cross-entropy against the target's distribution, no feature
@@ -191,16 +193,18 @@ class Objective(nn.Module):
         return feature, ce, agree
 
 
-def build_model(kind: str, target, draft_ids: torch.Tensor, arch: str = "eagle1") -> nn.Module:
-    """A fresh EAGLE head (eagle, layout `arch`) or one-layer LlamaForCausalLM (draft),
-    initialised from the target (see the module docstring), in float32 for training."""
+def build_model(
+    kind: str, target, draft_ids: torch.Tensor, arch: str = "eagle1", layers: int = 1
+) -> nn.Module:
+    """A fresh EAGLE head (eagle, layout `arch`, `layers` decoder layers for eagle1) or
+    one-layer LlamaForCausalLM (draft), initialised from the target (see the module
+    docstring), in float32 for training."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(**{**target.config.to_dict(), "num_hidden_layers": 1})
     if kind == "eagle":
-        head = EagleHead(config, kind=arch, bias=True, draft_vocab=len(draft_ids))
+        head = EagleHead(config, kind=arch, bias=True, draft_vocab=len(draft_ids), layers=layers)
         h = config.hidden_size
-        layer = head.layers[0] if arch == "eagle1" else head.midlayer
         with torch.no_grad():
             if arch == "eagle1":  # "the next feature is this feature": fc passes f_t
                 head.fc.weight[:, h:] = torch.eye(h)
@@ -211,8 +215,9 @@ def build_model(kind: str, target, draft_ids: torch.Tensor, arch: str = "eagle1"
                 head.norm.weight.copy_(target.model.norm.weight)
                 rows = target.get_output_embeddings().weight[draft_ids.to(target.device)]
                 head.lm_head.weight.copy_(rows)
-            layer.self_attn.o_proj.weight.mul_(0.1)
-            layer.mlp.down_proj.weight.mul_(0.1)
+            for layer in head.layers if arch == "eagle1" else [head.midlayer]:
+                layer.self_attn.o_proj.weight.mul_(0.1)
+                layer.mlp.down_proj.weight.mul_(0.1)
         head.set_draft_vocab(draft_ids)
         head = head.float().to(target.device)
         return head.bind(target.get_input_embeddings(), target.get_output_embeddings())
