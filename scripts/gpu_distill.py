@@ -15,7 +15,11 @@ but sizes the work by time, because a leased machine is held for minutes, not ho
    an up-front probe misjudged it: on the H200 the first epoch in a process ran ~6x slower
    than later ones, 150 s against 25 s for 6.5M tokens); save the head and card.
    `--answers` skips generation and trains on an earlier run's saved answers; `--arch eagle3`
-   trains a fresh EAGLE-3-layout head (`--init ''`) instead of continuing the EAGLE-1 one.
+   trains a fresh EAGLE-3-layout head (`--init ''`) instead of continuing the EAGLE-1 one;
+   `--layers N` grows the continued head by identity-initialised decoder layers. Several runs
+   with their own `--out` and `--work` share one GPU (the seventh session ran four at once on
+   6.5M tokens: an EAGLE-1 epoch took 24 s, 31 s with 2 layers, 38 s with 3, an EAGLE-3 epoch
+   with 4 unrolled passes 76 s; the first epoch of each was still 2-3x slower).
 3. `smoke`: the same stages on a random model of the target's shape, a few batches each, to
    time generation and catch device problems before a real run.
 

@@ -136,6 +136,7 @@ def _run_one(method: str, target: LoadedModel, ids: list[int], config, extra) ->
         "lossy": summary.lossy,
         "mean_logprob": mean_logprob(target.model, ids, summary.token_ids),
         "tree": tree_label(summary.config),
+        "tree_sizing": summary.config.get("tree_sizing"),  # why this size (measured costs)
     }
 
 

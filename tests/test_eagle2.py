@@ -181,6 +181,30 @@ def test_sizing_gives_small_trees_on_a_cpu():
     assert choose(cpu, 0.6, total_tokens=30).shape.total_tokens == 30
 
 
+def test_a_burst_of_load_slows_one_timing_round_not_the_sizes_it_falls_on():
+    """A simulated clock: every run takes 1 ms, 10 ms while a burst lasts (the first 90 ms).
+    Rounds that go through all sizes in turn leave each size one fast run."""
+    now = [0.0]
+
+    def clock() -> float:
+        return now[0]
+
+    def run() -> None:
+        now[0] += 0.010 if now[0] < 0.090 else 0.001
+
+    timed = tree_sizing.fastest({n: run for n in (1, 4, 8, 16, 32)}, repeats=3, clock=clock)
+    assert timed == pytest.approx(dict.fromkeys((1, 4, 8, 16, 32), 0.001))
+
+
+def test_measured_costs_never_fall_with_size():
+    """A small forward timed above a larger one was slowed by something else."""
+    measured = {1: 0.021, 4: 0.035, 8: 0.024, 16: 0.040, 32: 0.039, 60: 0.060}
+    fixed = tree_sizing.monotone(measured)
+    assert fixed == {1: 0.021, 4: 0.024, 8: 0.024, 16: 0.039, 32: 0.039, 60: 0.060}
+    cpu = Costs(target=fixed, head={1: 0.0007, 10: 0.0009})
+    assert choose(cpu, alpha1=0.6).shape.total_tokens <= 16
+
+
 def test_expected_tau_grows_with_the_tree():
     small, large = TreeShape(3, 4, 8), TreeShape(6, 10, 60)
     assert 1.0 < expected_tau(small) < expected_tau(large) < 7.0

@@ -42,7 +42,9 @@ def test_length_groups_respect_the_count_and_the_padded_token_budget(distill):
     assert lengths == sorted(lengths)  # groups of similar length
 
 
-def test_a_timed_run_answers_trains_and_saves_a_lossless_head(distill, tmp_path, monkeypatch):
+def test_a_timed_run_answers_trains_and_saves_a_lossless_two_layer_head(
+    distill, tmp_path, monkeypatch
+):
     tiny_model(1).save_pretrained(tmp_path / "target")
     tiny_tokenizer().save_pretrained(tmp_path / "target")
     generator = torch.Generator().manual_seed(0)
@@ -59,6 +61,7 @@ def test_a_timed_run_answers_trains_and_saves_a_lossless_head(distill, tmp_path,
         *("--out", str(out), "--work", str(tmp_path / "work"), "--init", "", "--device", "cpu"),
         *("--batch", "4", "--max-new", "6", "--gen-seconds", "60", "--total-seconds", "120"),
         *("--reserve-seconds", "0", "--batch-tokens", "128", "--max-epochs", "2"),
+        *("--layers", "2"),
     ]
     monkeypatch.setattr(sys, "argv", ["gpu_distill.py", *argv])
     distill.main()
@@ -73,6 +76,7 @@ def test_a_timed_run_answers_trains_and_saves_a_lossless_head(distill, tmp_path,
     assert card["epochs"] == 2 and card["init"] is None and card["draft_vocab"] == VOCAB
     target = load_model(str(tmp_path / "target"), device="cpu", dtype="float32")
     head = load_head(str(out / "head"), target)
+    assert card["layers"] == len(head.layers) == 2
     config = DecodeConfig(max_new_tokens=16, k=3)
     ids = prompts[4]
     assert (
