@@ -26,6 +26,19 @@ def distill():
     return module
 
 
+def _run(distill, monkeypatch, root, *extra: str) -> None:
+    """`gpu_distill.py run` on the tiny target in `root` (target/, prompts.npz), a fresh head
+    into root/out, on the CPU, two epochs of small batches; `extra` says what differs."""
+    argv = [
+        *("run", "--target", str(root / "target"), "--prompts", str(root / "prompts.npz")),
+        *("--out", str(root / "out"), "--work", str(root / "work"), "--init", "", "--device"),
+        *("cpu", "--batch", "4", "--max-new", "6", "--total-seconds", "120"),
+        *("--reserve-seconds", "0", "--batch-tokens", "128", "--max-epochs", "2", *extra),
+    ]
+    monkeypatch.setattr(sys, "argv", ["gpu_distill.py", *argv])
+    distill.main()
+
+
 def test_prompts_pack_and_unpack_losslessly(distill):
     lists = [[1, 2, 3], [], [49151, 0]]
     assert distill.unpack(*distill.pack(lists)) == lists
@@ -56,15 +69,7 @@ def test_a_timed_run_answers_trains_and_saves_a_lossless_two_layer_head(
     np.savez(tmp_path / "prompts.npz", train=train, train_offsets=train_offsets, held=held,
              held_offsets=held_offsets)  # fmt: skip
     out = tmp_path / "out"
-    argv = [
-        *("run", "--target", str(tmp_path / "target"), "--prompts", str(tmp_path / "prompts.npz")),
-        *("--out", str(out), "--work", str(tmp_path / "work"), "--init", "", "--device", "cpu"),
-        *("--batch", "4", "--max-new", "6", "--gen-seconds", "60", "--total-seconds", "120"),
-        *("--reserve-seconds", "0", "--batch-tokens", "128", "--max-epochs", "2"),
-        *("--layers", "2"),
-    ]
-    monkeypatch.setattr(sys, "argv", ["gpu_distill.py", *argv])
-    distill.main()
+    _run(distill, monkeypatch, tmp_path, "--gen-seconds", "60", "--layers", "2")
     report = json.loads((out / "report.json").read_text())
     generated = report["stages"]["generate"]
     assert generated["greedy_answers"] == len(prompts) == generated["sampled_answers"]
@@ -107,15 +112,8 @@ def test_a_run_on_saved_answers_trains_a_fresh_eagle3_head(distill, tmp_path, mo
     np.savez(tmp_path / "prompts.npz", train=held, train_offsets=held_offsets, held=held,
              held_offsets=held_offsets)  # fmt: skip
     out = tmp_path / "out"
-    argv = [
-        *("run", "--target", str(tmp_path / "target"), "--prompts", str(tmp_path / "prompts.npz")),
-        *("--out", str(out), "--work", str(tmp_path / "work"), "--init", "", "--device", "cpu"),
-        *("--answers", str(tmp_path / "answers.npz"), "--arch", "eagle3", "--unroll", "3"),
-        *("--batch", "4", "--max-new", "6", "--total-seconds", "120", "--draft-vocab", "16"),
-        *("--reserve-seconds", "0", "--batch-tokens", "128", "--max-epochs", "2"),
-    ]
-    monkeypatch.setattr(sys, "argv", ["gpu_distill.py", *argv])
-    distill.main()
+    extra = ("--answers", str(tmp_path / "answers.npz"), "--arch", "eagle3", "--unroll", "3")
+    _run(distill, monkeypatch, tmp_path, *extra, "--draft-vocab", "16")
     assert not (out / "greedy_ids.npz").exists()  # nothing generated but the held-out answers
     card = json.loads((out / "head" / "specdec_card.json").read_text())
     assert card["arch"] == "eagle3" and card["sequences"] == len(answers)
