@@ -51,6 +51,7 @@ from specdec_core.eagle.pipeline import (  # noqa: E402
     layout_settings,
     read_init,
     resolve_arch,
+    resolve_layers,
     starting_model,
 )
 from specdec_core.eagle.train import (  # noqa: E402
@@ -190,6 +191,7 @@ def run(args) -> None:
     samples = [s for s in samples if len(s.ids) > s.start + 1]
     init_head = read_init("eagle", args.init, target)
     arch = resolve_arch("eagle", args.arch, init_head)
+    depth = resolve_layers("eagle", arch, init_head, args.layers)
     layers = input_layers(arch, target)
     data = extract_features(
         model, samples, None, batch_tokens=args.feature_batch_tokens, layers=layers
@@ -205,7 +207,7 @@ def run(args) -> None:
         **layout_settings(arch, args.ce_weight),
     )  # fmt: skip
     head, draft_ids = starting_model(
-        "eagle", init_head, target, data, args.draft_vocab, arch, args.layers
+        "eagle", init_head, target, data, args.draft_vocab, arch, depth
     )
     lm_head = model.get_output_embeddings()
     objective = Objective("eagle", head, lm_head, draft_ids, config.noise, config.unroll)

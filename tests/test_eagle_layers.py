@@ -76,6 +76,9 @@ def test_removing_layers_or_stacking_an_eagle3_head_is_refused_with_what_to_do(t
     assert main(_argv(root, two, "--layers", "2")) == 0
     assert main(_argv(root, tmp_path / "x", "--init", str(two), "--layers", "1")) == 2
     assert "--layers 2 or more" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()  # refused before any data was collected
+    assert main(_argv(root, tmp_path / "x", "--layers", "0")) == 2
+    assert "at least one decoder layer" in capsys.readouterr().err
     deep = training_dir(tmp_path / "deep", layers=4)
     assert main(_argv(deep, tmp_path / "y", "--arch", "eagle3", "--layers", "2")) == 2
-    assert "EAGLE-3 heads exactly one" in capsys.readouterr().err
+    assert "drop --layers" in capsys.readouterr().err

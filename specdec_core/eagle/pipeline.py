@@ -166,6 +166,7 @@ def run_training(args) -> dict:
         p.requires_grad_(False)
     init_head = read_init(args.kind, getattr(args, "init", None), target)
     arch = resolve_arch(args.kind, getattr(args, "arch", None), init_head)
+    depth = resolve_layers(args.kind, arch, init_head, getattr(args, "layers", None))
     layers = input_layers(arch, target)
     suffix = "-eagle3" if layers else ""  # EAGLE-3 shards also hold the fused layers
     data: list[Featured] = []
@@ -208,7 +209,7 @@ def run_training(args) -> dict:
         data,
         config.draft_vocab,
         arch,
-        getattr(args, "layers", None),
+        depth,
     )
     lm_head = target.model.get_output_embeddings()
     noise = config.noise if config.kind == "eagle" else 0.0
@@ -300,32 +301,25 @@ def input_layers(arch: str, target: LoadedModel) -> tuple[int, ...]:
 
 
 def starting_model(
-    kind: str, init_head, target: LoadedModel, data, draft_vocab: int, arch="eagle1", layers=None
+    kind: str, init_head, target: LoadedModel, data, draft_vocab: int, arch="eagle1", layers=1
 ):
     """-> (model to train, its draft vocabulary's target ids), on the target's device.
 
-    With `init_head` (`read_init`): its layout, weights and draft vocabulary; `layers` more
-    than it has grows it by layers whose output projections are zero (it drafts as before
-    until trained). Without: a fresh model (layout `arch`, `layers` decoder layers, default
-    1) on the `draft_vocab` most frequent tokens of `data` (0 = all).
+    With `init_head` (`read_init`): its layout, weights and draft vocabulary; `layers`
+    (`resolve_layers`) more than it has grows it by layers whose output projections are zero
+    (it drafts as before until trained). Without: a fresh model (layout `arch`, `layers`
+    decoder layers) on the `draft_vocab` most frequent tokens of `data` (0 = all).
     """
     vocab = target.vocab_size
-    if layers is not None and kind != "eagle":
-        raise SpecdecError("--layers sizes an EAGLE head; drop it for `specdec train draft`")
     if init_head is None:
         if arch == "eagle3" and not draft_vocab:
             raise SpecdecError("an EAGLE-3 head needs a reduced draft vocabulary: --draft-vocab N")
         draft_ids = frequent_tokens(data, min(draft_vocab or vocab, vocab), vocab)
         draft_ids = draft_ids.to(target.device)
-        return build_model(kind, target.model, draft_ids, arch, layers or 1), draft_ids
+        return build_model(kind, target.model, draft_ids, arch, layers), draft_ids
     draft_ids = init_head.draft_ids()
-    have = len(init_head.layers) if init_head.kind == "eagle1" else 1
-    layers = layers or have
-    if layers < have:
-        raise SpecdecError(
-            f"the --init head has {have} decoder layers; --layers can add layers, not remove "
-            f"them: give --layers {have} or more, or drop --init to train a fresh head"
-        )
+    have = head_layers(init_head)
+    layers = max(layers, have)
     model = build_model(kind, target.model, draft_ids, init_head.kind, layers)
     missing, _ = model.load_state_dict(init_head.state_dict(), strict=False)
     if layers > have:
@@ -336,6 +330,28 @@ def starting_model(
     elif missing:
         raise SpecdecError(f"the --init head lacks weights: {', '.join(missing[:4])}")
     return model, draft_ids
+
+
+def resolve_layers(kind: str, arch: str, init_head, layers: int | None) -> int:
+    """The decoder layers to train (--layers, else the --init head's, else 1); checked before
+    any data is collected."""
+    if layers is not None and kind != "eagle":
+        raise SpecdecError("--layers sizes an EAGLE head; drop it for `specdec train draft`")
+    have = head_layers(init_head) if init_head is not None else 1
+    layers = have if layers is None else layers
+    if arch == "eagle3" and layers != 1:
+        raise SpecdecError(
+            "an EAGLE-3 head has exactly one decoder layer (its midlayer); drop --layers, or "
+            "use --arch eagle1 for a deeper head"
+        )
+    if layers < 1:
+        raise SpecdecError(f"--layers {layers}: a head needs at least one decoder layer")
+    if init_head is not None and layers < have:
+        raise SpecdecError(
+            f"the --init head has {have} decoder layers; --layers can add layers, not remove "
+            f"them: give --layers {have} or more, or drop --init to train a fresh head"
+        )
+    return layers
 
 
 def head_layers(model) -> int:
