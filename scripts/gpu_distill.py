@@ -192,12 +192,12 @@ def run(args) -> None:
     init_head = read_init("eagle", args.init, target)
     arch = resolve_arch("eagle", args.arch, init_head)
     depth = resolve_layers("eagle", arch, init_head, args.layers)
-    layers = input_layers(arch, target)
+    fused = input_layers(arch, target)  # target layers the features hold (not the head's)
     data = extract_features(
-        model, samples, None, batch_tokens=args.feature_batch_tokens, layers=layers
+        model, samples, None, batch_tokens=args.feature_batch_tokens, layers=fused
     )
     held = [datasets.Sample(s.ids, s.start) for s in held]
-    held_data = extract_features(model, held, None, layers=layers)
+    held_data = extract_features(model, held, None, layers=fused)
     report["stages"]["features"] = {"seconds": round(time.monotonic() - began, 1)}
     log(f"features: {len(data)} sequences in {time.monotonic() - began:.1f}s")
 

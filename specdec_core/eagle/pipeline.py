@@ -167,8 +167,8 @@ def run_training(args) -> dict:
     init_head = read_init(args.kind, getattr(args, "init", None), target)
     arch = resolve_arch(args.kind, getattr(args, "arch", None), init_head)
     depth = resolve_layers(args.kind, arch, init_head, getattr(args, "layers", None))
-    layers = input_layers(arch, target)
-    suffix = "-eagle3" if layers else ""  # EAGLE-3 shards also hold the fused layers
+    fused = input_layers(arch, target)  # target layers the features hold (not the head's)
+    suffix = "-eagle3" if fused else ""  # EAGLE-3 shards also hold the fused layers
     data: list[Featured] = []
     held: list[Featured] = []
     held_prompts: list[list[int]] = []
@@ -183,11 +183,11 @@ def run_training(args) -> dict:
             samples,
             work / f"features-{name}{suffix}",
             progress=lambda n, total, made: _log(f"features {n}/{total} sequences: {made} tokens"),
-            layers=layers,
+            layers=fused,
         )
         if held_samples and not held:
             held = extract_features(
-                target.model, held_samples, work / f"features-heldout{suffix}", layers=layers
+                target.model, held_samples, work / f"features-heldout{suffix}", layers=fused
             )
             held_prompts = prompts
     if not data:
@@ -203,13 +203,7 @@ def run_training(args) -> dict:
         **layout_settings(arch, getattr(args, "ce_weight", None)),
     )
     model, draft_ids = starting_model(
-        config.kind,
-        init_head,
-        target,
-        data,
-        config.draft_vocab,
-        arch,
-        depth,
+        config.kind, init_head, target, data, config.draft_vocab, arch, depth
     )
     lm_head = target.model.get_output_embeddings()
     noise = config.noise if config.kind == "eagle" else 0.0
