@@ -8,16 +8,21 @@ window opens before torch is imported.
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from specdec_core.config import DecodeConfig
+from specdec_core.control import Progress, StopFlag
 from specdec_core.errors import SpecdecError
 from specdec_core.events import Event
 
-Progress = Callable[[str, float], None]  # (message, fraction 0..1)
+if TYPE_CHECKING:  # torch-heavy: imported by the worker threads only
+    from specdec_core.methods import Extra
+    from specdec_core.models import LoadedModel
 
 
 @dataclass(frozen=True)
@@ -61,10 +66,6 @@ class RunRequest:
     specs: dict[str, str] = field(default_factory=dict)  # "draft" / "head" -> spec
 
 
-class StopFlag(Protocol):
-    def is_set(self) -> bool: ...
-
-
 class Engine(Protocol):
     def registries(self) -> Registries: ...
 
@@ -76,23 +77,33 @@ class Engine(Protocol):
 
     def token_text(self, token_id: int) -> str: ...
 
+    def exclusive(self) -> AbstractContextManager[LoadedModel]:
+        """The loaded target, held so that no run or load touches the models meanwhile (a
+        sweep or Tune measures inside it); SpecdecError when no target is loaded."""
+        ...
+
+    def extra(self, method: str, specs: dict[str, str], progress: Progress) -> Extra:
+        """The draft / head `method` needs with these specs (loaded once, then cached); call
+        inside `exclusive()` or a run."""
+        ...
+
 
 class SpecdecEngine:
     """specdec_core behind the `Engine` protocol; extras (drafts, heads) cached by spec."""
 
-    def __init__(self, target: object | None = None) -> None:
-        self._target = target  # a specdec_core LoadedModel, set by load_target
-        self._extras: dict[tuple[str, str], object] = {}
+    def __init__(self, target: LoadedModel | None = None) -> None:
+        self._target = target  # set by load_target
+        self._extras: dict[tuple[str, str], Extra] = {}
         self._lock = threading.Lock()  # one load or run touches the models at a time
 
     def registries(self) -> Registries:
         from specdec_core.methods import METHODS
-        from specdec_core.verifiers import VERIFIERS
+        from specdec_core.verifiers import VERIFIERS, make_verifier, policy_params
 
         methods = tuple(MethodInfo(m.name, m.label, m.needs, m.tree) for m in METHODS.values())
         policies = tuple(
-            PolicyInfo(name, _is_lossy(name, factory), _params(factory))
-            for name, factory in VERIFIERS.items()
+            PolicyInfo(name, make_verifier(name).lossy, tuple(policy_params(name).items()))
+            for name in VERIFIERS
         )
         return Registries(methods, policies)
 
@@ -104,7 +115,7 @@ class SpecdecEngine:
             self._target = model
             self._extras.clear()
         parameters = sum(p.numel() for p in model.model.parameters())
-        dtype_name = str(model.dtype).removeprefix("torch.")
+        dtype_name = model.dtype_name
         return TargetInfo(spec, str(model.device), dtype_name, parameters)
 
     def events(self, request: RunRequest, stop: StopFlag, progress: Progress) -> Iterator[Event]:
@@ -112,12 +123,9 @@ class SpecdecEngine:
         from specdec_core.methods import build_drafter
         from specdec_core.prompts import encode_prompt
 
-        with self._lock:
-            target = self._target
-            if target is None:
-                raise SpecdecError("no target model is loaded; press Load in the Models panel")
+        with self.exclusive() as target:
             ids = encode_prompt(target.tokenizer, request.prompt, request.raw)
-            extra = self._extra(request, progress)
+            extra = self.extra(request.method, request.specs, progress)
             drafter = build_drafter(request.method, target, extra)
             yield from generate(
                 target, drafter, ids, request.config, method=request.method, stop=stop
@@ -132,14 +140,21 @@ class SpecdecEngine:
         except Exception:  # a label is not worth an error; the id says enough
             return str(token_id)
 
-    def _extra(self, request: RunRequest, progress: Progress) -> object | None:
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[LoadedModel]:
+        with self._lock:
+            if self._target is None:
+                raise SpecdecError("no target model is loaded; press Load in the Models panel")
+            yield self._target
+
+    def extra(self, method: str, specs: dict[str, str], progress: Progress) -> Extra:
         from specdec_core.methods import get_method
         from specdec_core.runner import EXTRA_LOADERS
 
-        needs = get_method(request.method).needs
+        needs = get_method(method).needs
         if needs is None:
             return None
-        spec = request.specs.get(needs) or "embedded"
+        spec = specs.get(needs) or "embedded"
         key = (needs, spec)
         if key not in self._extras:
             loader = EXTRA_LOADERS.get(needs)
@@ -149,14 +164,3 @@ class SpecdecEngine:
             self._extras[key] = loader(spec, self._target)
             progress(f"loaded {needs} '{spec}'", 1.0)
         return self._extras[key]
-
-
-def _params(factory: object) -> tuple[tuple[str, float], ...]:
-    params = getattr(factory, "PARAMS", None) or {}
-    return tuple((str(k), float(v)) for k, v in dict(params).items())
-
-
-def _is_lossy(name: str, factory: object) -> bool:
-    """A policy that does not declare itself is lossy unless it is `lossless`."""
-    declared = getattr(factory, "lossy", None)
-    return name != "lossless" if declared is None else bool(declared)

@@ -23,20 +23,8 @@ def history_path() -> Path:
 def record(summary: RunSummary, prompt: str, path: Path | None = None) -> bool:
     """Append one run; False if it could not be written."""
     path = path or history_path()
-    entry = {
-        "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "prompt": prompt,
-        "method": summary.method,
-        "policy": summary.policy,
-        "lossy": summary.lossy,
-        "new_tokens": summary.new_tokens,
-        "steps": summary.steps,
-        "mean_accept_length": summary.mean_accept_length,
-        "tokens_per_second": summary.tokens_per_second,
-        "stop_reason": summary.stop_reason,
-        "text": summary.text,
-        "config": summary.config,
-    }
+    entry = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "prompt": prompt}
+    entry.update(summary.to_record())
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("a", encoding="utf-8") as handle:

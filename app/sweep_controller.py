@@ -162,10 +162,13 @@ class SweepController(QObject):
     @Slot(object)
     def _on_result(self, result: object) -> None:
         self.last_result = result
-        if hasattr(result, "table"):  # a TuneResult
+        from specdec_core.autotune import TuneResult
+        from specdec_core.sweep import SweepResult
+
+        if isinstance(result, TuneResult):
             self.apply_settings({"k": result.k})
             self._show_table(result)
-        elif hasattr(result, "points"):  # a SweepResult
+        elif isinstance(result, SweepResult):
             for record in result.points:
                 self.view.add_record(record)
             best = result.best()

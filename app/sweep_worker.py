@@ -19,13 +19,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from PySide6.QtCore import Signal
 
-from app.engine import RunRequest, StopFlag
+from app.engine import Engine, StopFlag
 from app.worker import Worker
 from specdec_core.config import DecodeConfig
-from specdec_core.errors import SpecdecError
 
 if TYPE_CHECKING:  # the engine modules import torch: only inside the worker thread
     from specdec_core.autotune import TuneResult
+    from specdec_core.methods import Extra
+    from specdec_core.models import LoadedModel
     from specdec_core.sweep import Grid, Measure, SweepProgress, SweepResult
 
 log = logging.getLogger(__name__)
@@ -82,48 +83,47 @@ class MeasureBackend:
 
 
 class EngineBackend(MeasureBackend):
-    """The real measurement on the `SpecdecEngine`'s loaded target (and its cached extras)."""
+    """The real measurement on the engine's loaded target (and its cached extras), inside
+    `Engine.exclusive()`, so a sweep and a Generate never share the models."""
 
-    def __init__(self, engine: object) -> None:
+    def __init__(self, engine: Engine) -> None:
         super().__init__(self._bench_measure)
         self.engine = engine
+        self._target: LoadedModel | None = None  # while a session holds it
 
     @contextlib.contextmanager
     def _session(self) -> Iterator[None]:
-        lock = getattr(self.engine, "_lock", None)
-        with lock if lock is not None else contextlib.nullcontext():
-            yield
+        with self.engine.exclusive() as target:
+            self._target = target
+            try:
+                yield
+            finally:
+                self._target = None
 
-    def _target(self) -> object:
-        target = getattr(self.engine, "_target", None)
-        if target is None:
-            raise SpecdecError("no target model is loaded; press Load in the Models panel")
-        return target
+    def _held(self) -> LoadedModel:
+        if self._target is None:
+            raise RuntimeError("EngineBackend measures only inside its session")
+        return self._target
 
-    def _extras(self, method: str, specs: dict[str, str]) -> dict[str, object | None] | None:
-        loader = getattr(self.engine, "_extra", None)
-        if loader is None or method == "hf-assisted":  # bench prepares its own for that one
-            return None
-        request = RunRequest(method=method, prompt="", config=DecodeConfig(), specs=specs)
-        return {method: loader(request, lambda *_: None)}
+    def _extra(self, method: str, specs: dict[str, str]) -> Extra:
+        return self.engine.extra(method, specs, lambda *_: None)
 
     def _bench_measure(self, method: str, prompts: Sequence[str], specs: dict[str, str]):
+        from specdec_core.baselines import HF_METHODS
         from specdec_core.sweep import BenchMeasure
 
-        return BenchMeasure(
-            self._target(), prompts, specs, raw=False, extras=self._extras(method, specs)
-        )
+        # the HF baselines are not engine methods: the benchmark loads what they need
+        extras = None if method in HF_METHODS else {method: self._extra(method, specs)}
+        return BenchMeasure(self._held(), prompts, specs, raw=False, extras=extras)
 
     def _tune(self, method, config, specs, on_point) -> TuneResult:
         from specdec_core.autotune import tune_on_device
 
-        extras = self._extras(method, specs) or {}
-        return tune_on_device(
-            self._target(), method, config, specs, progress=on_point, extra=extras.get(method)
-        )
+        extra = self._extra(method, specs)
+        return tune_on_device(self._held(), method, config, specs, progress=on_point, extra=extra)
 
 
-def backend_for(engine: object) -> SweepBackend:
+def backend_for(engine: Engine) -> SweepBackend:
     return EngineBackend(engine)
 
 

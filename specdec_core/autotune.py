@@ -18,7 +18,7 @@ from typing import Any
 
 from specdec_core.config import DecodeConfig
 from specdec_core.errors import SpecdecError
-from specdec_core.methods import is_tree
+from specdec_core.methods import Extra, is_tree
 from specdec_core.models import LoadedModel
 from specdec_core.sweep import BenchMeasure, Grid, Measure, SweepProgress, run_sweep
 
@@ -33,42 +33,52 @@ TUNING_PROMPTS = (  # short, varied chat prompts: prose, code, a list
 
 
 @dataclass(frozen=True)
+class TuneRow:
+    """One measured k: its speed, the `ar` speed it was divided by, and τ."""
+
+    k: int
+    tokens_per_second: float
+    speedup_vs_ar: float
+    mean_accept_length: float
+    ar_tokens_per_second: float
+
+
+@dataclass(frozen=True)
 class TuneResult:
     method: str
-    table: list[dict[str, Any]]  # one row per k: k, tokens_per_second, speedup_vs_ar, tau, …
+    table: tuple[TuneRow, ...]  # one row per candidate k
     k: int  # the choice
     reason: str
 
     def format_table(self) -> str:
         lines = [f"{'k':>3}{'tok/s':>9}{'speedup':>9}{'tau':>7}", "-" * 28]
         for row in self.table:
-            mark = "  <- chosen" if row["k"] == self.k else ""
+            mark = "  <- chosen" if row.k == self.k else ""
             lines.append(
-                f"{row['k']:>3}{row['tokens_per_second']:>9.1f}{row['speedup_vs_ar']:>8.2f}x"
-                f"{row['mean_accept_length']:>7.2f}{mark}"
+                f"{row.k:>3}{row.tokens_per_second:>9.1f}{row.speedup_vs_ar:>8.2f}x"
+                f"{row.mean_accept_length:>7.2f}{mark}"
             )
         return "\n".join(lines)
 
 
-def choose_k(table: list[dict[str, Any]]) -> tuple[int, str]:
+def choose_k(table: Sequence[TuneRow]) -> tuple[int, str]:
     """The k with the highest speedup (ties within `TIE` go to the smaller k), and why."""
     if not table:
         raise SpecdecError("auto-tune measured nothing; check the prompts and the method")
-    best = max(table, key=lambda row: row["speedup_vs_ar"])
-    near = [row for row in table if row["speedup_vs_ar"] >= best["speedup_vs_ar"] * (1 - TIE)]
-    chosen = min(near, key=lambda row: row["k"])
+    best = max(table, key=lambda row: row.speedup_vs_ar)
+    near = [row for row in table if row.speedup_vs_ar >= best.speedup_vs_ar * (1 - TIE)]
+    chosen = min(near, key=lambda row: row.k)
     reason = (
-        f"k={chosen['k']}: {chosen['speedup_vs_ar']:.2f}x vs ar "
-        f"(τ {chosen['mean_accept_length']:.2f}), the highest measured speedup"
+        f"k={chosen.k}: {chosen.speedup_vs_ar:.2f}x vs ar "
+        f"(τ {chosen.mean_accept_length:.2f}), the highest measured speedup"
     )
     if chosen is not best:
         reason += (
-            f" within {TIE:.0%} of k={best['k']} ({best['speedup_vs_ar']:.2f}x); "
-            "the smaller k wins ties"
+            f" within {TIE:.0%} of k={best.k} ({best.speedup_vs_ar:.2f}x); the smaller k wins ties"
         )
-    if chosen["speedup_vs_ar"] < 1.0:
+    if chosen.speedup_vs_ar < 1.0:
         reason += "; no k beat ar here: with this drafter on this device, `ar` is faster"
-    return chosen["k"], reason
+    return chosen.k, reason
 
 
 def autotune_k(
@@ -82,7 +92,7 @@ def autotune_k(
     check_tunable(method)
     grid = Grid({"k": sorted(set(candidates))})
     result = run_sweep(method, grid, config, measure, progress=progress)
-    table = [{"k": row["point"]["k"], **_metrics(row)} for row in result.points]
+    table = tuple(_row(record) for record in result.points)
     k, reason = choose_k(table)
     return TuneResult(method=method, table=table, k=k, reason=reason)
 
@@ -95,7 +105,7 @@ def tune_on_device(
     prompts: Sequence[str] = TUNING_PROMPTS,
     candidates: Sequence[int] = CANDIDATES,
     progress: Callable[[SweepProgress], None] | None = None,
-    extra: object | None = None,
+    extra: Extra = None,
 ) -> TuneResult:
     """`autotune_k` with the real models: short runs (`TUNING_MAX_NEW_TOKENS`) on `prompts`.
     `extra` is the method's draft / head if already loaded (the GUI's Tune), else from `specs`."""
@@ -116,6 +126,12 @@ def check_tunable(method: str) -> None:
         )
 
 
-def _metrics(row: dict[str, Any]) -> dict[str, Any]:
-    keys = ("tokens_per_second", "speedup_vs_ar", "mean_accept_length", "ar_tokens_per_second")
-    return {key: row[key] for key in keys}
+def _row(record: dict[str, Any]) -> TuneRow:
+    """A sweep point's record (`sweep._record`) as a row of the tuning table."""
+    return TuneRow(
+        k=record["point"]["k"],
+        tokens_per_second=record["tokens_per_second"],
+        speedup_vs_ar=record["speedup_vs_ar"],
+        mean_accept_length=record["mean_accept_length"],
+        ar_tokens_per_second=record["ar_tokens_per_second"],
+    )

@@ -10,6 +10,7 @@ Target forwards are counted with a forward hook, so τ is new tokens / target fo
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import torch
 
@@ -19,13 +20,23 @@ from specdec_core.models import LoadedModel
 HF_METHODS = ("hf-generate", "hf-assisted", "hf-lookup")
 
 
+@dataclass(frozen=True)
+class HFRun:
+    """One `generate()` call: its new tokens, target forwards and wall time."""
+
+    method: str
+    token_ids: tuple[int, ...]
+    steps: int  # target forwards (its prefill emits the first token)
+    wall_seconds: float
+
+
 def run_hf(
     method: str,
     target: LoadedModel,
     prompt_ids: list[int],
     config: DecodeConfig,
     draft: LoadedModel | None = None,
-) -> dict:
+) -> HFRun:
     kwargs: dict = {
         "max_new_tokens": config.max_new_tokens,
         "do_sample": not config.greedy,
@@ -63,15 +74,4 @@ def run_hf(
     new = output[0, len(prompt_ids) :].tolist()
     # every target forward of `generate` emits tokens (its prefill emits the first one), as
     # every step of ours does (our prefill stops one token short and emits nothing)
-    steps = max(forwards[0], 1)
-    return {
-        "method": method,
-        "token_ids": new,
-        "new_tokens": len(new),
-        "steps": steps,
-        "mean_accept_length": len(new) / steps,
-        "wall_seconds": wall,
-        "tokens_per_second": len(new) / wall if wall > 0 else 0.0,
-        "draft_seconds": None,
-        "verify_seconds": None,
-    }
+    return HFRun(method, tuple(new), max(forwards[0], 1), wall)

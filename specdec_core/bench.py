@@ -25,26 +25,31 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
-from specdec_core.baselines import HF_METHODS, run_hf
-from specdec_core.config import DecodeConfig
-from specdec_core.errors import SpecdecError
-from specdec_core.fidelity import mean_logprob, prefix_agreement, token_agreement
+from specdec_core.config import DecodeConfig, parse_params
+from specdec_core.measure import Aggregate, Row, aggregate, compared, load_extra, run_one, warm_up
 from specdec_core.models import LoadedModel
 from specdec_core.prompts import encode_prompt
-from specdec_core.runner import prepare_extra, run
 
-Progress = Callable[[str], None]
+Report = Callable[[str], None]  # a progress line
 
 
 @dataclass
 class BenchResult:
-    config: dict
-    methods: dict[str, dict] = field(default_factory=dict)
-    per_prompt: list[dict] = field(default_factory=list)
+    """Per entry (as written): the aggregate with its speedup vs `ar`; every row in order."""
 
-    def as_dict(self) -> dict:
-        return {"config": self.config, "methods": self.methods, "per_prompt": self.per_prompt}
+    config: dict[str, Any]
+    methods: dict[str, Aggregate] = field(default_factory=dict)
+    rows: list[Row] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The bench JSON file: `config`, `methods` (entry -> aggregate), `per_prompt`."""
+        return {
+            "config": self.config,
+            "methods": {name: m.to_record() for name, m in self.methods.items()},
+            "per_prompt": [row.to_record() for row in self.rows],
+        }
 
 
 def run_bench(
@@ -54,31 +59,29 @@ def run_bench(
     config: DecodeConfig,
     specs: dict[str, str],
     raw: bool = False,
-    progress: Progress | None = None,
+    progress: Report | None = None,
 ) -> BenchResult:
     report = progress or (lambda message: None)
     methods = ["ar", *[m for m in methods if m != "ar"]]
     variants = {label: parse_variant(label, config) for label in methods}
     bases = {method for method, _ in variants.values()}
-    extras = {m: _extra(m, target, specs) for m in bases}
+    extras = {m: load_extra(m, target, specs) for m in bases}
     encoded = [encode_prompt(target.tokenizer, prompt, raw) for prompt in prompts]
-    _warm_up(target, encoded[0], config)
-    rows: list[dict] = []
+    warm_up(target, encoded[0], config.seed)
+    rows: list[Row] = []
     for index, ids in enumerate(encoded):
-        reference: list[int] = []
+        reference: tuple[int, ...] = ()
         for label, (method, variant_config) in variants.items():
             report(f"prompt {index + 1}/{len(encoded)}: {label}")
-            row = _run_one(method, target, ids, variant_config, extras[method])
-            reference = row["token_ids"] if label == "ar" else reference
-            row.update(method=label, prompt_index=index, **compare_to_reference(row, reference))
-            rows.append(row)
+            row = run_one(method, target, ids, variant_config, extras[method], label, index)
+            reference = row.token_ids if label == "ar" else reference
+            rows.append(compared(row, reference))
     result = BenchResult(config={**config.as_dict(), **_describe(target, methods, specs)})
-    result.per_prompt = [{k: v for k, v in row.items() if k != "token_ids"} for row in rows]
-    ar_tps = _aggregate([r for r in rows if r["method"] == "ar"])["tokens_per_second"]
+    result.rows = rows
+    ar = aggregate([r for r in rows if r.method == "ar"])
     for method in methods:
-        summary = _aggregate([r for r in rows if r["method"] == method])
-        summary["speedup_vs_ar"] = summary["tokens_per_second"] / ar_tps if ar_tps else 0.0
-        result.methods[method] = summary
+        summary = aggregate([r for r in rows if r.method == method])
+        result.methods[method] = summary.against(ar.tokens_per_second)
     return result
 
 
@@ -88,103 +91,15 @@ def parse_variant(label: str, config: DecodeConfig) -> tuple[str, DecodeConfig]:
     if not rest:
         return method, config
     policy, _, param_text = rest.partition(":")
-    params: dict[str, float] = {}
-    for item in filter(None, param_text.split("/")):
-        name, _, value = item.partition("=")
-        try:
-            params[name.strip()] = float(value)
-        except ValueError:
-            raise SpecdecError(
-                f"'{label}': policy parameters are NAME=NUMBER separated by '/'"
-            ) from None
+    params = parse_params(filter(None, param_text.split("/")), f"'{label}'")
     return method, replace(config, policy=policy, policy_params=params)
-
-
-def compare_to_reference(row: dict, reference: list[int]) -> dict:
-    """Fidelity of a row's output to the `ar` output of the same prompt (`fidelity`)."""
-    output = row["token_ids"]
-    return {
-        "identical_to_ar": output == reference,
-        "prefix_agreement": prefix_agreement(output, reference),
-        "token_agreement": token_agreement(output, reference),
-    }
-
-
-def _extra(method: str, target: LoadedModel, specs: dict[str, str]) -> object | None:
-    if method in HF_METHODS:
-        return prepare_extra("classic", target, specs) if method == "hf-assisted" else None
-    return prepare_extra(method, target, specs)
-
-
-def _run_one(method: str, target: LoadedModel, ids: list[int], config, extra) -> dict:
-    if method in HF_METHODS:
-        row = run_hf(method, target, ids, config, extra)
-        return {**row, "mean_logprob": mean_logprob(target.model, ids, row["token_ids"])}
-    summary = run(target, method, ids, config, extra)
-    return {
-        "method": method,
-        "policy": summary.policy,
-        "policy_params": dict(config.policy_params),
-        "token_ids": list(summary.token_ids),
-        "new_tokens": summary.new_tokens,
-        "steps": summary.steps,
-        "mean_accept_length": summary.mean_accept_length,
-        "wall_seconds": summary.wall_seconds,
-        "tokens_per_second": summary.tokens_per_second,
-        "draft_seconds": summary.draft_seconds,
-        "verify_seconds": summary.verify_seconds,
-        "lossy": summary.lossy,
-        "mean_logprob": mean_logprob(target.model, ids, summary.token_ids),
-        "tree": tree_label(summary.config),
-        "tree_sizing": summary.config.get("tree_sizing"),  # why this size (measured costs)
-    }
-
-
-def _aggregate(rows: list[dict]) -> dict:
-    new = sum(r["new_tokens"] for r in rows)
-    wall = sum(r["wall_seconds"] for r in rows)
-    steps = sum(r["steps"] for r in rows)
-    draft = [r["draft_seconds"] for r in rows if r["draft_seconds"] is not None]
-    verify = [r["verify_seconds"] for r in rows if r["verify_seconds"] is not None]
-    return {
-        "tokens_per_second": new / wall if wall else 0.0,
-        "mean_accept_length": new / steps if steps else 0.0,
-        "identical_to_ar": sum(r["identical_to_ar"] for r in rows) / len(rows),
-        "prompts": len(rows),
-        "new_tokens": new,
-        "steps": steps,
-        "wall_seconds": wall,
-        "draft_ms_per_step": 1000 * sum(draft) / steps if draft and steps else None,
-        "verify_ms_per_step": 1000 * sum(verify) / steps if verify and steps else None,
-        "lossy": any(r.get("lossy", False) for r in rows),
-        "tree": rows[-1].get("tree"),  # the tree size a tree method chose, on the last prompt
-        **_fidelity(rows),
-    }
-
-
-def _fidelity(rows: list[dict]) -> dict:
-    """Prompt means of the agreements; log-prob per token over all generated tokens."""
-    out: dict = {}
-    for key in ("prefix_agreement", "token_agreement"):
-        values = [r[key] for r in rows if r.get(key) is not None]
-        out[key] = sum(values) / len(values) if values else None
-    scored = [r for r in rows if r.get("mean_logprob") is not None]
-    tokens = sum(r["new_tokens"] for r in scored)
-    total = sum(r["mean_logprob"] * r["new_tokens"] for r in scored)
-    out["mean_logprob"] = total / tokens if tokens else None
-    return out
-
-
-def _warm_up(target: LoadedModel, ids: list[int], config: DecodeConfig) -> None:
-    """One short run so that first-call allocation does not land on the first method."""
-    run(target, "ar", ids, DecodeConfig(max_new_tokens=4, seed=config.seed))
 
 
 def _describe(target: LoadedModel, methods: list[str], specs: dict[str, str]) -> dict:
     return {
         "target": target.spec,
         "device": str(target.device),
-        "dtype": str(target.dtype).removeprefix("torch."),
+        "dtype": target.dtype_name,
         "methods": methods,
         **{f"{name}_spec": spec for name, spec in specs.items()},
     }
@@ -198,30 +113,23 @@ def format_table(result: BenchResult) -> str:
     lines = [header, "-" * len(header)]
     for name, m in result.methods.items():
         cells = [
-            _cell(m["draft_ms_per_step"], 10, ".1f"),
-            _cell(m["verify_ms_per_step"], 11, ".1f"),
-            _cell(m["identical_to_ar"], 8, ".2f"),
-            _cell(m.get("prefix_agreement"), 8, ".2f"),
-            _cell(m.get("token_agreement"), 8, ".2f"),
-            _cell(m.get("mean_logprob"), 8, ".3f"),
+            _cell(m.draft_ms_per_step, 10, ".1f"),
+            _cell(m.verify_ms_per_step, 11, ".1f"),
+            _cell(m.identical_to_ar, 8, ".2f"),
+            _cell(m.prefix_agreement, 8, ".2f"),
+            _cell(m.token_agreement, 8, ".2f"),
+            _cell(m.mean_logprob, 8, ".3f"),
         ]
         lines.append(
-            f"{name:<{width}}{m['tokens_per_second']:>8.1f}{m['speedup_vs_ar']:>8.2f}x"
-            f"{m['mean_accept_length']:>7.2f}{''.join(cells)}  {_note(m)}"
+            f"{name:<{width}}{m.tokens_per_second:>8.1f}{m.speedup_vs_ar or 0.0:>8.2f}x"
+            f"{m.mean_accept_length:>7.2f}{''.join(cells)}  {_note(m)}"
         )
     return "\n".join(lines)
 
 
-def tree_label(config: dict) -> str | None:
-    """'tokens/depth/top-k' of a tree method's run (None for chains), as chosen or given."""
-    if "tree_sizing" not in config:  # set by tree drafters' describe()
-        return None
-    return f"{config['tree_tokens']}/{config['tree_depth']}/{config['tree_topk']}"
-
-
-def _note(m: dict) -> str:
-    tree = f"tree {m['tree']} (tokens/depth/top-k)" if m.get("tree") else ""
-    return " ".join(filter(None, ["LOSSY" if m["lossy"] else "", tree]))
+def _note(m: Aggregate) -> str:
+    tree = f"tree {m.tree} (tokens/depth/top-k)" if m.tree else ""
+    return " ".join(filter(None, ["LOSSY" if m.lossy else "", tree]))
 
 
 def _cell(value: float | None, width: int, spec: str) -> str:
@@ -232,10 +140,11 @@ def write_outputs(result: BenchResult, json_out: str | None, csv_out: str | None
     if json_out:
         Path(json_out).write_text(json.dumps(result.as_dict(), indent=2))
     if csv_out:
+        records = result.as_dict()["per_prompt"]
         with open(csv_out, "w", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=list(result.per_prompt[0]))
+            writer = csv.DictWriter(handle, fieldnames=list(records[0]))
             writer.writeheader()
-            writer.writerows(result.per_prompt)
+            writer.writerows(records)
 
 
 def stderr_progress(message: str) -> None:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from specdec_core.errors import SpecdecError
 
 
 @dataclass(frozen=True)
@@ -27,3 +30,17 @@ class DecodeConfig:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def parse_params(items: Iterable[str], where: str) -> dict[str, float]:
+    """Policy parameters written `NAME=NUMBER` (`--policy-param tau=0.3`, or the `/`-separated
+    list of a bench entry `ngram:threshold:tau=0.3`) -> {name: value}; `where` names the flag
+    or entry in the error."""
+    params = {}
+    for item in items:
+        name, _, value = item.partition("=")
+        try:
+            params[name.strip()] = float(value)
+        except ValueError:
+            raise SpecdecError(f"{where} expects NAME=NUMBER (got '{item}')") from None
+    return params

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import Protocol
 
 import torch
 
 from specdec_core.config import DecodeConfig
+from specdec_core.control import StopFlag
 from specdec_core.detokenize import IncrementalDetokenizer
 from specdec_core.drafters.adaptive import apply_schedule
 from specdec_core.drafters.base import Drafter, Proposal
@@ -34,10 +34,6 @@ from specdec_core.target import Target, TargetOutput
 from specdec_core.verifiers import ChainVerifier, make_verifier
 from specdec_core.verifiers.lossy import policy_probs
 from specdec_core.verifiers.tree import verify_tree
-
-
-class StopFlag(Protocol):
-    def is_set(self) -> bool: ...
 
 
 def make_generator(seed: int, device: torch.device) -> torch.Generator:
@@ -73,8 +69,7 @@ def generate(
     eos = target.eos_ids
     method = method or drafter.name
     info = {**config.as_dict(), "policy": verifier.name, "lossy": verifier.lossy}
-    describe = getattr(drafter, "describe", None)  # e.g. the tree size a drafter chose
-    info.update(describe(config) if describe is not None else {})
+    info.update(drafter.describe(config))  # e.g. the tree size a drafter chose
     yield Started(len(prompt_ids), method, {**info, **(started_info or {})})
 
     started = _now(target.device)
@@ -159,14 +154,13 @@ def _verify(
     if proposal.is_tree:
         return verify_tree(proposal, p, generator, verifier)
     draft = torch.tensor(proposal.tokens, dtype=torch.long, device=p.device)
-    extra = {"p_soft": p_soft} if p_soft is not None else {}
-    verdict = verifier.verify(draft, proposal.q, p, generator, **extra)
+    verdict = verifier.verify(draft, proposal.q, p, generator, p_soft=p_soft)
     return list(range(verdict.accepted)), verdict.next_token
 
 
 def _soft(verifier: ChainVerifier, out: TargetOutput, config: DecodeConfig) -> torch.Tensor | None:
     """π for lossy policies that score the target's distribution (`verifiers.lossy`); else None."""
-    if not getattr(verifier, "needs_soft_p", False):
+    if not verifier.needs_soft_p:
         return None
     return policy_probs(out.logits, config.temperature, config.top_p)  # [n+1, V]
 

@@ -96,6 +96,30 @@ class RunSummary:
     def tokens_per_second(self) -> float:
         return self.new_tokens / self.wall_seconds if self.wall_seconds > 0 else 0.0
 
+    def to_record(self) -> dict[str, Any]:
+        """The JSON form (`specdec generate --json`, the GUI's history): every field, with
+        τ and tokens/s, in the names the CLI contract uses."""
+        return {
+            "method": self.method,
+            "text": self.text,
+            "token_ids": list(self.token_ids),
+            "new_tokens": self.new_tokens,
+            "steps": self.steps,
+            "mean_accept_length": self.mean_accept_length,
+            "tokens_per_second": self.tokens_per_second,
+            "wall_seconds": self.wall_seconds,
+            "draft_seconds": self.draft_seconds,
+            "verify_seconds": self.verify_seconds,
+            "prefill_seconds": self.prefill_seconds,
+            "prompt_tokens": self.prompt_tokens,
+            "policy": self.policy,
+            "lossy": self.lossy,
+            "stop_reason": self.stop_reason,
+            "accepted_per_position": list(self.accepted_per_position),
+            "drafted_per_position": list(self.drafted_per_position),
+            "config": self.config,
+        }
+
 
 @dataclass(frozen=True)
 class Finished:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeAlias
 
 from specdec_core.drafters.autoregressive import AutoregressiveDrafter
 from specdec_core.drafters.base import Drafter
@@ -16,35 +17,40 @@ from specdec_core.drafters.ngram import NgramDrafter
 from specdec_core.errors import SpecdecError
 from specdec_core.models import LoadedModel
 
+if TYPE_CHECKING:
+    from specdec_core.eagle.head import EagleHead
+
+Extra: TypeAlias = "LoadedModel | EagleHead | None"  # what a method needs besides the target
+
 
 @dataclass(frozen=True)
 class Method:
     name: str
     label: str  # for menus and tables
     needs: str | None  # "draft", "head" or None
-    build: Callable[[LoadedModel, object | None], Drafter]
+    build: Callable[[LoadedModel, Extra], Drafter]
     tree: bool = False  # drafts a tree (tree settings apply, no chain length k to tune)
 
 
-def _classic(target: LoadedModel, draft: object | None) -> Drafter:
+def _classic(target: LoadedModel, draft: Extra) -> Drafter:
     assert isinstance(draft, LoadedModel)
     check_same_tokenizer(target.tokenizer, draft.tokenizer, draft.spec)
     return ClassicDrafter(draft.model, target.vocab_size)
 
 
-def _eagle(target: LoadedModel, head: object | None) -> Drafter:
+def _eagle(target: LoadedModel, head: Extra) -> Drafter:
     from specdec_core.drafters.eagle import EagleDrafter
 
     return EagleDrafter(head, target.model.config.num_hidden_layers)
 
 
-def _eagle2(target: LoadedModel, head: object | None) -> Drafter:
+def _eagle2(target: LoadedModel, head: Extra) -> Drafter:
     from specdec_core.drafters.eagle2 import Eagle2Drafter
 
     return Eagle2Drafter(head, target.model)
 
 
-def _eagle2_lookup(target: LoadedModel, head: object | None) -> Drafter:
+def _eagle2_lookup(target: LoadedModel, head: Extra) -> Drafter:
     from specdec_core.drafters.eagle2_lookup import Eagle2LookupDrafter
 
     return Eagle2LookupDrafter(head, target.model)
@@ -68,6 +74,12 @@ def is_tree(name: str) -> bool:
     return method is not None and method.tree
 
 
+def is_chain(name: str) -> bool:
+    """Does method `name` draft a chain with a length k? (not `ar`, trees or HF baselines)"""
+    method = METHODS.get(name)
+    return method is not None and method.name != "ar" and not method.tree
+
+
 def get_method(name: str) -> Method:
     try:
         return METHODS[name]
@@ -77,7 +89,7 @@ def get_method(name: str) -> Method:
         ) from None
 
 
-def build_drafter(name: str, target: LoadedModel, extra: object | None = None) -> Drafter:
+def build_drafter(name: str, target: LoadedModel, extra: Extra = None) -> Drafter:
     method = get_method(name)
     if method.needs and extra is None:
         raise SpecdecError(f"method '{name}' needs a {method.needs}; pass --{method.needs} SPEC")

@@ -19,7 +19,6 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,11 +26,10 @@ import torch
 from platformdirs import user_cache_dir
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
+from specdec_core.control import Progress
 from specdec_core.cpu_attention import use_grouped_sdpa
 from specdec_core.errors import SpecdecError
 from specdec_core.prepacked_linear import prepack
-
-Progress = Callable[[str, float], None]  # (message, fraction 0..1)
 
 EMBEDDED_ALIASES = ("embedded", "smollm2")
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -45,6 +43,11 @@ class LoadedModel:
     source: str  # the directory or file actually read
     device: torch.device
     dtype: torch.dtype
+
+    @property
+    def dtype_name(self) -> str:
+        """'float32', 'bfloat16', … as the `--dtype` flag spells it."""
+        return str(self.dtype).removeprefix("torch.")
 
     @property
     def vocab_size(self) -> int:

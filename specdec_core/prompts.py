@@ -8,10 +8,15 @@ from pathlib import Path
 from specdec_core.errors import SpecdecError
 
 
-def encode_prompt(tokenizer, text: str, raw: bool = False) -> list[int]:
-    """Token ids for `text`; with the chat template as a user turn unless `raw`."""
+def check_prompt_text(text: str) -> None:
+    """Refuse an empty or whitespace-only prompt (before any model loads)."""
     if not text.strip():
         raise SpecdecError("the prompt is empty; type a prompt or pass --prompt TEXT")
+
+
+def encode_prompt(tokenizer, text: str, raw: bool = False) -> list[int]:
+    """Token ids for `text`; with the chat template as a user turn unless `raw`."""
+    check_prompt_text(text)
     if raw or not getattr(tokenizer, "chat_template", None):
         return list(tokenizer(text, add_special_tokens=True)["input_ids"])
     rendered = tokenizer.apply_chat_template(
@@ -26,7 +31,12 @@ def read_prompt_file(path: str | Path, limit: int | None = None) -> list[str]:
     if not path.is_file():
         raise SpecdecError(f"prompt file not found: {path}")
     prompts: list[str] = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        line = path.read_bytes()[: error.start].count(b"\n") + 1
+        raise SpecdecError(f"{path}:{line}: not UTF-8 text; save the file as UTF-8") from None
+    for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:

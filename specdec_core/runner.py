@@ -11,17 +11,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specdec_core.config import DecodeConfig
-from specdec_core.decode import StopFlag, generate
+from specdec_core.control import StopFlag
+from specdec_core.decode import generate
 from specdec_core.errors import SpecdecError
 from specdec_core.events import Event, Finished, RunSummary
-from specdec_core.methods import build_drafter, get_method
+from specdec_core.methods import Extra, build_drafter, get_method
 from specdec_core.models import LoadedModel, load_model
 from specdec_core.resources import resource_path
 
 if TYPE_CHECKING:
     import torch
 
-ExtraLoader = Callable[[str, LoadedModel], object]
+    from specdec_core.eagle.head import EagleHead
+
+ExtraLoader = Callable[[str, LoadedModel], "LoadedModel | EagleHead"]
 
 
 def load_draft(spec: str, target: LoadedModel) -> LoadedModel:
@@ -38,10 +41,10 @@ def load_draft(spec: str, target: LoadedModel) -> LoadedModel:
 
     if is_partial_draft(Path(spec)):  # layer weights only; embedding shared with the target
         return load_draft_dir(Path(spec), target)
-    return load_model(spec, device=str(target.device), dtype=_dtype_name(target))
+    return load_model(spec, device=str(target.device), dtype=target.dtype_name)
 
 
-def load_head(spec: str, target: LoadedModel, dtype: torch.dtype | None = None) -> object:
+def load_head(spec: str, target: LoadedModel, dtype: torch.dtype | None = None) -> EagleHead:
     """`embedded` is the bundled EAGLE head for the embedded model; else a directory / hub id.
     `dtype`: the head's own weights' dtype (default: the target's)."""
     from specdec_core.eagle.formats import load_head as load_eagle_head
@@ -60,7 +63,7 @@ def load_head(spec: str, target: LoadedModel, dtype: torch.dtype | None = None) 
 EXTRA_LOADERS: dict[str, ExtraLoader] = {"draft": load_draft, "head": load_head}
 
 
-def prepare_extra(method: str, target: LoadedModel, specs: dict[str, str]) -> object | None:
+def prepare_extra(method: str, target: LoadedModel, specs: dict[str, str]) -> Extra:
     """Load the draft / head `method` needs (None if it needs nothing)."""
     needs = get_method(method).needs
     if needs is None:
@@ -74,7 +77,7 @@ def run(
     method: str,
     prompt_ids: list[int],
     config: DecodeConfig,
-    extra: object | None = None,
+    extra: Extra = None,
     stop: StopFlag | None = None,
     on_event: Callable[[Event], None] | None = None,
 ) -> RunSummary:
@@ -85,7 +88,3 @@ def run(
         if isinstance(event, Finished):
             return event.summary
     raise RuntimeError("the decode loop ended without a Finished event")
-
-
-def _dtype_name(model: LoadedModel) -> str:
-    return str(model.dtype).removeprefix("torch.")

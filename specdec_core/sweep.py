@@ -27,10 +27,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from specdec_core.bench import _aggregate, _extra, _run_one, _warm_up, compare_to_reference
 from specdec_core.config import DecodeConfig
-from specdec_core.decode import StopFlag
+from specdec_core.control import StopFlag
 from specdec_core.errors import SpecdecError
+from specdec_core.measure import Measurement, aggregate, compared, load_extra, run_one, warm_up
+from specdec_core.methods import Extra
 from specdec_core.models import LoadedModel
 from specdec_core.prompts import encode_prompt
 
@@ -42,10 +43,10 @@ Point = dict[str, Any]
 
 class Measure(Protocol):
     def __call__(
-        self, method: str, config: DecodeConfig, reference: list[list[int]] | None
-    ) -> dict[str, Any]:
-        """Bench-style metrics (`tokens_per_second`, `mean_accept_length`, …) and `token_ids`
-        (one list per prompt); `reference` is the baseline's token ids at that temperature."""
+        self, method: str, config: DecodeConfig, reference: Sequence[Sequence[int]] | None
+    ) -> Measurement:
+        """The method's aggregate over the prompts and each prompt's token ids; `reference`
+        is the baseline's token ids at that temperature (None: the run is the baseline)."""
 
 
 @dataclass(frozen=True)
@@ -151,7 +152,7 @@ def run_sweep(
     done = {point_key(r["point"]) for r in result.points}
     todo = [p for p in grid.points() if point_key(p) not in done]
     total = len(done) + len(todo)
-    baselines: dict[float, dict[str, Any]] = {}
+    baselines: dict[float, Measurement] = {}
     started = time.perf_counter()
     for index, point in enumerate(todo):
         if stop is not None and stop.is_set():
@@ -160,7 +161,7 @@ def run_sweep(
         ar = baselines.get(config.temperature) if baseline == "temperature" else None
         if ar is None:
             ar = baselines[config.temperature] = measure("ar", _baseline(config), None)
-        metrics = measure(method, config, ar["token_ids"])
+        metrics = measure(method, config, ar.token_ids)
         record = _record(point, config, metrics, ar)
         result.points.append(record)
         if json_out is not None:
@@ -178,16 +179,12 @@ def _baseline(config: DecodeConfig) -> DecodeConfig:
 
 
 def _record(
-    point: Point, config: DecodeConfig, metrics: dict[str, Any], ar: dict[str, Any]
+    point: Point, config: DecodeConfig, metrics: Measurement, ar: Measurement
 ) -> dict[str, Any]:
-    ar_tps = ar["tokens_per_second"]
-    record = {k: v for k, v in metrics.items() if k != "token_ids"}
-    record.update(
-        point=point,
-        config=config.as_dict(),
-        ar_tokens_per_second=ar_tps,
-        speedup_vs_ar=metrics["tokens_per_second"] / ar_tps if ar_tps else 0.0,
-    )
+    """A sweep file's point: the aggregate's record, its speedup, and what it was run with."""
+    ar_tps = ar.aggregate.tokens_per_second
+    record = metrics.aggregate.against(ar_tps).to_record()
+    record.update(point=point, config=config.as_dict(), ar_tokens_per_second=ar_tps)
     return record
 
 
@@ -220,27 +217,22 @@ class BenchMeasure:
         prompts: Sequence[str],
         specs: dict[str, str],
         raw: bool,
-        extras: dict[str, object | None] | None = None,
+        extras: dict[str, Extra] | None = None,
     ) -> None:
         """`extras`: already loaded draft / head per method (e.g. the GUI's), else from `specs`."""
         self.target = target
         self.specs = specs
         self.encoded = [encode_prompt(target.tokenizer, p, raw) for p in prompts]
-        self.extras: dict[str, object | None] = dict(extras or {})
-        _warm_up(target, self.encoded[0], DecodeConfig())
+        self.extras: dict[str, Extra] = dict(extras or {})
+        warm_up(target, self.encoded[0])
 
     def __call__(
-        self, method: str, config: DecodeConfig, reference: list[list[int]] | None
-    ) -> dict[str, Any]:
+        self, method: str, config: DecodeConfig, reference: Sequence[Sequence[int]] | None
+    ) -> Measurement:
         if method not in self.extras:
-            self.extras[method] = _extra(method, self.target, self.specs)
+            self.extras[method] = load_extra(method, self.target, self.specs)
         rows = []
         for index, ids in enumerate(self.encoded):
-            row = _run_one(method, self.target, ids, config, self.extras[method])
-            row.update(
-                compare_to_reference(
-                    row, row["token_ids"] if reference is None else reference[index]
-                )
-            )
-            rows.append(row)
-        return {**_aggregate(rows), "token_ids": [row["token_ids"] for row in rows]}
+            row = run_one(method, self.target, ids, config, self.extras[method])
+            rows.append(compared(row, row.token_ids if reference is None else reference[index]))
+        return Measurement(aggregate(rows), tuple(row.token_ids for row in rows))

@@ -102,6 +102,12 @@ class FakeEngine:
     def token_text(self, token_id: int) -> str:
         return f"t{token_id}"
 
+    def exclusive(self):
+        raise SpecdecError("the fake engine has no model to measure; inject a MeasureBackend")
+
+    def extra(self, method: str, specs: dict[str, str], progress: Progress) -> None:
+        return None
+
 
 def _summary(request: RunRequest, ids: list[int], steps: int, reason: str) -> RunSummary:
     return RunSummary(

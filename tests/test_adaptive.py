@@ -10,18 +10,16 @@ import torch
 
 from specdec_core.config import DecodeConfig
 from specdec_core.drafters.adaptive import AdaptiveK, apply_schedule
-from specdec_core.drafters.base import Proposal
+from specdec_core.drafters.base import Drafter, Proposal
 from specdec_core.errors import SpecdecError
 from specdec_core.runner import run
 from tests.tiny import prompt
 
 
-class Recorder:
+class Recorder(Drafter):
     """A chain drafter that proposes `config.k` copies of token 3 and records each k."""
 
     name = "recorder"
-    needs_features = False
-    feature_layers: tuple[int, ...] = ()
 
     def __init__(self) -> None:
         self.ks: list[int] = []

@@ -85,9 +85,10 @@ def test_the_pyside_refcount_workaround_targets_only_the_broken_release():
     assert not qt_compat.needs_workaround("6.11.3", (3, 11))
 
 
-def test_a_policy_that_does_not_declare_lossy_counts_as_lossy_unless_lossless():
-    from app.engine import _is_lossy
+def test_the_engine_lists_each_policy_as_lossy_or_not_at_its_defaults():
+    from app.engine import SpecdecEngine
 
-    assert _is_lossy("ensemble", object())
-    assert not _is_lossy("lossless", object())
-    assert not _is_lossy("custom", type("P", (), {"lossy": False}))
+    policies = {policy.name: policy for policy in SpecdecEngine().registries().policies}
+    assert not policies["lossless"].lossy
+    assert policies["ensemble"].lossy and policies["threshold"].lossy  # w = 0.5 mixes in q
+    assert dict(policies["threshold"].params) == {"tau": 0.1}

@@ -9,6 +9,7 @@ from PySide6.QtCore import QPointF
 
 from app.sweep_worker import MeasureBackend
 from specdec_core.errors import SpecdecError
+from specdec_core.measure import Aggregate, Measurement
 from tests.gui_window import make_window_fixture  # noqa: F401  (fixture)
 
 # speedup of the fake measurement: best at k=3, and higher at lower temperature
@@ -30,12 +31,10 @@ class FakeMeasure:
             size = config.tree_tokens if config.tree_tokens else config.k
             tps = 100.0 * SPEEDUP.get(size, 1.0 + size / 100) * (1 - 0.1 * config.temperature)
         tau = config.policy_params.get("tau", 0.0)
-        return {
-            "tokens_per_second": tps,
-            "mean_accept_length": 2.0 + tau,
-            "token_agreement": 1.0 - tau,
-            "token_ids": [[1, 2]],
-        }
+        aggregate = Aggregate(
+            tokens_per_second=tps, mean_accept_length=2.0 + tau, token_agreement=1.0 - tau
+        )
+        return Measurement(aggregate, ((1, 2),))
 
 
 @pytest.fixture
@@ -145,8 +144,8 @@ def test_tune_applies_the_argmax_k(qtbot, sweep_window):
     assert sweep_window.sweep.tune()
     qtbot.waitUntil(lambda: not sweep_window.sweep.running, timeout=5000)
     result = sweep_window.sweep.last_result
-    best = max(result.table, key=lambda row: row["speedup_vs_ar"])
-    assert result.k == best["k"] == 3
+    best = max(result.table, key=lambda row: row.speedup_vs_ar)
+    assert result.k == best.k == 3
     assert sweep_window.decoding.k.value() == 3
     assert "k=3" in sweep_window.sweep.result_box.text()
 

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from specdec_core.bench import compare_to_reference, parse_variant
+from specdec_core.bench import parse_variant
 from specdec_core.config import DecodeConfig
 from specdec_core.errors import SpecdecError
 from specdec_core.fidelity import (
@@ -16,6 +16,7 @@ from specdec_core.fidelity import (
     prefix_agreement,
     token_agreement,
 )
+from specdec_core.measure import Row, compared
 from specdec_core.runner import run
 from specdec_core.verifiers import VERIFIERS, make_verifier
 from specdec_core.verifiers.lossless import LosslessVerifier
@@ -246,8 +247,8 @@ def test_fidelity_agreements_on_a_hand_made_example():
     assert token_agreement(output, reference) == 4 / 6
     assert prefix_agreement(reference, reference) == token_agreement(reference, reference) == 1
     assert prefix_agreement([], []) == 1.0
-    row = {"token_ids": output}
-    assert compare_to_reference(row, reference)["identical_to_ar"] is False
+    row = compared(Row("ngram", tuple(output), 6, 3, 1.0, 0.0, 0.0), reference)
+    assert row.identical_to_ar is False and row.prefix_agreement == 2 / 6
 
 
 def test_mean_logprob_is_the_teacher_forced_target_logprob(tiny_target):
@@ -279,11 +280,11 @@ def test_bench_reports_fidelity_per_policy_entry(tiny_target):
     methods = ["ngram", "ngram:threshold:tau=0", "ngram:ensemble:w=1"]
     result = run_bench(tiny_target, methods, ["w3 w4 w5 w6 w3 w4 w5"], config, specs={})
     ar, lossless, lossy = (result.methods[m] for m in ["ar", "ngram", "ngram:threshold:tau=0"])
-    assert ar["prefix_agreement"] == ar["token_agreement"] == 1.0
-    assert lossless["identical_to_ar"] == 1.0 and not lossless["lossy"]
-    assert lossy["lossy"] and not result.methods["ngram:ensemble:w=1"]["lossy"]
-    assert lossless["mean_logprob"] == pytest.approx(ar["mean_logprob"])
-    assert {row["policy"] for row in result.per_prompt} == {"lossless", "threshold", "ensemble"}
+    assert ar.prefix_agreement == ar.token_agreement == 1.0
+    assert lossless.identical_to_ar == 1.0 and not lossless.lossy
+    assert lossy.lossy and not result.methods["ngram:ensemble:w=1"].lossy
+    assert lossless.mean_logprob == pytest.approx(ar.mean_logprob)
+    assert {row.policy for row in result.rows} == {"lossless", "threshold", "ensemble"}
 
 
 def test_cli_rejects_an_unknown_policy_parameter_before_loading_a_model(capsys):

@@ -8,9 +8,10 @@ import json
 
 import pytest
 
-from specdec_core.autotune import autotune_k, choose_k
+from specdec_core.autotune import TuneRow, autotune_k, choose_k
 from specdec_core.config import DecodeConfig
 from specdec_core.errors import SpecdecError
+from specdec_core.measure import Aggregate, Measurement
 from specdec_core.sweep import BenchMeasure, Grid, apply_point, run_sweep
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -31,11 +32,8 @@ class FakeMeasure:
             raise KeyboardInterrupt
         self.calls.append((method, config))
         tps = 10.0 if method == "ar" else 10.0 * self.speed.get(config.k, 1.0)
-        return {
-            "tokens_per_second": tps,
-            "mean_accept_length": 1.0 if method == "ar" else 1 + config.k / 2,
-            "token_ids": [[1, 2, 3]],
-        }
+        tau = 1.0 if method == "ar" else 1 + config.k / 2
+        return Measurement(Aggregate(tokens_per_second=tps, mean_accept_length=tau), ((1, 2, 3),))
 
     def method_points(self) -> list[tuple[int, float]]:
         return [(c.k, c.temperature) for m, c in self.calls if m != "ar"]
@@ -107,19 +105,14 @@ def test_resume_refuses_a_file_measured_with_other_settings(tmp_path):
 def test_autotune_picks_the_argmax_of_its_own_measured_table():
     measure = FakeMeasure(speed={1: 1.1, 2: 1.4, 3: 1.9, 4: 1.6, 6: 1.2, 8: 0.8})
     tuned = autotune_k("classic", DecodeConfig(), measure)
-    assert [row["k"] for row in tuned.table] == [1, 2, 3, 4, 6, 8]
-    best = max(tuned.table, key=lambda row: row["speedup_vs_ar"])
-    assert tuned.k == best["k"] == 3
+    assert [row.k for row in tuned.table] == [1, 2, 3, 4, 6, 8]
+    best = max(tuned.table, key=lambda row: row.speedup_vs_ar)
+    assert tuned.k == best.k == 3
     assert "k=3" in tuned.reason and "<- chosen" in tuned.format_table()
 
 
 def test_autotune_ties_go_to_the_smaller_k_and_trees_are_refused():
-    k, reason = choose_k(
-        [
-            {"k": 2, "speedup_vs_ar": 1.500, "mean_accept_length": 2.0},
-            {"k": 4, "speedup_vs_ar": 1.505, "mean_accept_length": 2.5},
-        ]
-    )
+    k, reason = choose_k([TuneRow(2, 15.0, 1.500, 2.0, 10.0), TuneRow(4, 15.05, 1.505, 2.5, 10.0)])
     assert k == 2 and "ties" in reason
     with pytest.raises(SpecdecError, match="tree"):
         autotune_k("eagle2", DecodeConfig(), FakeMeasure())

@@ -12,7 +12,7 @@ import torch
 
 from specdec_core.config import DecodeConfig
 from specdec_core.decode import generate
-from specdec_core.drafters.base import Proposal
+from specdec_core.drafters.base import Drafter, Proposal
 from specdec_core.events import Finished, Step
 from specdec_core.runner import run
 from specdec_core.sampling import probs
@@ -29,12 +29,10 @@ TREES = {
 }
 
 
-class TopKTreeDrafter:
+class TopKTreeDrafter(Drafter):
     """Fixed-shape tree: at depth d every node gets the draft model's top-`branching[d]` tokens."""
 
     name = "topk-tree"
-    needs_features = False
-    feature_layers: tuple[int, ...] = ()
 
     def __init__(self, draft, branching: tuple[int, ...] = (3, 2, 1)) -> None:
         self.draft = draft

@@ -16,6 +16,7 @@ lossless — only how many tokens are proposed changes, never how they are judge
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import torch
 
@@ -28,17 +29,21 @@ SCHEDULES = ("fixed", "adaptive")
 K_MAX_FLOOR = 8
 
 
-class AdaptiveK:
+class AdaptiveK(Drafter):
+    """`inner` with k following acceptance; everything else is the inner drafter's."""
+
     def __init__(self, inner: Drafter, k: int) -> None:
         self.inner = inner
+        self.name = inner.name
+        self.feature_layers = inner.feature_layers
         self.k_start = max(1, k)
         self.k_max = max(K_MAX_FLOOR, 2 * self.k_start)
         self.k = self.k_start
         self.drafted = 0  # chain tokens proposed in the current step (0 for a tree or none)
         self.history: list[int] = []  # k used at each step, for display and tests
 
-    def __getattr__(self, name: str):  # name, needs_features, feature_layers, describe, …
-        return getattr(self.inner, name)
+    def describe(self, config: DecodeConfig) -> dict[str, Any]:
+        return self.inner.describe(config)
 
     def begin(self, ids: list[int], features: TargetOutput) -> None:
         self.k = self.k_start

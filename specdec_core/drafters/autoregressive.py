@@ -5,14 +5,12 @@ from __future__ import annotations
 import torch
 
 from specdec_core.config import DecodeConfig
-from specdec_core.drafters.base import EMPTY, Proposal
+from specdec_core.drafters.base import EMPTY, Drafter, Proposal
 from specdec_core.target import TargetOutput
 
 
-class AutoregressiveDrafter:
+class AutoregressiveDrafter(Drafter):
     name = "ar"
-    needs_features = False
-    feature_layers: tuple[int, ...] = ()
 
     def begin(self, ids: list[int], features: TargetOutput) -> None:
         pass

@@ -2,14 +2,15 @@
 
 Two methods, as transformers' `CandidateGenerator`: `propose` and `commit`. A drafter keeps
 whatever state it needs (its own KV cache, features) and must roll it back on `commit`.
-Optionally `describe(config) -> dict` reports settings it chose itself (EAGLE-2's tree size);
-the decode loop merges it into the `Started` event's and the summary's config.
+Drafters subclass `Drafter` and so inherit the defaults of what they may declare:
+`feature_layers` (none) and `describe(config)` (nothing chosen), which reports settings the
+drafter chose itself (EAGLE-2's tree size) for the `Started` event's and the summary's config.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -37,8 +38,11 @@ EMPTY = Proposal(tokens=[])
 
 class Drafter(Protocol):
     name: str
-    needs_features: bool  # the target must return hidden states for `begin` / `commit`
-    feature_layers: tuple[int, ...]  # extra target layers whose inputs it needs (EAGLE-3)
+    feature_layers: tuple[int, ...] = ()  # extra target layers whose inputs it needs (EAGLE-3)
+
+    def describe(self, config: DecodeConfig) -> dict[str, Any]:
+        """Settings this drafter chose itself for `config` (e.g. a measured tree size)."""
+        return {}
 
     def begin(self, ids: list[int], features: TargetOutput) -> None:
         """A new generation: `ids` is the prompt; `features` covers ids[:-1]."""

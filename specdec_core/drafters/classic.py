@@ -13,16 +13,14 @@ from transformers import PreTrainedModel
 
 from specdec_core import kv_cache
 from specdec_core.config import DecodeConfig
-from specdec_core.drafters.base import Proposal
+from specdec_core.drafters.base import Drafter, Proposal
 from specdec_core.errors import SpecdecError
 from specdec_core.sampling import probs, sample
 from specdec_core.target import TargetOutput
 
 
-class ClassicDrafter:
+class ClassicDrafter(Drafter):
     name = "classic"
-    needs_features = False
-    feature_layers: tuple[int, ...] = ()
 
     def __init__(self, draft: PreTrainedModel, target_vocab: int) -> None:
         self.draft = draft

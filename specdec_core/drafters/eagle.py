@@ -17,7 +17,7 @@ import torch
 
 from specdec_core import kv_cache
 from specdec_core.config import DecodeConfig
-from specdec_core.drafters.base import EMPTY, Proposal
+from specdec_core.drafters.base import EMPTY, Drafter, Proposal
 from specdec_core.eagle.head import EagleHead, fused_layers
 from specdec_core.sampling import probs, sample
 from specdec_core.target import TargetOutput
@@ -35,9 +35,8 @@ def head_features(head: EagleHead, out: TargetOutput) -> torch.Tensor:
     return out.hidden  # [n, h]
 
 
-class EagleDrafter:
+class EagleDrafter(Drafter):
     name = "eagle"
-    needs_features = True
 
     def __init__(self, head: EagleHead, target_layers: int) -> None:
         self.head = head

@@ -29,7 +29,7 @@ import torch
 
 from specdec_core import kv_cache, tree_sizing
 from specdec_core.config import DecodeConfig
-from specdec_core.drafters.base import EMPTY, Proposal
+from specdec_core.drafters.base import EMPTY, Drafter, Proposal
 from specdec_core.drafters.eagle import feature_layers, head_features
 from specdec_core.eagle.head import EagleHead
 from specdec_core.sampling import probs, sample_many
@@ -39,9 +39,8 @@ from specdec_core.tree_sizing import Choice, TreeShape
 RESIZE_STEPS = 16  # tree steps between refits of the acceptance estimate (auto size only)
 
 
-class Eagle2Drafter:
+class Eagle2Drafter(Drafter):
     name = "eagle2"
-    needs_features = True
 
     def __init__(self, head: EagleHead, target_model) -> None:
         self.head = head

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import torch
 
 from specdec_core.config import DecodeConfig
-from specdec_core.drafters.base import EMPTY, Proposal
+from specdec_core.drafters.base import EMPTY, Drafter, Proposal
 from specdec_core.target import TargetOutput
 
 
@@ -43,10 +43,8 @@ def _copy_after(ids: Sequence[int], source: int, k: int) -> list[int]:
     return extended[len(ids) :]
 
 
-class NgramDrafter:
+class NgramDrafter(Drafter):
     name = "ngram"
-    needs_features = False
-    feature_layers: tuple[int, ...] = ()
 
     def begin(self, ids: list[int], features: TargetOutput) -> None:
         pass

@@ -7,8 +7,6 @@ and its `--policy-param` names in the module docstring) trade fidelity for accep
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from specdec_core.errors import SpecdecError
 from specdec_core.verifiers.base import ChainVerifier, Verdict
 from specdec_core.verifiers.cosine import CosineVerifier
@@ -19,7 +17,7 @@ from specdec_core.verifiers.ngram import NgramVerifier
 from specdec_core.verifiers.threshold import ThresholdVerifier
 from specdec_core.verifiers.typical import TypicalVerifier
 
-VERIFIERS: dict[str, Callable[..., ChainVerifier]] = {
+VERIFIERS: dict[str, type[ChainVerifier]] = {
     "lossless": LosslessVerifier,
     "threshold": ThresholdVerifier,
     "cosine": CosineVerifier,
@@ -37,14 +35,14 @@ def make_verifier(name: str, **params: float) -> ChainVerifier:
         raise SpecdecError(
             f"unknown policy '{name}'; choose one of: {', '.join(VERIFIERS)}"
         ) from None
-    if params and not getattr(factory, "PARAMS", None):
+    if params and not factory.PARAMS:
         raise SpecdecError(f"policy '{name}' takes no parameters (got {', '.join(params)})")
     return factory(**params)
 
 
 def policy_params(name: str) -> dict[str, float]:
     """A policy's parameter names (`--policy-param NAME=VALUE`) and their defaults."""
-    return dict(getattr(VERIFIERS[name], "PARAMS", {}))
+    return dict(VERIFIERS[name].PARAMS)
 
 
 def describe_policies() -> str:
@@ -52,7 +50,7 @@ def describe_policies() -> str:
     lines = []
     for name in VERIFIERS:
         params = ", ".join(f"{key}={value:g}" for key, value in policy_params(name).items())
-        lossy = "" if name == "lossless" else " (lossy)"
+        lossy = " (lossy)" if make_verifier(name).lossy else ""
         lines.append(f"{name}{lossy}" + (f": {params}" if params else ""))
     return "; ".join(lines)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 import torch
 
@@ -15,8 +15,13 @@ class Verdict:
 
 
 class ChainVerifier(Protocol):
-    name: str
-    lossy: bool
+    """A policy. Verifiers subclass this to inherit the defaults of what they may declare."""
+
+    name: ClassVar[str]
+    lossy: bool  # may depend on the parameters (ensemble with w = 1 is exact)
+    # the decode loop also computes π (`verifiers.lossy.policy_probs`) and passes it as p_soft
+    needs_soft_p: ClassVar[bool] = False
+    PARAMS: ClassVar[dict[str, float]] = {}  # `--policy-param` names and their defaults
 
     def verify(
         self,
@@ -24,6 +29,7 @@ class ChainVerifier(Protocol):
         q: torch.Tensor | None,  # [k, V] draft probabilities; None = deterministic drafter
         p: torch.Tensor,  # [k+1, V] target probabilities (same temperature / top-p as q)
         generator: torch.Generator | None,
+        p_soft: torch.Tensor | None = None,  # [k+1, V] π, given when `needs_soft_p`
     ) -> Verdict: ...
 
 

@@ -18,7 +18,7 @@ from typing import ClassVar
 import torch
 
 from specdec_core.errors import SpecdecError
-from specdec_core.verifiers.base import Verdict, one_hot_q
+from specdec_core.verifiers.base import ChainVerifier, Verdict, one_hot_q
 from specdec_core.verifiers.lossless import speculative_accept
 from specdec_core.verifiers.lossy import check_params
 
@@ -36,9 +36,8 @@ def ensemble_accept(
     return speculative_accept(draft, q, m, generator)
 
 
-class EnsembleVerifier:
+class EnsembleVerifier(ChainVerifier):
     name = "ensemble"
-    needs_soft_p: ClassVar[bool] = False
     PARAMS: ClassVar[dict[str, float]] = {"w": 0.5}
 
     def __init__(self, **params: float) -> None:
@@ -53,6 +52,7 @@ class EnsembleVerifier:
         q: torch.Tensor | None,
         p: torch.Tensor,
         generator: torch.Generator | None,
+        p_soft: torch.Tensor | None = None,
     ) -> Verdict:
         q = q if q is not None else one_hot_q(draft, p.shape[-1])
         return ensemble_accept(draft, q, p, self.params["w"], generator)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from specdec_core.sampling import sample
-from specdec_core.verifiers.base import Verdict, one_hot_q
+from specdec_core.verifiers.base import ChainVerifier, Verdict, one_hot_q
 
 
 def speculative_accept(
@@ -49,7 +49,7 @@ def correction(
     return sample(residual, generator)
 
 
-class LosslessVerifier:
+class LosslessVerifier(ChainVerifier):
     name = "lossless"
     lossy = False
 
@@ -59,6 +59,7 @@ class LosslessVerifier:
         q: torch.Tensor | None,
         p: torch.Tensor,
         generator: torch.Generator | None,
+        p_soft: torch.Tensor | None = None,
     ) -> Verdict:
         if q is None:
             q = one_hot_q(draft, p.shape[-1])

@@ -27,7 +27,7 @@ import torch
 
 from specdec_core.errors import SpecdecError
 from specdec_core.sampling import probs, sample
-from specdec_core.verifiers.base import Verdict, one_hot_q
+from specdec_core.verifiers.base import ChainVerifier, Verdict, one_hot_q
 from specdec_core.verifiers.lossless import correction
 
 
@@ -72,7 +72,7 @@ def check_params(policy: str, defaults: dict[str, float], given: dict[str, float
     return {**defaults, **{name: float(value) for name, value in given.items()}}
 
 
-class ScoringPolicy:
+class ScoringPolicy(ChainVerifier):
     """A lossy chain verifier that approves each drafted token by a score of π (and q).
 
     Subclasses set `name`, `PARAMS` (parameter name -> default, the `--policy-param` names) and

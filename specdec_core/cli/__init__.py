@@ -1,0 +1,40 @@
+"""`specdec`: the headless interface. Benchmarks depend on it; keep it stable
+(the contract: `docs/architecture.md`).
+
+One module per command, each exposing `register(subparsers)`, which declares the command's
+flags (the shared ones from `options`) and its handler; handlers turn the parsed flags into
+typed values before calling the engine. Bad input raises `SpecdecError`, printed as one line on
+stderr with exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from specdec_core.cli import bench, export, generate, sweep, train
+from specdec_core.errors import SpecdecError
+
+COMMANDS = (generate, bench, sweep, export, train)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="specdec", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for command in COMMANDS:
+        command.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    args = build_parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except SpecdecError as error:
+        print(f"specdec: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("specdec: interrupted", file=sys.stderr)
+        return 130

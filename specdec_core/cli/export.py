@@ -1,0 +1,61 @@
+"""`specdec export`: the vLLM `--speculative-config` JSON or the SGLang flags for a setting."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict
+
+from specdec_core.cli.options import AUTO, add_decode_options, add_model_options, decode_config
+from specdec_core.errors import SpecdecError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from specdec_core.export import ENGINES, METHOD_MAP
+
+    parser = sub.add_parser(
+        "export",
+        help="print the vLLM --speculative-config JSON or the SGLang flags for a setting",
+    )
+    parser.add_argument("--engine", required=True, choices=list(ENGINES))
+    parser.add_argument("--method", default="eagle", choices=list(METHOD_MAP))
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--from-sweep",
+        default=None,
+        metavar="FILE",
+        help="export the fastest point of a `specdec sweep` JSON (method, models, settings)",
+    )
+    parser.add_argument(
+        "--at-temperature", type=float, default=None, help="with --from-sweep: best at this T"
+    )
+    add_model_options(parser)
+    add_decode_options(parser)
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from specdec_core.export import METHOD_MAP, best_of_sweep, export
+
+    if args.from_sweep:
+        best = best_of_sweep(args.from_sweep, args.at_temperature)
+        result = export(args.engine, best.method, best.config, best.target, best.model)
+        result.notes.insert(0, best.note)
+    else:
+        if args.k == AUTO:
+            raise SpecdecError(
+                "export needs a number for --k; run `specdec generate --k auto …` to measure "
+                "one, or export a sweep's best point with --from-sweep FILE"
+            )
+        config = decode_config(args)
+        model = args.head if METHOD_MAP[args.method][0] == "head" else args.draft
+        result = export(args.engine, args.method, config, args.target, model)
+    if args.json:
+        print(json.dumps(asdict(result)))
+        return 0
+    print(result.payload)
+    for note in result.notes:
+        print(f"# {note}", file=sys.stderr)
+    print(f"# example: {result.command}", file=sys.stderr)
+    return 0

@@ -1,0 +1,69 @@
+"""`specdec generate`: one method on one prompt, the text (or one JSON object) and its timing."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from specdec_core.cli.options import (
+    add_decode_options,
+    add_model_options,
+    decode_config,
+    load_progress,
+    model_specs,
+    resolve_auto_k,
+)
+from specdec_core.errors import SpecdecError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from specdec_core.methods import METHODS
+
+    parser = sub.add_parser("generate", help="generate once and report timing and acceptance")
+    parser.add_argument("--method", default="ar", choices=list(METHODS))
+    parser.add_argument("--prompt", default=None)
+    parser.add_argument("--prompt-file", default=None)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_model_options(parser)
+    add_decode_options(parser)
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from specdec_core.models import load_model
+    from specdec_core.prompts import check_prompt_text, encode_prompt, read_prompt_file
+    from specdec_core.runner import prepare_extra
+    from specdec_core.runner import run as run_method
+
+    config = decode_config(args)
+    if args.prompt is None and args.prompt_file is None:
+        raise SpecdecError("no prompt; pass --prompt TEXT or --prompt-file FILE.jsonl")
+    text = args.prompt if args.prompt is not None else read_prompt_file(args.prompt_file, 1)[0]
+    check_prompt_text(text)  # before minutes of model loading
+    target = load_model(args.target, args.device, args.dtype, progress=load_progress(args.json))
+    prompt_ids = encode_prompt(target.tokenizer, text, args.raw)
+    extra = prepare_extra(args.method, target, model_specs(args))
+    config = resolve_auto_k(args, config, target, [args.method], extra)
+    summary = run_method(target, args.method, prompt_ids, config, extra)
+    if args.json:
+        record = summary.to_record()
+        record.update(device=str(target.device), dtype=target.dtype_name)
+        print(json.dumps(record))
+        return 0
+    print(summary.text)
+    lossy = " (LOSSY policy)" if summary.lossy else ""
+    print(
+        f"\n[{summary.method}{lossy}] {summary.new_tokens} tokens in {summary.steps} steps, "
+        f"tau {summary.mean_accept_length:.2f}, {summary.tokens_per_second:.1f} tok/s, "
+        f"stop: {summary.stop_reason}",
+        file=sys.stderr,
+    )
+    if "tree_sizing" in summary.config:  # a tree method: the size it used and why
+        c = summary.config
+        print(
+            f"[tree] {c['tree_tokens']} tokens, depth {c['tree_depth']}, top-k "
+            f"{c['tree_topk']} ({c['tree_sizing']})",
+            file=sys.stderr,
+        )
+    return 0

@@ -1,0 +1,268 @@
+"""The flags every `specdec` command shares, and their translation into engine types, once.
+
+- `add_model_options`: `--target`, `--draft`, `--head`, `--device`, `--dtype`.
+- `add_decode_options`: the decoding settings. With `sweep=True` the settings a sweep can vary
+  (`SWEEP_AXES`) are declared as comma-separated lists instead of single values, so `sweep`
+  declares each flag once, with the meaning it has there.
+- `decode_config`: the parsed flags as a checked `DecodeConfig`; `model_specs`: the draft /
+  head specs; `resolve_auto_k`: `--k auto`, measured once the models are loaded.
+
+Nothing past the CLI sees an argparse namespace: commands turn it into these typed values.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from specdec_core.config import DecodeConfig, parse_params
+from specdec_core.errors import SpecdecError
+
+if TYPE_CHECKING:
+    from specdec_core.models import LoadedModel
+    from specdec_core.sweep import SweepProgress
+
+AUTO = "auto"
+
+
+@dataclass(frozen=True)
+class Axis:
+    """A decoding setting `specdec sweep` can vary: its config field, type, smallest value,
+    and whether 'auto' (sized for the device) is a value."""
+
+    field: str
+    cast: type
+    low: float | None
+    auto: bool = False
+    choices: tuple[str, ...] = ()  # the names a value may take (empty: any)
+
+
+SWEEP_AXES = {
+    "k": Axis("k", int, 0),
+    "temperature": Axis("temperature", float, 0.0),
+    "tree_tokens": Axis("tree_tokens", int, 2, auto=True),
+    "tree_depth": Axis("tree_depth", int, 1, auto=True),
+    "tree_topk": Axis("tree_topk", int, 1, auto=True),
+    "k_schedule": Axis("k_schedule", str, None, choices=("fixed", "adaptive")),
+}
+
+
+def add_model_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--target", default="embedded", help="embedded, hub id, dir or .gguf")
+    parser.add_argument("--draft", default="embedded", help="classic draft model spec")
+    parser.add_argument("--head", default="embedded", help="EAGLE head spec")
+    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"])
+    parser.add_argument(
+        "--dtype", default="auto", choices=["auto", "float32", "float16", "bfloat16"]
+    )
+
+
+def add_decode_options(parser: argparse.ArgumentParser, *, sweep: bool = False) -> None:
+    """The decoding flags; with `sweep`, those in `SWEEP_AXES` take comma-separated values."""
+
+    def setting(flag: str, help: str, **single: Any) -> None:
+        dest = flag.removeprefix("--").replace("-", "_")
+        if sweep and dest in SWEEP_AXES:
+            axis = SWEEP_AXES[dest]
+            kind = {int: "integers", float: "numbers", str: "names"}[axis.cast]
+            extra = " ('auto' = sized for the device)" if axis.auto else ""
+            parser.add_argument(flag, default=None, help=f"{help}: comma-separated {kind}{extra}")
+        else:
+            parser.add_argument(flag, help=help, **single)
+
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    setting("--k", "draft length for chain methods, or auto (measured)", type=k_value, default=4)
+    setting(
+        "--k-schedule",
+        "adaptive: k grows after a fully accepted draft, shrinks after a rejection",
+        default="fixed",
+        choices=list(SWEEP_AXES["k_schedule"].choices),
+    )
+    setting("--temperature", "sampling temperature (0 = greedy)", type=float, default=0.0)
+    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=0)
+    setting("--tree-depth", "EAGLE-2 tree depth", type=int, default=None)
+    setting("--tree-topk", "EAGLE-2 children per node", type=int, default=None)
+    setting("--tree-tokens", "EAGLE-2 tree size, or auto", default=AUTO)
+    parser.add_argument(
+        "--ngram-max", type=int, default=3, help="longest n-gram the ngram drafter looks up"
+    )
+    parser.add_argument(
+        "--policy",
+        default="lossless",
+        help=f"verification policy with its parameters and defaults: {_policies()}. "
+        "Lossy ones trade fidelity for acceptance and are marked LOSSY in all output; "
+        "tree methods (eagle2, eagle2-lookup) take lossless only",
+    )
+    parser.add_argument(
+        "--policy-param",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a policy parameter, e.g. --policy-param tau=0.3 (repeatable): tau (threshold, "
+        "cosine, ngram), epsilon and delta (typical), n, ngram_tau and logit_tau (ngram, "
+        "hybrid), w (ensemble)",
+    )
+    parser.add_argument("--raw", action="store_true", help="do not apply the chat template")
+
+
+def k_value(text: str) -> int | str:
+    """`--k`: a draft length, or 'auto' (a short sweep picks it; `specdec_core.autotune`)."""
+    if text == AUTO:
+        return AUTO
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer or 'auto', got '{text}'") from None
+
+
+def decode_config(args: argparse.Namespace, *, sweep: bool = False) -> DecodeConfig:
+    """The decoding flags as a checked `DecodeConfig`. With `sweep`, the settings that are
+    sweep axes keep their defaults here: every grid point overrides them."""
+    fields: dict[str, Any] = {}
+    if not sweep:
+        k = DecodeConfig.k if args.k == AUTO else args.k  # auto: tuned once models are loaded
+        if args.temperature < 0:
+            raise SpecdecError(f"--temperature must be >= 0 (got {args.temperature})")
+        if k < 0:
+            raise SpecdecError(f"--k must be at least 0 (got {k})")
+        tree_tokens = None if args.tree_tokens == AUTO else _int(args.tree_tokens, "--tree-tokens")
+        fields = dict(
+            k=k,
+            temperature=args.temperature,
+            tree_depth=args.tree_depth,
+            tree_topk=args.tree_topk,
+            tree_tokens=tree_tokens,
+            k_schedule=args.k_schedule,
+        )
+    if args.max_new_tokens < 1:
+        raise SpecdecError(f"--max-new-tokens must be at least 1 (got {args.max_new_tokens})")
+    if not 0 < args.top_p <= 1:
+        raise SpecdecError(f"--top-p must be in (0, 1] (got {args.top_p})")
+    config = DecodeConfig(
+        max_new_tokens=args.max_new_tokens,
+        top_p=args.top_p,
+        seed=args.seed,
+        policy=args.policy,
+        policy_params=parse_params(args.policy_param, "--policy-param"),
+        ngram_max=args.ngram_max,
+        **fields,
+    )
+    check_policy(config)
+    return config
+
+
+def check_policy(config: DecodeConfig) -> None:
+    """Fail before any model loads: an unknown policy or parameter is bad input."""
+    from specdec_core.verifiers import make_verifier
+
+    make_verifier(config.policy, **config.policy_params)
+
+
+def model_specs(args: argparse.Namespace) -> dict[str, str]:
+    return {"draft": args.draft, "head": args.head}
+
+
+def sweep_axes(args: argparse.Namespace) -> dict[str, list[Any]]:
+    """The grid a `sweep` was asked for: each axis flag given, plus `--policy-param-grid`."""
+    axes: dict[str, list[Any]] = {}
+    for dest, axis in SWEEP_AXES.items():
+        text = getattr(args, dest)
+        if text is not None:
+            axes[axis.field] = [_grid_value(v, axis, dest) for v in text.split(",")]
+    for item in args.policy_param_grid:
+        name, _, values = item.partition("=")
+        if not name.strip() or not values:
+            raise SpecdecError(f"--policy-param-grid expects NAME=V1,V2,... (got '{item}')")
+        number = Axis(name.strip(), float, None)
+        axes[f"policy_params.{name.strip()}"] = [
+            _grid_value(v, number, "policy_param_grid") for v in values.split(",")
+        ]
+    return axes
+
+
+def _grid_value(text: str, axis: Axis, dest: str) -> Any:
+    text, flag = text.strip(), "--" + dest.replace("_", "-")
+    if axis.auto and text == AUTO:
+        return None
+    try:
+        value = axis.cast(text)
+    except ValueError:
+        raise SpecdecError(f"{flag}: '{text}' is not a number") from None
+    if axis.choices and value not in axis.choices:
+        raise SpecdecError(f"{flag}: unknown '{value}'; use {', '.join(axis.choices)}")
+    if axis.low is not None and value < axis.low:
+        raise SpecdecError(f"{flag}: values must be >= {axis.low} (got {value})")
+    return value
+
+
+def resolve_auto_k(
+    args: argparse.Namespace,
+    config: DecodeConfig,
+    target: LoadedModel,
+    methods: list[str],
+    extra: object | None = None,
+) -> DecodeConfig:
+    """With `--k auto`, tune k for the first speculative chain method (with its draft / head
+    `extra` if already loaded), print the table on stderr and return `config` with the chosen
+    k; otherwise return `config` unchanged."""
+    if args.k != AUTO:
+        return config
+    from specdec_core.autotune import tune_on_device
+    from specdec_core.methods import is_chain
+
+    chain = [m for m in dict.fromkeys(m.partition(":")[0] for m in methods) if is_chain(m)]
+    if not chain:
+        raise SpecdecError("--k auto needs a speculative chain method (classic, eagle, ngram)")
+    print(f"--k auto: tuning k for '{chain[0]}' on this device…", file=sys.stderr)
+    tuned = tune_on_device(
+        target, chain[0], config, model_specs(args), progress=progress_line, extra=extra
+    )
+    print(f"\n{tuned.format_table()}\nchosen {tuned.reason}", file=sys.stderr)
+    if len(chain) > 1:
+        print(f"(the same k is used for {', '.join(chain)})", file=sys.stderr)
+    return replace(config, k=tuned.k)
+
+
+def show(value: Any) -> str:
+    """A grid value as written on the command line (None is 'auto')."""
+    return AUTO if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def progress_line(progress: SweepProgress) -> None:
+    """One line per measured sweep point on stderr: a bar, the point, its speedup, time left."""
+    width = 20
+    filled = round(width * progress.done / progress.total)
+    point = " ".join(
+        f"{k.removeprefix('policy_params.')}={show(v)}" for k, v in progress.point.items()
+    )
+    eta = f"{progress.eta_seconds / 60:.1f} min left" if progress.eta_seconds is not None else ""
+    record = progress.record
+    print(
+        f"[{'#' * filled}{'.' * (width - filled)}] {progress.done}/{progress.total} {point}: "
+        f"{record['speedup_vs_ar']:.2f}x, tau {record['mean_accept_length']:.2f} | {eta}",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def load_progress(quiet: bool = False):
+    """Model-loading progress on stderr (None when `quiet`: the command prints JSON)."""
+    if quiet:
+        return None
+    return lambda message, fraction: print(f"[{fraction:4.0%}] {message}", file=sys.stderr)
+
+
+def _policies() -> str:
+    from specdec_core.verifiers import describe_policies
+
+    return describe_policies().replace("%", "%%")
+
+
+def _int(text: str, name: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise SpecdecError(f"{name} must be an integer or 'auto' (got '{text}')") from None

@@ -1,0 +1,216 @@
+"""Measurement: one method on one prompt as a typed row, rows into an aggregate.
+
+The one place where a run becomes a number. `specdec bench`, `specdec sweep`, `--k auto` and
+the GUI's sweeps and Tune all measure through these functions, so a figure means the same in
+each of them:
+
+- `load_extra(method, target, specs)`: the draft / head a method (or an HF baseline) needs;
+- `warm_up(target, ids)`: one short run, so first-call allocation lands on no method;
+- `run_one(method, target, ids, config, extra) -> Row`: one timed run and its target log-prob;
+- `compared(row, reference) -> Row`: the row with its fidelity to the `ar` output;
+- `aggregate(rows) -> Aggregate`: tokens/s, τ, per-step draft / verify time, fidelity.
+
+Speed is a ratio measured in the same process (`Aggregate.speedup_vs_ar`, filled in by the
+caller that also measured `ar`); `to_record()` gives the JSON form that bench and sweep files
+hold (the key names are the CLI contract: `docs/architecture.md`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from specdec_core.baselines import HF_METHODS, run_hf
+from specdec_core.config import DecodeConfig
+from specdec_core.fidelity import mean_logprob, prefix_agreement, token_agreement
+from specdec_core.models import LoadedModel
+from specdec_core.runner import Extra, prepare_extra, run
+
+
+@dataclass(frozen=True)
+class Row:
+    """One method (`method`: the entry as written, e.g. `ngram:threshold:tau=0.3`) on one
+    prompt. Fidelity fields are None until `compared` with the reference output."""
+
+    method: str
+    token_ids: tuple[int, ...]
+    new_tokens: int
+    steps: int  # target forwards after the prefill
+    wall_seconds: float
+    draft_seconds: float | None  # None for HF baselines (not separable)
+    verify_seconds: float | None
+    policy: str = "lossless"
+    policy_params: dict[str, float] = field(default_factory=dict)
+    lossy: bool = False
+    mean_logprob: float | None = None  # mean target log-prob per generated token
+    tree: str | None = None  # 'tokens/depth/top-k' a tree method used
+    tree_sizing: str | None = None  # why that size (measured costs)
+    prompt_index: int = 0
+    identical_to_ar: bool | None = None
+    prefix_agreement: float | None = None
+    token_agreement: float | None = None
+
+    @property
+    def mean_accept_length(self) -> float:
+        return self.new_tokens / self.steps if self.steps else 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.new_tokens / self.wall_seconds if self.wall_seconds > 0 else 0.0
+
+    def to_record(self) -> dict[str, Any]:
+        """The JSON form of a bench file's `per_prompt` entry (no token ids)."""
+        record = asdict(self)
+        del record["token_ids"]
+        record.update(
+            mean_accept_length=self.mean_accept_length, tokens_per_second=self.tokens_per_second
+        )
+        return record
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """A method over several prompts: sums of tokens and time, prompt means of fidelity."""
+
+    tokens_per_second: float
+    mean_accept_length: float
+    identical_to_ar: float = 0.0  # share of prompts whose output equals ar's
+    prompts: int = 0
+    new_tokens: int = 0
+    steps: int = 0
+    wall_seconds: float = 0.0
+    draft_ms_per_step: float | None = None
+    verify_ms_per_step: float | None = None
+    lossy: bool = False
+    tree: str | None = None  # the tree size a tree method chose, on the last prompt
+    prefix_agreement: float | None = None
+    token_agreement: float | None = None
+    mean_logprob: float | None = None
+    speedup_vs_ar: float | None = None  # set by the caller that measured ar in the same run
+
+    def against(self, ar_tokens_per_second: float) -> Aggregate:
+        """This aggregate with its speedup over an `ar` measured in the same run."""
+        speedup = self.tokens_per_second / ar_tokens_per_second if ar_tokens_per_second else 0.0
+        return replace(self, speedup_vs_ar=speedup)
+
+    def to_record(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """What a sweep's measure returns: the aggregate and each prompt's output token ids (the
+    reference for the points measured against it)."""
+
+    aggregate: Aggregate
+    token_ids: tuple[tuple[int, ...], ...]
+
+
+def load_extra(method: str, target: LoadedModel, specs: dict[str, str]) -> Extra:
+    """The draft / head `method` needs (None if none); `hf-assisted` uses the classic draft."""
+    if method in HF_METHODS:
+        return prepare_extra("classic", target, specs) if method == "hf-assisted" else None
+    return prepare_extra(method, target, specs)
+
+
+def warm_up(target: LoadedModel, ids: list[int], seed: int = 0) -> None:
+    """One short run so that first-call allocation does not land on the first method."""
+    run(target, "ar", ids, DecodeConfig(max_new_tokens=4, seed=seed))
+
+
+def run_one(
+    method: str,
+    target: LoadedModel,
+    ids: list[int],
+    config: DecodeConfig,
+    extra: Extra = None,
+    label: str | None = None,
+    prompt_index: int = 0,
+) -> Row:
+    """One timed run of `method` (ours or an HF baseline) on `ids`; `label` names the row
+    (default: the method). The target log-prob is one extra forward, after the timing."""
+    name = label or method
+    if method in HF_METHODS:
+        hf = run_hf(method, target, ids, config, extra)
+        return Row(
+            method=name,
+            token_ids=tuple(hf.token_ids),
+            new_tokens=len(hf.token_ids),
+            steps=hf.steps,
+            wall_seconds=hf.wall_seconds,
+            draft_seconds=None,
+            verify_seconds=None,
+            mean_logprob=mean_logprob(target.model, ids, hf.token_ids),
+            prompt_index=prompt_index,
+        )
+    summary = run(target, method, ids, config, extra)
+    return Row(
+        method=name,
+        token_ids=summary.token_ids,
+        new_tokens=summary.new_tokens,
+        steps=summary.steps,
+        wall_seconds=summary.wall_seconds,
+        draft_seconds=summary.draft_seconds,
+        verify_seconds=summary.verify_seconds,
+        policy=summary.policy,
+        policy_params=dict(config.policy_params),
+        lossy=summary.lossy,
+        mean_logprob=mean_logprob(target.model, ids, summary.token_ids),
+        tree=tree_label(summary.config),
+        tree_sizing=summary.config.get("tree_sizing"),
+        prompt_index=prompt_index,
+    )
+
+
+def compared(row: Row, reference: tuple[int, ...] | list[int]) -> Row:
+    """`row` with its fidelity to the `ar` output of the same prompt (`fidelity`)."""
+    output, reference = list(row.token_ids), list(reference)
+    return replace(
+        row,
+        identical_to_ar=output == reference,
+        prefix_agreement=prefix_agreement(output, reference),
+        token_agreement=token_agreement(output, reference),
+    )
+
+
+def aggregate(rows: list[Row]) -> Aggregate:
+    """Sums over the prompts (tokens/s = all tokens / all time), prompt means of fidelity."""
+    new = sum(r.new_tokens for r in rows)
+    wall = sum(r.wall_seconds for r in rows)
+    steps = sum(r.steps for r in rows)
+    draft = [r.draft_seconds for r in rows if r.draft_seconds is not None]
+    verify = [r.verify_seconds for r in rows if r.verify_seconds is not None]
+    scored = [r for r in rows if r.mean_logprob is not None]
+    scored_tokens = sum(r.new_tokens for r in scored)
+    return Aggregate(
+        tokens_per_second=new / wall if wall else 0.0,
+        mean_accept_length=new / steps if steps else 0.0,
+        identical_to_ar=sum(bool(r.identical_to_ar) for r in rows) / len(rows),
+        prompts=len(rows),
+        new_tokens=new,
+        steps=steps,
+        wall_seconds=wall,
+        draft_ms_per_step=1000 * sum(draft) / steps if draft and steps else None,
+        verify_ms_per_step=1000 * sum(verify) / steps if verify and steps else None,
+        lossy=any(r.lossy for r in rows),
+        tree=rows[-1].tree,
+        prefix_agreement=_mean([r.prefix_agreement for r in rows]),
+        token_agreement=_mean([r.token_agreement for r in rows]),
+        mean_logprob=(
+            sum(r.mean_logprob * r.new_tokens for r in scored) / scored_tokens
+            if scored_tokens
+            else None
+        ),
+    )
+
+
+def tree_label(config: dict[str, Any]) -> str | None:
+    """'tokens/depth/top-k' of a tree method's run (None for chains), as chosen or given."""
+    if "tree_sizing" not in config:  # set by tree drafters' describe()
+        return None
+    return f"{config['tree_tokens']}/{config['tree_depth']}/{config['tree_topk']}"
+
+
+def _mean(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) / len(known) if known else None
