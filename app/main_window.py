@@ -1,6 +1,7 @@
 """The playground window: models and decoding on the left, prompt and tokens in the middle,
-live plots on the right. It wires widgets to the `RunController`; neither the widgets nor
-the workers know about each other.
+live plots on the right. It wires widgets to the `RunController` and the sweep controller and
+observes the Qt-free `Session` (app/session.py) for what is loaded and what runs; neither the
+widgets nor the workers know about each other.
 
 Startup: the window opens at once; a background task imports the engine (torch) and reads
 the method / policy registries, then loads the target model (the embedded one by default).
@@ -27,9 +28,11 @@ from PySide6.QtWidgets import (
 from app import history, qt_compat
 from app.engine import Engine, Registries, RunRequest, SpecdecEngine, TargetInfo
 from app.export import CompareResult, write_csv, write_json
+from app.jobs import JobRunner
 from app.menus import Actions, create_actions, create_menus, show_about
 from app.palette import method_color
 from app.run_controller import RunController
+from app.session import Activity, Session
 from app.settings import load_settings, save_settings, settings_path
 from app.sweep_controller import install as install_sweep
 from app.widgets.compare_panel import ComparePanel
@@ -59,10 +62,9 @@ class MainWindow(QMainWindow):
         self.engine = engine or SpecdecEngine()
         self.settings_file = settings_file or settings_path()
         self.settings, self.settings_note = load_settings(self.settings_file)
-        self.controller = RunController(self.engine, self)
-        self.registries: Registries | None = None
-        self.target: TargetInfo | None = None
-        self.compare_mode = False
+        self.session = Session()
+        self.jobs = JobRunner(self)
+        self.controller = RunController(self.engine, self.session, self.jobs, self)
         self.last_error: str | None = None
         self.error_box: QMessageBox | None = None
         self._build()
@@ -71,6 +73,7 @@ class MainWindow(QMainWindow):
         self._connect(self.actions)
         self.sweep = install_sweep(self)  # Sweep tab and Run ▸ Tune k (app/sweep_controller.py)
         self._apply_settings()
+        self.session.on_change(self._on_session_change)
         self._update_state("loading engine…")
         if autoload:
             QTimer.singleShot(0, self.start_engine)
@@ -151,20 +154,44 @@ class MainWindow(QMainWindow):
         c.queue_done.connect(self._on_queue_done)
         c.task_progress.connect(self.models.show_progress)
         c.task_failed.connect(self._on_task_failed)
-        c.task_done.connect(lambda: self._update_state())
+
+    # -- session ----------------------------------------------------------------------------
+    @property
+    def registries(self) -> Registries | None:
+        return self.session.registries
+
+    @property
+    def target(self) -> TargetInfo | None:
+        return self.session.target
+
+    @property
+    def compare_mode(self) -> bool:
+        return self.session.compare_mode
+
+    def _on_session_change(self, what: str) -> None:
+        if what == "message":
+            message = self.session.last_message
+            if message is not None and message.error:
+                self.show_error(message.text, message.user)
+            elif message is not None:
+                self.status.showMessage(message.text, 5000)
+        elif what in ("activity", "target", "registries"):
+            self._update_state()
 
     # -- engine and models ------------------------------------------------------------------
     def start_engine(self) -> None:
-        self.controller.run_task(lambda progress: self.engine.registries(), self._on_registries)
+        self.controller.run_task(
+            lambda progress: self.engine.registries(), self._on_registries, Activity.STARTING
+        )
 
     def _on_registries(self, registries: Registries) -> None:
-        self.registries = registries
+        self.session.set_registries(registries)
         self.decoding.set_registries(registries)
         self.compare.set_registries(registries)
         self.load_target()
 
     def load_target(self) -> None:
-        if self.controller.running or self.registries is None:
+        if self.session.busy or self.registries is None:
             return
         spec = self.models.target.spec() or "embedded"
         device, dtype = self.models.device.currentText(), self.models.dtype.currentText()
@@ -172,30 +199,27 @@ class MainWindow(QMainWindow):
             lambda progress: self.engine.load_target(spec, device, dtype, progress),
             self._on_loaded,
         )
-        if started:
-            self.target = None
+        if started:  # the loaded model stays until the new one has loaded: a failure keeps it
             self.models.set_loading(True)
             self.models.show_progress(f"loading {spec}…", 0.0)
             self._update_state(f"loading {spec}…")
 
     def _on_loaded(self, info: TargetInfo) -> None:
-        self.target = info
+        self.session.set_target(info)
         self.models.show_loaded(info)
         self.status.set_model(info.spec, info.device, info.dtype)
         self.setWindowTitle(f"specdec-playground — {info.spec}")
 
     def _on_task_failed(self, message: str, user: bool) -> None:
+        kept = self.session.target
+        if kept is not None:  # the engine keeps the old model until a new one has loaded
+            message = f"{message} ({kept.spec} is still loaded)"
         self.models.show_failed(message)
         self.show_error(message, user)
 
     # -- runs ---------------------------------------------------------------------------------
     def ready(self) -> bool:
-        return (
-            self.registries is not None
-            and self.target is not None
-            and not self.controller.task_running
-            and not self.controller.running
-        )
+        return self.session.ready()
 
     def _request(self, method: str) -> RunRequest:
         return RunRequest(
@@ -209,25 +233,22 @@ class MainWindow(QMainWindow):
     def generate(self) -> None:
         if not self.ready() or not self.decoding.method_name():
             return
-        self.compare_mode = False
         self._save()
         self.output.clear()
         self.plots.reset()
         self.tabs.setCurrentIndex(0)
         self.controller.run_queue([self._request(self.decoding.method_name())])
-        self._update_state()
 
     def run_compare(self) -> None:
         if not self.ready():
             return
-        self.compare_mode = True
         self._save()
         self.compare.begin()
         self.plots.reset()
         self.tabs.setCurrentIndex(1)
         requests = [self._request(m) for m in self.compare.selected()]
-        self.controller.run_queue(requests, keep_going=True)  # one failing method skips only itself
-        self._update_state()
+        # one failing method skips only itself
+        self.controller.run_queue(requests, keep_going=True, compare=True)
 
     def stop(self) -> None:
         if self.controller.running:
@@ -281,7 +302,6 @@ class MainWindow(QMainWindow):
 
     def _on_queue_done(self) -> None:
         self.plots.redraw()
-        self._update_state()
 
     def _on_run_error(self, message: str, user: bool) -> None:
         request = self.controller.current
@@ -299,24 +319,27 @@ class MainWindow(QMainWindow):
 
     def _update_state(self, state: str | None = None) -> None:
         running = self.controller.running
+        activity = self.session.activity
         if state is None:
-            if running:
+            if activity is Activity.RUNNING:
                 state = "running…"
-            elif self.controller.task_running:
-                state = "loading…"
+            elif activity is Activity.MEASURING:
+                state = "measuring…"
+            elif activity in (Activity.LOADING, Activity.STARTING):
+                state = "loading…" if self.registries else "loading engine…"
             elif self.target is None:
-                state = "no model" if self.registries else "loading engine…"
+                state = "no model"
             else:
                 state = "ready"
         self.status.set_state(state)
         can = self.ready() or running
         self.prompt.set_state(can and not running, running)
         self.compare.set_busy(not self.ready())
-        self.models.set_busy(running or self.controller.task_running)
+        self.models.set_busy(self.session.busy)
         self.actions.generate.setEnabled(self.ready())
         self.actions.compare.setEnabled(self.ready())
         self.actions.stop.setEnabled(running)
-        self.actions.load.setEnabled(not running and not self.controller.task_running)
+        self.actions.load.setEnabled(not self.session.busy)
 
     # -- view helpers -------------------------------------------------------------------------
     def _set_show_rejected(self, show: bool) -> None:
@@ -390,6 +413,6 @@ class MainWindow(QMainWindow):
     def closeEvent(self, event: QCloseEvent) -> None:
         self._save()
         self.hide()  # a model load cannot be interrupted: do not look frozen while it ends
-        if not (self.controller.shutdown(SHUTDOWN_MS) and self.sweep.shutdown(SHUTDOWN_MS)):
+        if not self.controller.shutdown(SHUTDOWN_MS):
             log.warning("a worker thread did not end within %d s", SHUTDOWN_MS // 1000)
         super().closeEvent(event)

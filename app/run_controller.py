@@ -1,8 +1,9 @@
-"""Owns the worker threads: one background task (engine import, model load) and a queue of runs.
+"""Runs and background tasks (engine import, model load), one at a time, on the `JobRunner`.
 
 Runs execute one after another (Generate is a queue of one, Compare a queue of several), so
-the models are never used by two threads at once. Worker signals are connected to slots of
-this QObject, which lives in the GUI thread, so every re-emitted signal arrives there.
+the models are never used by two threads at once. The worker's signals are connected to this
+QObject's signals, which live in the GUI thread, so every event arrives there (queued). What
+is running is written to the `Session`, which the window observes.
 """
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ from collections.abc import Callable
 
 from PySide6.QtCore import QObject, Signal, Slot
 
-from app.engine import Engine, RunRequest
-from app.worker import EventWorker, Job, TaskWorker, Worker
+from app.engine import Engine, Progress, RunRequest
+from app.jobs import JobRunner
+from app.session import Activity, Session
+from app.worker import EventWorker, Job, TaskWorker
 from specdec_core.events import Finished
 
 
@@ -28,9 +31,17 @@ class RunController(QObject):
     task_failed = Signal(str, bool)
     task_done = Signal()
 
-    def __init__(self, engine: Engine, parent: QObject | None = None) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        session: Session,
+        jobs: JobRunner | None = None,
+        parent: QObject | None = None,
+    ) -> None:
         super().__init__(parent)
         self.engine = engine
+        self.session = session
+        self.jobs = jobs or JobRunner(self)
         self.current: RunRequest | None = None
         self._queue: list[RunRequest] = []
         self._keep_going = False
@@ -38,7 +49,6 @@ class RunController(QObject):
         self._task_job: Job | None = None
         self._on_result: Callable[[object], None] | None = None
         self._result: tuple[object] | None = None
-        self._jobs: list[Job] = []  # kept alive until their thread has finished
 
     # -- state ----------------------------------------------------------------------------
     @property
@@ -50,15 +60,18 @@ class RunController(QObject):
         return self._task_job is not None
 
     def live_threads(self) -> int:
-        return sum(job.is_running() for job in self._jobs)
+        return self.jobs.live_threads()
 
     # -- runs ------------------------------------------------------------------------------
-    def run_queue(self, requests: list[RunRequest], keep_going: bool = False) -> bool:
+    def run_queue(
+        self, requests: list[RunRequest], keep_going: bool = False, compare: bool = False
+    ) -> bool:
         """Run `requests` one after another; `keep_going`: an error skips only that run."""
-        if self.running or not requests:
+        if self.running or self.task_running or not requests:
             return False
         self._queue = list(requests)
         self._keep_going = keep_going
+        self.session.begin(Activity.RUNNING, compare=compare)
         self._next()
         return True
 
@@ -70,36 +83,26 @@ class RunController(QObject):
     def _next(self) -> None:
         if not self._queue:
             self.current = None
+            self.session.end()
             self.queue_done.emit()
             return
         request = self._queue.pop(0)
         self.current = request
         engine = self.engine
         worker = EventWorker(lambda stop, progress: engine.events(request, stop, progress))
-        worker.started_run.connect(self._on_started)
-        worker.stepped.connect(self._on_step)
+        worker.started_run.connect(self.started)
+        worker.stepped.connect(self.stepped)
         worker.finished_run.connect(self._on_finished)
-        worker.progress.connect(self._on_progress)
+        worker.progress.connect(self.progress)
         worker.errored.connect(self._on_error)
         worker.done.connect(self._on_run_done)
-        self._run_job = self._start(worker)
+        self._run_job = self.jobs.start(worker)
         self.run_begun.emit(request)
 
     @Slot(object)
-    def _on_started(self, event: object) -> None:
-        self.started.emit(event)
-
-    @Slot(object)
-    def _on_step(self, step: object) -> None:
-        self.stepped.emit(step)
-
-    @Slot(object)
     def _on_finished(self, event: Finished) -> None:
+        self.session.keep("run", event.summary)
         self.finished.emit(event.summary)
-
-    @Slot(str, float)
-    def _on_progress(self, message: str, fraction: float) -> None:
-        self.progress.emit(message, fraction)
 
     @Slot(str, bool)
     def _on_error(self, message: str, user: bool) -> None:
@@ -114,55 +117,38 @@ class RunController(QObject):
 
     # -- background tasks -----------------------------------------------------------------
     def run_task(
-        self, task: Callable[[Callable[[str, float], None]], object], on_result: Callable
+        self,
+        task: Callable[[Progress], object],
+        on_result: Callable,
+        activity: Activity = Activity.LOADING,
     ) -> bool:
-        if self.task_running:
+        if self.task_running or self.running:
             return False
         worker = TaskWorker(task)
         self._on_result = on_result
         worker.result.connect(self._on_task_result)
-        worker.progress.connect(self._on_task_progress)
-        worker.errored.connect(self._on_task_error)
+        worker.progress.connect(self.task_progress)
+        worker.errored.connect(self.task_failed)
         worker.done.connect(self._on_task_done)
-        self._task_job = self._start(worker)
+        self.session.begin(activity)
+        self._task_job = self.jobs.start(worker)
         return True
 
     @Slot(object)
     def _on_task_result(self, result: object) -> None:
         self._result = (result,)
 
-    @Slot(str, float)
-    def _on_task_progress(self, message: str, fraction: float) -> None:
-        self.task_progress.emit(message, fraction)
-
-    @Slot(str, bool)
-    def _on_task_error(self, message: str, user: bool) -> None:
-        self.task_failed.emit(message, user)
-
     @Slot()
     def _on_task_done(self) -> None:
         self._task_job = None
+        self.session.end()
         result, self._result = self._result, None
         callback, self._on_result = self._on_result, None
         if result is not None and callback is not None:
             callback(result[0])  # after clearing the job, so the callback may start another
         self.task_done.emit()
 
-    # -- threads ----------------------------------------------------------------------------
-    def _start(self, worker: Worker) -> Job:
-        job = Job(worker)
-        job.thread.finished.connect(self._reap)
-        self._jobs.append(job)
-        job.start()
-        return job
-
-    @Slot()
-    def _reap(self) -> None:
-        self._jobs = [job for job in self._jobs if job.is_running()]
-
     def shutdown(self, timeout_ms: int = 30_000) -> bool:
         """Stop everything and wait for the threads; True when none is left running."""
         self._queue.clear()
-        ended = all(job.shutdown(timeout_ms) for job in list(self._jobs))
-        self._reap()
-        return ended
+        return self.jobs.shutdown(timeout_ms)

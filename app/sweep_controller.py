@@ -1,46 +1,63 @@
-"""Wires the Sweep tab and Run ▸ Tune k into the main window, without the window knowing much.
+"""The Sweep tab and Run ▸ Tune k: what to measure, from the decoding panel and the prompt.
 
-`install(window)` adds a "Sweep" tab next to Output / Compare and a "Tune k" action to the Run
-menu, and returns the `SweepController` that owns their worker thread. The sweep uses the
-method, policy and fixed settings of the decoding panel, the grid of the Sweep tab and the
-current prompt (or a JSONL file); a clicked cell, and the tuned k, go back to the sliders
-through the decoding panel's public `values()` / `apply()`.
+`SweepController` is given what it reads and nothing more: the `Session` (is the engine
+free? errors and notes go there, and the window shows them), the decoding panel (method,
+policy and fixed settings; a clicked cell and the tuned k go back through its public
+`values()` / `apply()`), the current prompt and model specs as callables, and the shared
+`JobRunner`. `install(window)` adds the tab and the action to a MainWindow and wires them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, Slot
 from PySide6.QtGui import QAction, QFont
-from PySide6.QtWidgets import QMainWindow, QMessageBox
+from PySide6.QtWidgets import QMessageBox
 
+from app.engine import Engine
+from app.jobs import JobRunner
+from app.session import Activity, Session
 from app.sweep_worker import SweepBackend, SweepWorker, backend_for
+from app.widgets.decoding_panel import DecodingPanel
 from app.widgets.sweep_view import SweepView
 from app.worker import Job
 from specdec_core.errors import SpecdecError
 from specdec_core.prompts import read_prompt_file
 
 if TYPE_CHECKING:  # the engine modules import torch: only when a sweep starts
+    from app.main_window import MainWindow
     from specdec_core.autotune import TuneResult
     from specdec_core.sweep import SweepProgress, SweepResult
 
-SHUTDOWN_MS = 120_000
-
 
 class SweepController(QObject):
-    def __init__(self, window: Any, backend: SweepBackend | None = None) -> None:
-        super().__init__(window)
-        self.window = window
-        self.backend = backend or backend_for(window.engine)
+    def __init__(
+        self,
+        session: Session,
+        engine: Engine,
+        decoding: DecodingPanel,
+        prompt_text: Callable[[], str],
+        specs: Callable[[], dict[str, str]],
+        jobs: JobRunner,
+        backend: SweepBackend | None = None,
+        parent: QObject | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self.session = session
+        self.decoding = decoding
+        self.prompt_text = prompt_text
+        self.specs = specs
+        self.jobs = jobs
+        self.backend = backend or backend_for(engine)
         self.view = SweepView()
-        self.tune_action = QAction("&Tune k", window)
+        self.tune_action = QAction("&Tune k", self)
         self.tune_action.setToolTip("measure k on this device and set the fastest")
         self.job: Job | None = None
         self.kind = ""  # "sweep" or "tune" while a job runs
-        self.last_result: SweepResult | TuneResult | None = None
         self.result_box: QMessageBox | None = None
-        self._jobs: list[Job] = []
+        self.last_result: SweepResult | TuneResult | None = None
         self.view.run_requested.connect(self.run_sweep)
         self.view.stop_requested.connect(self.stop)
         self.view.apply_requested.connect(self.apply_settings)
@@ -54,22 +71,22 @@ class SweepController(QObject):
     def _can_start(self) -> bool:
         if self.running:
             return False
-        if not self.window.ready():
-            self.window.show_error("wait until the model is loaded and no run is in progress")
+        if not self.session.ready():
+            self.session.report("wait until the model is loaded and no run is in progress")
             return False
         return True
 
     def _method(self) -> tuple[str, bool]:
-        method = self.window.decoding.method_name()
+        method = self.decoding.method_name()
         if not method or method == "ar":
             raise SpecdecError("choose a speculative method in the Decoding panel first")
-        registries = self.window.registries
+        registries = self.session.registries
         info = registries.method(method) if registries is not None else None
         return method, bool(info and info.tree)
 
     def _policy_param(self) -> str | None:
         """The first parameter of the chosen lossy policy (its threshold), if it has one."""
-        decoding = self.window.decoding
+        decoding = self.decoding
         return next(iter(decoding.params), None) if decoding.is_lossy() else None
 
     def _prompts(self) -> list[str]:
@@ -78,7 +95,7 @@ class SweepController(QObject):
             if not path:
                 raise SpecdecError("choose a JSONL prompt file, or sweep the current prompt")
             return read_prompt_file(path)
-        text = self.window.prompt.text().strip()
+        text = self.prompt_text().strip()
         if not text:
             raise SpecdecError("the prompt is empty; type one or choose a JSONL prompt file")
         return [text]
@@ -95,10 +112,10 @@ class SweepController(QObject):
             grid = Grid(axes)
             prompts = self._prompts()
         except SpecdecError as error:
-            self.window.show_error(str(error))
+            self.session.report(str(error))
             return False
-        base = self.window.decoding.config()
-        specs = self.window.models.specs()
+        base = self.decoding.config()
+        specs = self.specs()
         backend = self.backend
         self.view.begin(axes)
         self.view.status.setText(f"sweeping {method}: {len(grid.points())} points…")
@@ -121,13 +138,13 @@ class SweepController(QObject):
                     f"'{method}' drafts a tree and has no k: use the Sweep tab over tree sizes"
                 )
         except SpecdecError as error:
-            self.window.show_error(str(error))
+            self.session.report(str(error))
             return False
-        config = self.window.decoding.config()
-        specs = self.window.models.specs()
+        config = self.decoding.config()
+        specs = self.specs()
         backend = self.backend
         self.view.status.setText(f"tuning k for {method}…")
-        self.window.status.showMessage(f"tuning k for {method}…", 5000)
+        self.session.report(f"tuning k for {method}…", error=False)
         self._start("tune", lambda on_point, stop: backend.tune(method, config, specs, on_point))
         return True
 
@@ -138,13 +155,11 @@ class SweepController(QObject):
         worker.result.connect(self._on_result)
         worker.errored.connect(self._on_error)
         worker.done.connect(self._on_done)
-        job = Job(worker)
-        job.thread.finished.connect(self._reap)
-        self._jobs.append(job)
-        self.job, self.kind = job, kind
+        self.kind = kind
+        self.session.begin(Activity.MEASURING)
+        self.job = self.jobs.start(worker)
         self.view.set_running(True)
         self.tune_action.setEnabled(False)
-        job.start()
 
     def stop(self) -> None:
         if self.job is not None:
@@ -155,16 +170,17 @@ class SweepController(QObject):
     def _on_point(self, progress: SweepProgress) -> None:
         eta = f", about {progress.eta_seconds:.0f} s left" if progress.eta_seconds else ""
         self.view.status.setText(f"{progress.done}/{progress.total} points{eta}")
-        self.window.status.showMessage(f"{self.kind}: {progress.done}/{progress.total}", 3000)
+        self.session.report(f"{self.kind}: {progress.done}/{progress.total}", error=False)
         if self.kind == "sweep":
             self.view.add_record(progress.record)
 
     @Slot(object)
     def _on_result(self, result: object) -> None:
-        self.last_result = result
         from specdec_core.autotune import TuneResult
         from specdec_core.sweep import SweepResult
 
+        self.last_result = result
+        self.session.keep(self.kind, result)
         if isinstance(result, TuneResult):
             self.apply_settings({"k": result.k})
             self._show_table(result)
@@ -179,7 +195,7 @@ class SweepController(QObject):
         text = f"{result.method}: {result.reason}\n\n{result.format_table()}"
         self.view.status.setText(f"tuned: {result.reason}")
         self.result_box = QMessageBox(
-            QMessageBox.Icon.Information, "Tune k", text, parent=self.window
+            QMessageBox.Icon.Information, "Tune k", text, parent=self.view
         )
         self.result_box.setFont(QFont("monospace"))
         self.result_box.open()
@@ -187,26 +203,20 @@ class SweepController(QObject):
     @Slot(str, bool)
     def _on_error(self, message: str, user: bool) -> None:
         self.view.status.setText(message)
-        self.window.show_error(message, user)
+        self.session.report(message, user=user)
 
     @Slot()
     def _on_done(self) -> None:
         self.job, self.kind = None, ""
+        self.session.end()
         self.view.set_running(False)
         self.tune_action.setEnabled(True)
-
-    @Slot()
-    def _reap(self) -> None:
-        self._jobs = [job for job in self._jobs if job.is_running()]
-
-    def shutdown(self, timeout_ms: int = SHUTDOWN_MS) -> bool:
-        return all(job.shutdown(timeout_ms) for job in list(self._jobs))
 
     # -- sliders --------------------------------------------------------------------------------
     @Slot(dict)
     def apply_settings(self, settings: dict[str, Any]) -> None:
         """Set k / temperature / tree size / a policy parameter on the decoding panel."""
-        decoding = self.window.decoding
+        decoding = self.decoding
         values = decoding.values()
         values.update({k: v for k, v in settings.items() if k in values})
         decoding.apply(values)
@@ -214,14 +224,22 @@ class SweepController(QObject):
             spin = decoding.params.get(name.removeprefix("policy_params."))
             if name.startswith("policy_params.") and spin is not None:
                 spin.setValue(float(value))
-        self.window.status.showMessage(
-            "applied " + ", ".join(f"{k}={v}" for k, v in settings.items()), 5000
-        )
+        applied = ", ".join(f"{k}={v}" for k, v in settings.items())
+        self.session.report(f"applied {applied}", error=False)
 
 
-def install(window: QMainWindow, backend: SweepBackend | None = None) -> SweepController:
+def install(window: MainWindow, backend: SweepBackend | None = None) -> SweepController:
     """Add the Sweep tab and Run ▸ Tune k to `window` (a MainWindow); return the controller."""
-    controller = SweepController(window, backend)
+    controller = SweepController(
+        window.session,
+        window.engine,
+        window.decoding,
+        window.prompt.text,
+        window.models.specs,
+        window.jobs,
+        backend,
+        parent=window,
+    )
     window.tabs.addTab(controller.view, "Sweep")
     window.addAction(controller.tune_action)
     for action in window.menuBar().actions():

@@ -161,9 +161,10 @@ def test_closing_during_a_run_leaves_no_live_thread(make_window, qtbot):
     assert window.controller.live_threads() == 0
 
 
-def test_a_failed_model_load_is_reported_and_the_window_stays_usable(make_window, qtbot):
+def test_a_failed_model_load_keeps_the_loaded_model_and_the_window_usable(make_window, qtbot):
     engine = FakeEngine()
     window = make_window(engine)
+    loaded = window.target
 
     def fail(spec, device, dtype, progress):
         raise SpecdecError(f"model not found: {spec}; give a model directory or a .gguf file")
@@ -173,7 +174,10 @@ def test_a_failed_model_load_is_reported_and_the_window_stays_usable(make_window
     window.load_target()
     qtbot.waitUntil(lambda: window.last_error is not None, timeout=5000)
     assert "model not found" in window.models.message.text()
-    assert not window.ready() and window.models.load_button.isEnabled()
+    assert f"{loaded.spec} is still loaded" in window.last_error
+    assert window.ready() and window.target == loaded and window.models.load_button.isEnabled()
+    window.generate()  # Generate still works on the model that stayed loaded
+    qtbot.waitUntil(lambda: window.summary.text() != "", timeout=5000)
 
 
 def test_the_window_module_does_not_import_torch():
