@@ -28,9 +28,11 @@ from PySide6.QtWidgets import (
 from app import history, qt_compat
 from app.engine import Engine, Registries, RunRequest, SpecdecEngine, TargetInfo
 from app.export import CompareResult, write_csv, write_json
+from app.first_run import first_choice
 from app.jobs import JobRunner
 from app.menus import Actions, create_actions, create_menus, show_about
-from app.palette import method_color
+from app.palette import REFERENCE_COLOR, method_color
+from app.reference import References, reference_key, reference_request, speedup_text
 from app.run_controller import RunController
 from app.session import Activity, Session
 from app.settings import load_settings, save_settings, settings_path
@@ -61,11 +63,17 @@ class MainWindow(QMainWindow):
         self.setWindowTitle("specdec-playground")
         self.engine = engine or SpecdecEngine()
         self.settings_file = settings_file or settings_path()
+        self.first_run = not self.settings_file.exists()
         self.settings, self.settings_note = load_settings(self.settings_file)
         self.session = Session()
         self.jobs = JobRunner(self)
         self.controller = RunController(self.engine, self.session, self.jobs, self)
         self.last_error: str | None = None
+        self.references = References()
+        self._reference: RunRequest | None = None  # the ar run measuring a speedup
+        self._measured: RunSummary | None = None  # the single run it is measured for
+        self.first_choice_reason = ""  # what a new user's window selected, and why
+        self.speedup_line = ""  # the last single run's measured speedup
         self.error_box: QMessageBox | None = None
         self._build()
         self.actions = create_actions(self)
@@ -188,7 +196,20 @@ class MainWindow(QMainWindow):
         self.session.set_registries(registries)
         self.decoding.set_registries(registries)
         self.compare.set_registries(registries)
+        if self.first_run:
+            self._first_choice(registries)
         self.load_target()
+
+    def _first_choice(self, registries: Registries) -> None:
+        """A new user starts on the fastest lossless method, told in one line why."""
+        specs = self.models.specs()
+        choice = first_choice(registries, self.models.target.spec() or "embedded", specs["head"])
+        if choice is None:
+            return
+        self.decoding.apply({**self.decoding.values(), "method": choice.method})
+        self.first_choice_reason = choice.reason
+        self.summary.setText(choice.reason)
+        self.status.showMessage(choice.reason, 15000)
 
     def load_target(self) -> None:
         if self.session.busy or self.registries is None:
@@ -237,7 +258,16 @@ class MainWindow(QMainWindow):
         self.output.clear()
         self.plots.reset()
         self.tabs.setCurrentIndex(0)
-        self.controller.run_queue([self._request(self.decoding.method_name())])
+        request = self._request(self.decoding.method_name())
+        queue = [request]
+        self._reference, self._measured = None, None
+        if request.method != "ar" and self.references.get(self._key(request)) is None:
+            self._reference = reference_request(request)  # measured after the run, once
+            queue.append(self._reference)
+        self.controller.run_queue(queue)
+
+    def _key(self, request: RunRequest):
+        return reference_key(request, self.target.spec if self.target else "")
 
     def run_compare(self) -> None:
         if not self.ready():
@@ -264,6 +294,12 @@ class MainWindow(QMainWindow):
         return method_color(method, methods.index(method) if method in methods else 0)
 
     def _on_run_begun(self, request: RunRequest) -> None:
+        if request is self._reference:
+            self.plots.begin_series(self._label(request.method) + " (reference)", REFERENCE_COLOR)
+            note = "measuring the autoregressive reference for the speedup…"
+            self.summary.setText(f"{self.summary.text()}\n{note}".strip())
+            self._update_state(note)
+            return
         label, color = self._label(request.method), self._color(request.method)
         self.plots.begin_series(label, color)
         if self.compare_mode:
@@ -274,6 +310,9 @@ class MainWindow(QMainWindow):
         request = self.controller.current
         if request is None:
             return
+        if request is self._reference:
+            self.plots.add_step(self._label(request.method) + " (reference)", step)
+            return
         if self.compare_mode:
             self.compare.columns.add_step(request.method, step)
         else:
@@ -282,6 +321,12 @@ class MainWindow(QMainWindow):
 
     def _on_finished(self, summary: RunSummary) -> None:
         self.plots.redraw()
+        request = self.controller.current
+        if request is not None and request is self._reference:
+            self.references.put(self._key(request), summary)
+            if self._measured is not None:
+                self._show_single(self._measured)
+            return
         history.record(summary, self.prompt.text())
         self._remember_extra(summary.method)
         method = summary.method
@@ -290,7 +335,19 @@ class MainWindow(QMainWindow):
                 CompareResult(method, self._label(method), self._color(method), summary)
             )
             return
-        self.output.show_summary(self._label(method), summary)
+        if request is not None and method == "ar":
+            self.references.put(self._key(request), summary)
+        self._measured = summary
+        self._show_single(summary)
+
+    def _show_single(self, summary: RunSummary) -> None:
+        """The run's summary, with its speedup once the reference is measured."""
+        self.output.show_summary(self._label(summary.method), summary)
+        request = self.controller.current
+        reference = self.references.get(self._key(request)) if request is not None else None
+        if reference is not None and summary.stop_reason != "stopped":
+            self.speedup_line = speedup_text(summary, reference)
+            self.summary.setText(f"{self.summary.text()}\n{self.speedup_line}")
 
     def _remember_extra(self, method: str) -> None:
         """A draft / head that just worked goes to the top of its picker's recent list."""

@@ -12,6 +12,8 @@ KIND_COLORS: dict[TokenKind, str] = {
     TokenKind.REJECTED_DRAFT: "#c1121f",  # red text, struck through (display only)
 }
 
+REFERENCE_COLOR = "#8a8a8a"  # the autoregressive reference run of a single Generate
+
 KIND_LABELS: dict[TokenKind, str] = {
     TokenKind.ACCEPTED_DRAFT: "accepted draft",
     TokenKind.CORRECTION: "correction",

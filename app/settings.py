@@ -29,7 +29,7 @@ DEFAULTS: dict[str, Any] = {
     "recent_target": [],
     "recent_draft": [],
     "recent_head": [],
-    "method": "classic",
+    "method": "eagle2-lookup",  # app/first_run.py says why
     "policy": "lossless",
     "k": 4,
     "temperature": 0.0,
@@ -41,7 +41,7 @@ DEFAULTS: dict[str, Any] = {
     "tree_tokens": 0,
     "raw": False,
     "show_rejected": False,
-    "compare_methods": ["classic"],
+    "compare_methods": ["eagle", "eagle2", "eagle2-lookup"],
     "prompt": "Explain speculative decoding in three sentences.",
     "geometry": "",
     "splitter": "",

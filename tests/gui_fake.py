@@ -22,7 +22,9 @@ from specdec_core.events import TokenKind as Kind
 METHODS = (
     MethodInfo("ar", "Autoregressive", None),
     MethodInfo("classic", "Classic draft", "draft"),
+    MethodInfo("eagle", "EAGLE", "head"),
     MethodInfo("eagle2", "EAGLE-2", "head", tree=True),
+    MethodInfo("eagle2-lookup", "EAGLE-2 + lookup", "head", tree=True),
 )
 POLICIES = (PolicyInfo("lossless", False), PolicyInfo("threshold", True, (("tau", 0.3),)))
 TREE = DraftTree(
@@ -38,7 +40,7 @@ def fake_step(index: int, method: str) -> Step:
 
     if method == "ar":
         return Step(index, (token(0, Kind.TARGET),), 0, 0, 0.001, 0.01)
-    if method == "eagle2":
+    if method.startswith("eagle2"):
         tokens = (
             token(0, Kind.ACCEPTED_DRAFT, 1.0),
             token(1, Kind.ACCEPTED_DRAFT, 1.0),
@@ -61,6 +63,7 @@ class FakeEngine:
         self.fail_methods: dict[str, Exception] = {}
         self.loads: list[str] = []
         self.requests: list[RunRequest] = []
+        self.summaries: list[RunSummary] = []  # of the finished runs, in order
         self.produced = 0  # steps yielded by the current/last run
         self.after_stop = 0  # of those, steps yielded once the stop flag was set
         self.step_event = threading.Event()  # set at each yielded step
@@ -97,7 +100,9 @@ class FakeEngine:
             yield step
             index += 1
         reason = "stopped" if stop.is_set() else "max_tokens"
-        yield Finished(_summary(request, ids, index, reason))
+        summary = _summary(request, ids, index, reason)
+        self.summaries.append(summary)
+        yield Finished(summary)
 
     def token_text(self, token_id: int) -> str:
         return f"t{token_id}"

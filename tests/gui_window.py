@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from app.main_window import MainWindow
@@ -14,11 +16,14 @@ def make_window_fixture(qtbot, tmp_path, monkeypatch):
     monkeypatch.setenv("SPECDEC_DATA_DIR", str(tmp_path / "data"))
     windows: list[MainWindow] = []
 
-    def make(engine: FakeEngine | None = None, settings_file=None) -> MainWindow:
-        window = MainWindow(
-            engine=engine or FakeEngine(),
-            settings_file=settings_file or tmp_path / "config" / "settings.json",
-        )
+    def make(engine: FakeEngine | None = None, settings_file=None, fresh=False) -> MainWindow:
+        """A window on the fake engine. Unless `fresh` (a new user: no settings file), it
+        starts from saved settings choosing Classic draft, alone in the Compare set."""
+        path = settings_file or tmp_path / "config" / "settings.json"
+        if not fresh and not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({"method": "classic", "compare_methods": ["classic"]}))
+        window = MainWindow(engine=engine or FakeEngine(), settings_file=path)
         qtbot.addWidget(window)
         window.show()
         qtbot.waitUntil(window.ready, timeout=5000)

@@ -19,8 +19,9 @@ def test_generate_streams_tokens_into_the_view_and_the_plots(make_window, qtbot)
     window.decoding.k.setValue(6)
     window.generate()
     wait_idle(qtbot, window)
-    request = window.engine.requests[-1]
+    request, reference = window.engine.requests
     assert request.method == "classic" and request.config.k == 6
+    assert reference.method == "ar" and reference.prompt == request.prompt
     kinds = {t.kind for t in window.token_view.tokens}
     assert {TokenKind.ACCEPTED_DRAFT, TokenKind.CORRECTION, TokenKind.BONUS} <= kinds
     assert "τ = 2.75" in window.summary.text()
@@ -32,14 +33,14 @@ def test_ctrl_return_generates(make_window, qtbot):
     window = make_window()
     qtbot.keyClick(window.prompt.editor, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
     wait_idle(qtbot, window)
-    assert len(window.engine.requests) == 1
+    assert [r.method for r in window.engine.requests] == ["classic", "ar"]  # run, reference
     assert "\n" not in window.prompt.text()
 
 
 def test_methods_and_policies_come_from_the_registries(make_window):
     window = make_window()
     labels = [window.decoding.method.itemText(i) for i in range(window.decoding.method.count())]
-    assert labels == ["Autoregressive", "Classic draft", "EAGLE-2"]
+    assert labels == ["Autoregressive", "Classic draft", "EAGLE", "EAGLE-2", "EAGLE-2 + lookup"]
     form = window.decoding._form
     assert not form.isRowVisible(window.decoding.tree_depth)
     window.decoding._select(window.decoding.method, "eagle2")
@@ -48,7 +49,7 @@ def test_methods_and_policies_come_from_the_registries(make_window):
     window.decoding._select(window.decoding.policy, "threshold")
     assert window.decoding.lossy_badge.isVisibleTo(window)
     assert window.decoding.policy.currentText() == "threshold (lossy)"
-    assert set(window.compare.checks) == {"ar", "classic", "eagle2"}
+    assert set(window.compare.checks) == {"ar", "classic", "eagle", "eagle2", "eagle2-lookup"}
 
 
 def test_stop_takes_effect_within_one_step(make_window, qtbot):
@@ -196,8 +197,9 @@ def test_a_lossy_policy_shows_its_parameters_and_they_reach_the_engine(make_wind
     window.decoding.params["tau"].setValue(0.15)
     window.generate()
     wait_idle(qtbot, window)
-    config = window.engine.requests[-1].config
+    config = window.engine.requests[0].config
     assert config.policy == "threshold" and config.policy_params == {"tau": 0.15}
+    assert window.engine.requests[1].config.policy == "lossless"  # the reference is exact
     assert "LOSSY" in window.summary.text()
 
 
@@ -214,7 +216,7 @@ def test_a_draft_that_worked_is_remembered_in_its_picker(make_window, qtbot):
     window.models.draft.set_spec("someone/tiny-draft")
     window.generate()
     wait_idle(qtbot, window)
-    assert window.engine.requests[-1].specs["draft"] == "someone/tiny-draft"
+    assert window.engine.requests[0].specs["draft"] == "someone/tiny-draft"
     assert window.models.draft.recent() == ["someone/tiny-draft"]
 
 
@@ -228,3 +230,34 @@ def test_menus_and_about_versions(make_window):
     assert window.actions.stop.shortcut().toString() == "Esc"
     found = versions()
     assert {"Qt", "PySide6-Essentials", "pyqtgraph", "torch", "transformers"} <= set(found)
+
+
+def test_a_single_run_shows_its_speedup_from_a_measured_autoregressive_reference(
+    make_window, qtbot
+):
+    window = make_window()
+    window.generate()
+    wait_idle(qtbot, window)
+    run, reference = (s for s in window.engine.summaries)
+    expected = run.tokens_per_second / reference.tokens_per_second
+    assert f"×{expected:.2f} vs autoregressive" in window.summary.text()
+    assert "Classic draft (reference)" not in window.plots.series
+    assert "Autoregressive (reference)" in window.plots.series  # drawn beside the run
+    assert len(window.token_view.tokens) == len(run.token_ids)  # the reference is not shown
+    window.generate()  # same prompt and settings: the reference is reused, not run again
+    wait_idle(qtbot, window)
+    assert [r.method for r in window.engine.requests] == ["classic", "ar", "classic"]
+    assert "vs autoregressive" in window.summary.text()
+
+
+def test_a_new_user_starts_on_the_fastest_lossless_method_and_is_told_why(make_window):
+    window = make_window(fresh=True)
+    assert window.decoding.method_name() == "eagle2-lookup"
+    assert "fastest lossless" in window.summary.text()
+    assert window.compare.chosen() == ["eagle", "eagle2", "eagle2-lookup"]
+
+
+def test_saved_settings_win_over_the_first_run_choice(make_window):
+    window = make_window()  # settings saved with Classic draft
+    assert window.decoding.method_name() == "classic"
+    assert window.first_choice_reason == ""
