@@ -360,7 +360,7 @@ def save(kind: str, model, target: LoadedModel, out: Path, card: dict) -> None:
 
         save_head(model, out, card)
     else:
-        from specdec_core.eagle.draft_model import save_draft
+        from specdec_core.token_draft import save_draft
 
         save_draft(model, target.tokenizer, out, card)
     _log(f"saved {kind} to {out}")
