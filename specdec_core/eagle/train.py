@@ -23,7 +23,7 @@ because the lm_head is most of the cost on a CPU. Uniform noise on input feature
   frozen embedding, its own final norm, the target's lm_head; input x_0..x_t, target f_t.
   Starts from the target's first layer and final norm. Saved as a LlamaForCausalLM config with
   only its own weights (layer + norm, ~7 MB fp16); the embedding / tied lm_head are copied from
-  the target at load time (`materialize_draft`), which keeps the bundled file small.
+  the target at load time (`token_draft.load_draft_dir`), which keeps the bundled file small.
 
 Checkpoints (`OUT/checkpoint.pt`) are written every `save_every` steps and after each epoch;
 a rerun with the same OUT resumes. With a time budget (`seconds`, as on a leased GPU) the
