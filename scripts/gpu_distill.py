@@ -135,7 +135,7 @@ def run(args) -> None:
     work = Path(args.work + ("-smoke" if args.smoke else ""))  # never mix smoke shards in
     request = TrainRequest(  # checked here, before the model loads
         "eagle", out=str(out / "head"), target=args.target, epochs=args.max_epochs,
-        init=args.init or None, arch=args.arch, layers=args.layers, work=str(work),
+        init=args.init or None, arch=args.arch, layers=args.layers,
         draft_vocab=args.draft_vocab, max_len=args.max_len, batch_tokens=args.batch_tokens,
         lr=args.lr, unroll=args.unroll, ce_weight=args.ce_weight, seed=args.seed,
         val_prompts=0, device=args.device,

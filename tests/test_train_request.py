@@ -18,6 +18,7 @@ REFUSED = [
     ({"data": ("self", "sharegpt"), "tokens": (1, 2, 3)}, "one per --data source"),
     ({"data": ("self", "wikipedia")}, "unknown --data 'wikipedia'"),
     ({"data": ()}, "names no source"),
+    ({"data": ("missing.jsonl",)}, "missing.jsonl: no such file"),
 ]
 
 

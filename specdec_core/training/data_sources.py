@@ -41,7 +41,11 @@ class Collected:
 
 
 def check_source(source: str) -> None:
-    if not source.endswith(FILES) and source not in ("sharegpt", *SELF_PROMPTS):
+    """Refuse a --data source that names no source or a file that is not there."""
+    if source.endswith(FILES):
+        if not Path(source).is_file():
+            raise SpecdecError(f"--data {source}: no such file; check the path")
+    elif source not in ("sharegpt", *SELF_PROMPTS):
         raise SpecdecError(
             f"unknown --data '{source}'; use sharegpt, self, self-long, FILE.jsonl or FILE.npz"
         )

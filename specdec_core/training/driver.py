@@ -82,6 +82,8 @@ def train_on_samples(
     target.model.requires_grad_(False)
     layout = layout or resolve_layout(request, target)
     data, held, held_prompts, labels = _features(request, target, sources, layout.fused)
+    if stages is not None:
+        stages["features"] = {"seconds": round(time.monotonic() - began, 1)}
     if not data:
         raise SpecdecError("no training data; check --data and --tokens")
     eagle = request.trains == "eagle"
@@ -107,7 +109,6 @@ def train_on_samples(
     size = sum(p.numel() for p in trainable(model, request.trains))
     _log(f"{what}: {size / 1e6:.1f}M trained parameters")
     if stages is not None:
-        stages["features"] = {"seconds": round(time.monotonic() - began, 1)}
         before = teacher_forced_agreement(objective.eval(), held, lm_head)
     out = Path(request.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -39,7 +39,7 @@ class TrainRequest:
     val_prompts: int = 4  # held-out prompts for tau after each epoch (0 = none)
     device: str = "cpu"
     feature_dtype: str = "bfloat16"  # target dtype for data generation and features
-    seconds: float | None = None  # time budget, from the driver's start to training's end
+    seconds: float | None = None  # time budget: from train_on_samples' start to training's end
     command: str | None = None  # the command line, recorded in the card
     save_every: int = 100  # optimiser steps between checkpoints (one also ends each epoch)
     checkpoints: str | None = None  # directory of checkpoint.pt (default: out)
