@@ -1,8 +1,9 @@
 """Self-distil and train the EAGLE head on a leased GPU, inside a fixed wall-clock budget.
 
-This is how the bundled head's GPU stage was made (its card records the arguments). It drives
-the same library code as `specdec train eagle` (`generate_answers`, `extract_features`, `train`)
-but sizes the work by time, because a leased machine is held for minutes, not hours:
+This is how the bundled head's GPU stage was made (its card records the arguments). It answers
+the prompts itself, sized by time because a leased machine is held for minutes, not hours, then
+hands the answers to the driver of `specdec train eagle` (`training.driver.train_on_samples`:
+features, training with per-epoch validation, the head and its card):
 
 1. `export` (on any machine with the ShareGPT package): the first user prompts of ShareGPT,
    chat-templated for the target, split like `specdec train` splits them (the same 64
@@ -34,6 +35,7 @@ import json
 import random
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -43,24 +45,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from specdec_core.eagle import data as datasets  # noqa: E402
-from specdec_core.eagle.features import extract_features  # noqa: E402
-from specdec_core.eagle.pipeline import (  # noqa: E402
-    HOLDOUT,
-    head_layers,
-    input_layers,
-    layout_settings,
-    read_init,
-    resolve_arch,
-    resolve_layers,
-    starting_model,
-)
-from specdec_core.eagle.train import (  # noqa: E402
-    Objective,
-    TrainConfig,
-    teacher_forced_agreement,
-    train,
-)
 from specdec_core.errors import SpecdecError  # noqa: E402
+from specdec_core.training.data_sources import HOLDOUT, Collected, trimmed  # noqa: E402
+from specdec_core.training.driver import train_on_samples  # noqa: E402
+from specdec_core.training.layout import resolve_layout  # noqa: E402
+from specdec_core.training.request import TrainRequest  # noqa: E402
 
 START = time.monotonic()
 
@@ -138,21 +127,29 @@ def answer(model, tok, prompts, args, deadline, spent, temperature, seed, work, 
 
 
 def run(args) -> None:
-    from specdec_core.eagle.formats import save_head
     from specdec_core.models import load_model
 
     if not Path(args.prompts).is_file():  # before minutes of model loading
         raise SpecdecError(f"{args.prompts} not found; make it with: gpu_distill.py export")
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     work = Path(args.work + ("-smoke" if args.smoke else ""))  # never mix smoke shards in
-    (work / "train").mkdir(parents=True, exist_ok=True)
+    request = TrainRequest(  # checked here, before the model loads
+        "eagle", out=str(out / "head"), target=args.target, epochs=args.max_epochs,
+        init=args.init or None, arch=args.arch, layers=args.layers,
+        draft_vocab=args.draft_vocab, max_len=args.max_len, batch_tokens=args.batch_tokens,
+        lr=args.lr, unroll=args.unroll, ce_weight=args.ce_weight, seed=args.seed,
+        val_prompts=0, device=args.device,
+        command="python scripts/gpu_distill.py " + " ".join(sys.argv[1:]),
+        # features stay in memory; checkpoints only after each epoch, apart from the head
+        save_every=10**9, checkpoints=str(work / "train"), cache_features=False,
+        feature_batch_tokens=args.feature_batch_tokens,
+    )  # fmt: skip
+    out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(args.seed)
     target = smoke_target(args) if args.smoke else load_model(args.target, args.device, "bfloat16")
     model, tok = target.model, target.tokenizer
-    for p in model.parameters():
-        p.requires_grad_(False)
     log(f"target on {model.device}, {model.dtype}")
+    layout = resolve_layout(request, target)  # a misfit --init is refused before generating
     saved = np.load(args.prompts)
     prompts = unpack(saved["train"], saved["train_offsets"])
     held_prompts = unpack(saved["held"], saved["held_offsets"])
@@ -186,79 +183,23 @@ def run(args) -> None:
     if sampled:
         datasets.save_answers(sampled, out / "sampled_ids.npz")
 
-    began = time.monotonic()
-    samples = [datasets.Sample(s.ids[: args.max_len], s.start) for s in greedy + sampled]
-    samples = [s for s in samples if len(s.ids) > s.start + 1]
-    init_head = read_init("eagle", args.init, target)
-    arch = resolve_arch("eagle", args.arch, init_head)
-    depth = resolve_layers("eagle", arch, init_head, args.layers)
-    fused = input_layers(arch, target)  # target layers the features hold (not the head's)
-    data = extract_features(
-        model, samples, None, batch_tokens=args.feature_batch_tokens, layers=fused
+    source = (
+        f"self (answers from {args.answers})"
+        if args.answers
+        else "self (GPU: greedy + T=1 answers to ShareGPT first prompts)"
     )
-    held = [datasets.Sample(s.ids, s.start) for s in held]
-    held_data = extract_features(model, held, None, layers=fused)
-    report["stages"]["features"] = {"seconds": round(time.monotonic() - began, 1)}
-    log(f"features: {len(data)} sequences in {time.monotonic() - began:.1f}s")
-
-    config = TrainConfig(
-        kind="eagle", epochs=args.max_epochs, lr=args.lr, batch_tokens=args.batch_tokens,
-        seed=args.seed, unroll=args.unroll, save_every=10**9,
-        **layout_settings(arch, args.ce_weight),
-    )  # fmt: skip
-    head, draft_ids = starting_model(
-        "eagle", init_head, target, data, args.draft_vocab, arch, depth
-    )
-    lm_head = model.get_output_embeddings()
-    objective = Objective("eagle", head, lm_head, draft_ids, config.noise, config.unroll)
-    log(f"{arch} head, {sum(p.numel() for p in head.parameters()) / 1e6:.1f}M parameters")
-    before = teacher_forced_agreement(objective.eval(), held_data, lm_head)
+    samples = Collected(source, trimmed(greedy + sampled, args.max_len), held, held_prompts)
     left = args.total_seconds - (time.monotonic() - START) - args.reserve_seconds
-    config.seconds = max(1.0, left)
-    log(f"training for {config.seconds:.0f}s (at most {config.epochs} epochs), {len(data)} seqs")
-    began = time.monotonic()
-
-    def validate(objective) -> dict:  # and save the head so far: a run cut off keeps it
-        result = {"teacher_forced_top1": teacher_forced_agreement(objective, held_data, lm_head)}
-        save_head(head, out / "head", {"kind": "eagle", "arch": arch, "partial": result})
-        return result
-
-    history = train(objective, data, config, work / "train", validate)
-    trained = history[-1]["epoch"] if history else 0
-    report["stages"]["train"] = {
-        "seconds": round(time.monotonic() - began, 1),
-        "epochs": trained,
-        "sequences": len(data),
-        "tokens": sum(len(item.ids) for item in data),
-        "teacher_forced_top1_before": before,
-        "history": history,
-    }
-    card = {
-        "kind": "eagle",
-        "arch": arch,
-        "target": "embedded",
-        "command": "python scripts/gpu_distill.py " + " ".join(sys.argv[1:]),
-        "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
-        "data": [
-            f"self (answers from {args.answers})"
-            if args.answers
-            else "self (GPU: greedy + T=1 answers to ShareGPT first prompts)"
-        ],
-        "tokens": report["stages"]["train"]["tokens"],
-        "sequences": len(data),
-        "epochs": trained,
-        "seed": args.seed,
-        "draft_vocab": len(draft_ids),
-        "init": args.init or None,
-        "layers": head_layers(head),
-        "history": history,
-        "validation": history[-1] if history else None,
-        "stages": report["stages"],
-        "train_config": {k: v for k, v in vars(config).items() if k != "extra"},
-    }
-    save_head(head, out / "head", card)
+    card = train_on_samples(
+        replace(request, seconds=left),
+        target,
+        [samples],
+        layout=layout,
+        stages=report["stages"],
+        card_extra={"device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"},
+    )
     (out / "report.json").write_text(json.dumps(report, indent=2, default=str))
-    log(f"saved {out / 'head'}: {json.dumps(history[-1] if history else {})}")
+    log(f"saved {out / 'head'}: {json.dumps(card['validation'] or {})}")
 
 
 def smoke_target(args):

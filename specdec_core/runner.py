@@ -37,7 +37,7 @@ def load_draft(spec: str, target: LoadedModel) -> LoadedModel:
                 "or a draft model directory / hub id"
             )
         spec = str(bundled)
-    from specdec_core.eagle.draft_model import is_partial_draft, load_draft_dir
+    from specdec_core.token_draft import is_partial_draft, load_draft_dir
 
     if is_partial_draft(Path(spec)):  # layer weights only; embedding shared with the target
         return load_draft_dir(Path(spec), target)

@@ -137,7 +137,7 @@ def test_self_distillation_never_reuses_sharegpt_or_held_out_conversations(
     tiny_target, tmp_path, monkeypatch
 ):
     from specdec_core.eagle import data as datasets
-    from specdec_core.eagle import pipeline
+    from specdec_core.training import data_sources
 
     # conversation i asks "w{i // 29} w{i % 29}": its prompt ids name it
     conversations = [
@@ -148,17 +148,16 @@ def test_self_distillation_never_reuses_sharegpt_or_held_out_conversations(
         for i in range(120)
     ]
     monkeypatch.setattr(datasets, "iter_sharegpt", lambda: iter(conversations))
-    monkeypatch.setattr(pipeline, "SHAREGPT", slice(30, 50))
+    monkeypatch.setattr(data_sources, "SHAREGPT", slice(30, 50))
 
     def asked(sample) -> int:
         a, b = (t - 3 for t in sample.ids[:2])
         return 29 * a + b
 
-    own, held_answers, held_prompts = pipeline.collect(
-        "self", tiny_target, 10**6, tmp_path, 64, seed=0
-    )
-    human, _, _ = pipeline.collect("sharegpt", tiny_target, 10**6, tmp_path, 64, seed=0)
-    held = {29 * (p[0] - 3) + (p[1] - 3) for p in held_prompts}
+    distilled = data_sources.collect("self", tiny_target, 10**6, tmp_path, 64, seed=0)
+    human = data_sources.collect("sharegpt", tiny_target, 10**6, tmp_path, 64, seed=0).samples
+    own, held_answers = distilled.samples, distilled.held
+    held = {29 * (p[0] - 3) + (p[1] - 3) for p in distilled.held_prompts}
     assert len(own) == 36 and len(human) == 20 and len(held) == 64
     assert {asked(s) for s in own}.isdisjoint({asked(s) for s in human})
     assert held.isdisjoint({asked(s) for s in own} | {asked(s) for s in human})
@@ -171,7 +170,7 @@ def test_self_long_answers_only_the_long_prompts_and_caches_them_apart(
     tiny_target, tmp_path, monkeypatch
 ):
     from specdec_core.eagle import data as datasets
-    from specdec_core.eagle import pipeline
+    from specdec_core.training import data_sources
 
     # even conversations ask 2 words, odd ones 6 (ids: BOS + words, no chat template)
     conversations = [
@@ -182,10 +181,10 @@ def test_self_long_answers_only_the_long_prompts_and_caches_them_apart(
         for i in range(160)
     ]
     monkeypatch.setattr(datasets, "iter_sharegpt", lambda: iter(conversations))
-    monkeypatch.setattr(pipeline, "SHAREGPT", slice(30, 50))
-    monkeypatch.setattr(pipeline, "SELF_PROMPTS", {"self": (1, 4), "self-long": (5, 8)})
-    short, _, _ = pipeline.collect("self", tiny_target, 10**6, tmp_path, 64, seed=0)
-    long, _, _ = pipeline.collect("self-long", tiny_target, 10**6, tmp_path, 64, seed=0)
+    monkeypatch.setattr(data_sources, "SHAREGPT", slice(30, 50))
+    monkeypatch.setattr(data_sources, "SELF_PROMPTS", {"self": (1, 4), "self-long": (5, 8)})
+    short = data_sources.collect("self", tiny_target, 10**6, tmp_path, 64, seed=0).samples
+    long = data_sources.collect("self-long", tiny_target, 10**6, tmp_path, 64, seed=0).samples
     assert short and long
     assert all(s.start <= 4 for s in short) and all(5 <= s.start <= 8 for s in long)
     assert (tmp_path / "self").is_dir() and (tmp_path / "self-long").is_dir()

@@ -97,20 +97,27 @@ def test_a_missing_prompts_file_says_how_to_make_it(distill, tmp_path, monkeypat
         distill.main()
 
 
-def test_a_run_on_saved_answers_trains_a_fresh_eagle3_head(distill, tmp_path, monkeypatch):
+def _saved_answers(distill, root, layers: int, count: int):
+    """A tiny target (`layers` layers) in root/target, `count` answers of an earlier run in
+    root/answers.npz and the first three's prompts (held out too) in root/prompts.npz."""
     from specdec_core.eagle.data import Sample, save_answers
 
-    tiny_model(1, layers=4).save_pretrained(tmp_path / "target")
-    tiny_tokenizer().save_pretrained(tmp_path / "target")
+    tiny_model(1, layers=layers).save_pretrained(root / "target")
+    tiny_tokenizer().save_pretrained(root / "target")
     generator = torch.Generator().manual_seed(0)
     answers = [
         Sample([1, *torch.randint(3, VOCAB, (n,), generator=generator).tolist()], 3)
-        for n in range(8, 20)
+        for n in range(8, 8 + count)
     ]
-    save_answers(answers, tmp_path / "answers.npz")
+    save_answers(answers, root / "answers.npz")
     held, held_offsets = distill.pack([a.ids[:3] for a in answers[:3]])
-    np.savez(tmp_path / "prompts.npz", train=held, train_offsets=held_offsets, held=held,
+    np.savez(root / "prompts.npz", train=held, train_offsets=held_offsets, held=held,
              held_offsets=held_offsets)  # fmt: skip
+    return answers
+
+
+def test_a_run_on_saved_answers_trains_a_fresh_eagle3_head(distill, tmp_path, monkeypatch):
+    answers = _saved_answers(distill, tmp_path, layers=4, count=12)
     out = tmp_path / "out"
     extra = ("--answers", str(tmp_path / "answers.npz"), "--arch", "eagle3", "--unroll", "3")
     _run(distill, monkeypatch, tmp_path, *extra, "--draft-vocab", "16")
@@ -127,3 +134,29 @@ def test_a_run_on_saved_answers_trains_a_fresh_eagle3_head(distill, tmp_path, mo
         run(target, "eagle", ids, config, head).token_ids
         == run(target, "ar", ids, config).token_ids
     )
+
+
+def test_the_script_and_specdec_train_write_the_same_card_on_the_same_answers(
+    distill, tmp_path, monkeypatch
+):
+    from specdec_core.cli import main
+
+    _saved_answers(distill, tmp_path, layers=2, count=8)
+    _run(distill, monkeypatch, tmp_path, "--answers", str(tmp_path / "answers.npz"))
+    argv = [
+        *("train", "eagle", "--target", str(tmp_path / "target"), "--data"),
+        *(str(tmp_path / "answers.npz"), "--draft-vocab", "0", "--batch-tokens", "128"),
+        *("--feature-dtype", "float32", "--out", str(tmp_path / "cli")),
+    ]
+    monkeypatch.setattr(sys, "argv", ["specdec", *argv])
+    assert main(argv) == 0
+    script = json.loads((tmp_path / "out" / "head" / "specdec_card.json").read_text())
+    cli = json.loads((tmp_path / "cli" / "specdec_card.json").read_text())
+    assert set(script) - set(cli) == {"device", "stages"} and set(cli) <= set(script)
+    assert set(script["train_config"]) == set(cli["train_config"])
+    for key in ("kind", "arch", "tokens", "sequences", "epochs", "draft_vocab", "init", "layers"):
+        assert script[key] == cli[key], key
+    assert script["command"].startswith("python scripts/gpu_distill.py run")
+    assert cli["command"] == "specdec " + " ".join(argv)
+    assert cli["data"] == [str(tmp_path / "answers.npz")] and script["data"][0].startswith("self")
+    assert script["stages"]["train"]["epochs"] == script["epochs"] == 2

@@ -1,10 +1,17 @@
-"""`specdec train {eagle,draft}`: the CLI side of training (see eagle/pipeline.py)."""
+"""`specdec train {eagle,draft}`: its command line (the driver is in specdec_core/training)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from specdec_core.errors import SpecdecError
+
+if TYPE_CHECKING:
+    from specdec_core.training.request import TrainRequest
 
 
 def add_parsers(sub) -> dict[str, Callable[[argparse.Namespace], int]]:
@@ -77,9 +84,50 @@ def add_parsers(sub) -> dict[str, Callable[[argparse.Namespace], int]]:
     return {"train": cmd_train}
 
 
-def cmd_train(args: argparse.Namespace) -> int:
-    from specdec_core.eagle.pipeline import run_training
+def request_from_args(args: argparse.Namespace) -> TrainRequest:
+    """The parsed `specdec train` command line as a `TrainRequest` (checked: refused here, before
+    any model loads, if it cannot work)."""
+    from specdec_core.training.request import TrainRequest
 
-    card = run_training(args)
+    try:
+        tokens = tuple(int(float(t)) for t in str(args.tokens).split(","))
+    except ValueError:
+        raise SpecdecError(
+            f"--tokens {args.tokens}: give a number, or one per --data source (comma-separated)"
+        ) from None
+    if sys.argv[0].endswith("specdec"):
+        command = "specdec " + " ".join(sys.argv[1:])
+    else:
+        command = " ".join(sys.argv)
+    return TrainRequest(
+        trains=args.kind,
+        out=args.out,
+        target=args.target,
+        data=tuple(s.strip() for s in args.data.split(",") if s.strip()),
+        tokens=tokens,
+        epochs=args.epochs,
+        init=args.init or None,
+        arch=args.arch,
+        layers=args.layers,
+        work=args.work,
+        cached_only=args.cached_only,
+        draft_vocab=args.draft_vocab,
+        max_len=args.max_len,
+        batch_tokens=args.batch_tokens,
+        lr=args.lr,
+        unroll=args.unroll,
+        ce_weight=args.ce_weight,
+        seed=args.seed,
+        val_prompts=args.val_prompts,
+        device=args.device,
+        feature_dtype=args.feature_dtype,
+        command=command,
+    )
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from specdec_core.training.driver import train_from_request
+
+    card = train_from_request(request_from_args(args))
     print(json.dumps({k: card[k] for k in ("kind", "tokens", "epochs", "validation")}))
     return 0

@@ -23,7 +23,7 @@ because the lm_head is most of the cost on a CPU. Uniform noise on input feature
   frozen embedding, its own final norm, the target's lm_head; input x_0..x_t, target f_t.
   Starts from the target's first layer and final norm. Saved as a LlamaForCausalLM config with
   only its own weights (layer + norm, ~7 MB fp16); the embedding / tied lm_head are copied from
-  the target at load time (`materialize_draft`), which keeps the bundled file small.
+  the target at load time (`token_draft.load_draft_dir`), which keeps the bundled file small.
 
 Checkpoints (`OUT/checkpoint.pt`) are written every `save_every` steps and after each epoch;
 a rerun with the same OUT resumes. With a time budget (`seconds`, as on a leased GPU) the
@@ -39,7 +39,7 @@ import json
 import math
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -54,7 +54,7 @@ from specdec_core.errors import SpecdecError
 
 @dataclass
 class TrainConfig:
-    kind: str = "eagle"  # eagle | draft
+    trains: str = "eagle"  # what is trained: eagle (an EAGLE head) | draft (a token-level draft)
     epochs: int = 2
     lr: float = 1e-3
     warmup: int = 50
@@ -67,7 +67,6 @@ class TrainConfig:
     seed: int = 0
     save_every: int = 100
     seconds: float = 0.0  # > 0: a time budget; the schedule decays over it and training stops
-    extra: dict = field(default_factory=dict)  # recorded in the model card
 
 
 def frequent_tokens(data: list[Featured], size: int, vocab: int) -> torch.Tensor:
@@ -120,21 +119,21 @@ def collate(
 
 
 class Objective(nn.Module):
-    """Prediction and targets for one batch, for either model kind."""
+    """Prediction and targets for one batch, for an EAGLE head or a token-level draft."""
 
     def __init__(
-        self, kind: str, model: nn.Module, lm_head, draft_ids, noise: float, unroll: int = 1
+        self, trains: str, model: nn.Module, lm_head, draft_ids, noise: float, unroll: int = 1
     ):
         super().__init__()
-        self.kind, self.model, self.noise, self.unroll = kind, model, noise, unroll
-        self.eagle3 = kind == "eagle" and model.kind == "eagle3"  # tokens out, no feature loss
+        self.trains, self.model, self.noise, self.unroll = trains, model, noise, unroll
+        self.eagle3 = trains == "eagle" and model.kind == "eagle3"  # tokens out, no feature loss
         self.register_buffer("draft_ids", draft_ids)  # [Vd] target ids of the draft vocabulary
         self.register_buffer("lm_rows", lm_head.weight[draft_ids].detach().float())  # [Vd, h]
 
     def forward(self, ids, hidden, mask, fused=None):
         """-> predicted features [N, h], true features [N, h] at the loss positions (for an
         EAGLE-3 head the prediction is its output hidden state, before its own norm)."""
-        if self.kind == "eagle":
+        if self.trains == "eagle":
             return self._eagle(ids, fused if self.eagle3 else hidden, hidden, mask)
         pred = self.model.model(input_ids=ids).last_hidden_state  # [B, T, h] after norm
         keep = mask.clone()
@@ -194,7 +193,7 @@ class Objective(nn.Module):
 
 
 def build_model(
-    kind: str, target, draft_ids: torch.Tensor, arch: str = "eagle1", layers: int = 1
+    trains: str, target, draft_ids: torch.Tensor, arch: str = "eagle1", layers: int = 1
 ) -> nn.Module:
     """A fresh EAGLE head (eagle, layout `arch`, `layers` decoder layers for eagle1) or
     one-layer LlamaForCausalLM (draft), initialised from the target (see the module
@@ -202,7 +201,7 @@ def build_model(
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(**{**target.config.to_dict(), "num_hidden_layers": 1})
-    if kind == "eagle":
+    if trains == "eagle":
         head = EagleHead(config, kind=arch, bias=True, draft_vocab=len(draft_ids), layers=layers)
         h = config.hidden_size
         with torch.no_grad():
@@ -230,8 +229,8 @@ def build_model(
     return draft.float().to(target.device)
 
 
-def trainable(model: nn.Module, kind: str) -> list[nn.Parameter]:
-    if kind == "eagle":
+def trainable(model: nn.Module, trains: str) -> list[nn.Parameter]:
+    if trains == "eagle":
         return list(model.parameters())  # embedding / lm_head are bound, not owned
     return list(model.model.layers.parameters()) + list(model.model.norm.parameters())
 
@@ -258,7 +257,7 @@ def train(
     validate=None,
 ) -> list[dict]:
     """Run the epochs (resuming from OUT/checkpoint.pt); return the per-epoch history."""
-    params = trainable(objective.model, config.kind)
+    params = trainable(objective.model, config.trains)
     for p in objective.model.parameters():
         p.requires_grad_(False)
     for p in params:
@@ -290,7 +289,7 @@ def train(
 
     def save() -> None:
         own = objective.model.state_dict()
-        if config.kind == "draft":  # the target's embedding and lm_head are not its own
+        if config.trains == "draft":  # the target's embedding and lm_head are not its own
             own = {k: v for k, v in own.items() if "embed" not in k and "lm_head" not in k}
         torch.save(
             {
@@ -364,7 +363,3 @@ def teacher_forced_agreement(objective: Objective, data: list[Featured], lm_head
         hits += int((draft_ids == lm_head(true.to(lm_head.weight.dtype)).argmax(-1)).sum())
         total += len(true)
     return hits / max(1, total)
-
-
-def card(config: TrainConfig, **fields) -> dict:
-    return {**fields, "train_config": asdict(config)}

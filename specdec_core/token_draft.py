@@ -1,4 +1,4 @@
-"""The token-level draft trained here, stored without the target's embedding.
+"""The token-level draft that `specdec train draft` makes, stored without the target's embedding.
 
 The draft is a standard one-layer `LlamaForCausalLM` whose (tied) embedding and lm_head are the
 target's own frozen ones. Storing them would add 49152 x 576 half-precision weights (~57 MB) to

@@ -1,0 +1,13 @@
+"""`specdec train` and scripts/gpu_distill.py: one driver from settings to a saved head or draft.
+
+- `request.py`: `TrainRequest`, every setting of a training run, checked before a model loads.
+- `data_sources.py`: the `--data` sources (ShareGPT, self-distillation, JSONL, saved answers)
+  and the held-out split.
+- `layout.py`: the model to train (layout, depth, the --init head, the fused target layers).
+- `driver.py`: `train_from_request` (collects the data itself) and `train_on_samples` (for
+  data collected elsewhere): features -> training with per-epoch validation -> save + card.
+- `card.py`: the model card (`specdec_card.json`) both write.
+- `validation.py`: tau of real greedy decoding on held-out prompts.
+
+The model code itself (head, objective, training loop, features) lives in `specdec_core/eagle/`.
+"""

@@ -1,0 +1,163 @@
+"""The `--data` sources of `specdec train`, read or generated and cached under --work.
+
+Conversations are split once (seeded): 64 are held out for validation; ShareGPT answers come
+from conversations 4096..8191 of the rest, prompts for self-distillation from all the others
+(first 0..4095, then 8192 onwards), so the two sources never overlap.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from specdec_core.eagle import data as datasets
+from specdec_core.errors import SpecdecError
+from specdec_core.models import LoadedModel
+
+HOLDOUT = 64
+SHAREGPT = slice(4096, 8192)  # the conversations used as ShareGPT answers
+# self-distillation prompt lengths (tokens, chat template included): `self` answers the short
+# first prompts; `self-long` the long ones (articles to summarise, code to review), so the head
+# also learns to attend over the distances that long-document prompts need
+SELF_PROMPTS = {"self": (1, 256), "self-long": (257, 1024)}
+FILES = (".jsonl", ".npz")
+
+
+@dataclass(frozen=True)
+class Collected:
+    """Training samples from one source, and held-out samples / prompts to validate on."""
+
+    source: str  # as the model card records it
+    samples: list[datasets.Sample]
+    held: list[datasets.Sample] = field(default_factory=list)
+    held_prompts: list[list[int]] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        """The source's name in cache directories (a file's stem)."""
+        return Path(self.source).stem if self.source.endswith(FILES) else self.source
+
+
+def check_source(source: str) -> None:
+    """Refuse a --data source that names no source or a file that is not there."""
+    if source.endswith(FILES):
+        if not Path(source).is_file():
+            raise SpecdecError(f"--data {source}: no such file; check the path")
+    elif source not in ("sharegpt", *SELF_PROMPTS):
+        raise SpecdecError(
+            f"unknown --data '{source}'; use sharegpt, self, self-long, FILE.jsonl or FILE.npz"
+        )
+
+
+def _log(message: str) -> None:
+    print(f"[train] {message}", file=sys.stderr, flush=True)
+
+
+def collect(
+    source: str,
+    target: LoadedModel,
+    tokens: int,
+    work: Path,
+    max_len: int,
+    seed: int,
+    cached_only: bool = False,
+) -> Collected:
+    """Samples from one source until about `tokens` tokens; plus held-out samples / prompts."""
+    check_source(source)
+    tok = target.tokenizer
+    if source.endswith(".jsonl"):
+        return Collected(source, _jsonl(source, target, tokens, work, max_len))
+    if source.endswith(".npz"):
+        return Collected(source, _answers(source, tokens, max_len))
+    conversations = list(datasets.iter_sharegpt())
+    rest, held = datasets.split_conversations(len(conversations), HOLDOUT, seed)
+    rendered = (datasets.render_conversation(tok, conversations[i], max_len) for i in held)
+    held_samples = [s for s in rendered if s][:16]  # teacher-forced agreement
+    held_prompts = [
+        p for p in (datasets.first_prompt(tok, conversations[i], 256) for i in held) if p
+    ]
+    samples: list[datasets.Sample] = []
+    if source == "sharegpt":
+        for i in rest[SHAREGPT]:
+            sample = datasets.render_conversation(tok, conversations[i], max_len)
+            if sample is not None:
+                samples.append(sample)
+                if sum(len(s.ids) for s in samples) >= tokens:
+                    break
+        return Collected(source, samples, held_samples, held_prompts)
+    chunk = 512
+    order = rest[: SHAREGPT.start] + rest[SHAREGPT.stop :]
+    shortest, longest = SELF_PROMPTS[source]
+    for number, first in enumerate(range(0, len(order), chunk)):
+        ids = order[first : first + chunk]
+        found = (datasets.first_prompt(tok, conversations[i], longest) for i in ids)
+        prompts = [p for p in found if p and len(p) >= shortest]
+        if not prompts:
+            continue
+        samples += datasets.generate_answers(
+            target.model,
+            tok,
+            prompts,
+            128,
+            64,
+            work / source / f"chunk-{number:04d}",
+            progress=lambda n, total, made: _log(
+                f"self-distillation batch {n}/{total}: {made} tokens"
+            ),
+            budget=tokens - sum(len(s.ids) for s in samples),
+            cached_only=cached_only,
+        )
+        if sum(len(s.ids) for s in samples) >= tokens:
+            break
+    # validate on what the head will see: the target's own answers to held-out prompts
+    held_answers = datasets.generate_answers(
+        target.model, tok, held_prompts[:32], 128, 32, work / "self-heldout"
+    )
+    return Collected(source, samples, held_answers or held_samples, held_prompts)
+
+
+def _answers(path: str, tokens: int, max_len: int) -> list[datasets.Sample]:
+    """Answers saved by `datasets.save_answers` (scripts/gpu_distill.py), up to `tokens`."""
+    samples, total = [], 0
+    for sample in trimmed(datasets.load_answers(path), max_len):
+        samples.append(sample)
+        total += len(sample.ids)
+        if total >= tokens:
+            break
+    return samples
+
+
+def trimmed(samples, max_len: int) -> list[datasets.Sample]:
+    """`samples` cut to `max_len` tokens, less those left without an answer token to learn."""
+    cut = (datasets.Sample(s.ids[:max_len], s.start) for s in samples)
+    return [s for s in cut if len(s.ids) > s.start + 1]
+
+
+def _jsonl(path: str, target: LoadedModel, tokens: int, work: Path, max_len: int):
+    samples, prompts = [], []
+    for line in Path(path).read_text().splitlines():
+        if not line.strip():
+            continue
+        record = json.loads(line)
+        if "text" in record:
+            ids = target.tokenizer(record["text"])["input_ids"][:max_len]
+            samples.append(datasets.Sample(ids, 0))
+        else:
+            text = record.get("prompt") or record["turns"][0]
+            messages = [{"from": "human", "value": text}]
+            prompt = datasets.first_prompt(target.tokenizer, messages, 256)
+            if prompt:
+                prompts.append(prompt)
+    if prompts:
+        samples += datasets.generate_answers(
+            target.model, target.tokenizer, prompts, 128, 64, work / "jsonl"
+        )
+    kept, total = [], 0
+    for sample in samples:
+        kept.append(sample)
+        total += len(sample.ids)
+        if total >= tokens:
+            break
+    return kept

@@ -1,0 +1,198 @@
+"""One training run: data -> target features -> the starting model -> `train` -> saved + card.
+
+`train_from_request` is `specdec train`: it loads the target and collects `--data` itself
+(data_sources.py). `train_on_samples` takes samples collected elsewhere (scripts/gpu_distill.py
+answers prompts within a wall-clock budget) and does the rest the same way. Everything
+expensive is cached under the request's work directory and reused by a rerun: generated
+answers, feature shards, and the training checkpoint (a rerun resumes).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import torch
+
+from specdec_core.eagle.features import Featured, extract_features
+from specdec_core.eagle.train import (
+    Objective,
+    TrainConfig,
+    teacher_forced_agreement,
+    train,
+    trainable,
+)
+from specdec_core.errors import SpecdecError
+from specdec_core.models import LoadedModel, load_model
+from specdec_core.training.card import model_card, trained_epochs
+from specdec_core.training.data_sources import Collected, collect
+from specdec_core.training.layout import (
+    Layout,
+    head_layers,
+    layout_settings,
+    resolve_layout,
+    starting_model,
+)
+from specdec_core.training.request import TrainRequest
+from specdec_core.training.validation import validation_tau
+
+
+def _log(message: str) -> None:
+    print(f"[train] {message}", file=sys.stderr, flush=True)
+
+
+def train_from_request(request: TrainRequest) -> dict:
+    """`specdec train`: load the target, collect `request.data`, train and save; -> the card."""
+    started = time.time()
+    torch.manual_seed(request.seed)
+    target = load_model(request.target, request.device, request.feature_dtype)
+    layout = resolve_layout(request, target)  # a misfit --init is refused before any data
+    sources = (  # collected one by one, each turned into features before the next
+        collect(source, target, budget, request.work_dir, request.max_len, request.seed,
+                request.cached_only)
+        for source, budget in zip(request.data, request.budgets, strict=True)
+    )  # fmt: skip
+    return train_on_samples(request, target, sources, layout=layout, started=started)
+
+
+def train_on_samples(
+    request: TrainRequest,
+    target: LoadedModel,
+    sources: Iterable[Collected],
+    *,
+    layout: Layout | None = None,
+    started: float | None = None,
+    stages: dict | None = None,
+    card_extra: Mapping | None = None,
+) -> dict:
+    """Train `request`'s model on `sources` and save it with its card in `request.out`;
+    -> the card.
+
+    Validation after each epoch runs on the first source's held-out samples (teacher-forced
+    top-1; tau on up to `request.val_prompts` of its held-out prompts), and saves the model so
+    far, so a run cut off keeps it. With `request.seconds`, training stops when that much time
+    has passed since this call. `layout`: `resolve_layout`'s, if the caller checked it before
+    collecting; `started` (time.time()): when the run began, for the card's train_seconds.
+    `stages`, when given, gets the seconds of features and training (and the held-out top-1
+    before training) and goes into the card, as does `card_extra`.
+    """
+    began, started = time.monotonic(), started or time.time()
+    target.model.requires_grad_(False)
+    layout = layout or resolve_layout(request, target)
+    data, held, held_prompts, labels = _features(request, target, sources, layout.fused)
+    if stages is not None:
+        stages["features"] = {"seconds": round(time.monotonic() - began, 1)}
+    if not data:
+        raise SpecdecError("no training data; check --data and --tokens")
+    eagle = request.trains == "eagle"
+    config = TrainConfig(
+        trains=request.trains,
+        epochs=request.epochs,
+        lr=request.lr,
+        batch_tokens=request.batch_tokens,
+        draft_vocab=request.draft_vocab,
+        seed=request.seed,
+        unroll=request.unroll,
+        save_every=request.save_every,
+        **layout_settings(layout.arch, request.ce_weight),
+    )
+    model, draft_ids = starting_model(
+        request.trains, layout.init_head, target, data, config.draft_vocab, layout.arch,
+        layout.depth,
+    )  # fmt: skip
+    lm_head = target.model.get_output_embeddings()
+    noise, unroll = (config.noise, config.unroll) if eagle else (0.0, 1)
+    objective = Objective(request.trains, model, lm_head, draft_ids, noise, unroll)
+    what = f"{layout.arch} head" if eagle else "draft"
+    size = sum(p.numel() for p in trainable(model, request.trains))
+    _log(f"{what}: {size / 1e6:.1f}M trained parameters")
+    if stages is not None:
+        before = teacher_forced_agreement(objective.eval(), held, lm_head)
+    out = Path(request.out)
+    out.mkdir(parents=True, exist_ok=True)
+    request.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    partial = {"kind": request.trains, **({"arch": layout.arch} if eagle else {})}
+
+    def validate(objective: Objective) -> dict:
+        result = {"teacher_forced_top1": teacher_forced_agreement(objective, held, lm_head)}
+        if held_prompts and request.val_prompts:
+            prompts = held_prompts[: request.val_prompts]
+            result["tau"] = validation_tau(request.trains, objective.model, target, prompts)
+        save_trained(request.trains, model, target, out, {**partial, "partial": result})
+        return result
+
+    if request.seconds:
+        config.seconds = max(1.0, request.seconds - (time.monotonic() - began))
+        _log(f"training for {config.seconds:.0f}s (at most {config.epochs} epochs)")
+    training = time.monotonic()
+    history = train(objective, data, config, request.checkpoint_dir, validate if held else None)
+    extra = dict(card_extra or {})
+    if stages is not None:
+        stages["train"] = {
+            "seconds": round(time.monotonic() - training, 1),
+            "epochs": trained_epochs(history),
+            "sequences": len(data),
+            "tokens": sum(len(item.ids) for item in data),
+            "teacher_forced_top1_before": before,
+            "history": history,
+        }
+        extra["stages"] = stages
+    card = model_card(
+        request,
+        config,
+        data=labels,
+        trained=data,
+        draft_vocab=len(draft_ids),
+        layers=head_layers(model),
+        history=history,
+        seconds=time.time() - started,
+        extra=extra,
+    )
+    save_trained(request.trains, model, target, out, card)
+    _log(f"saved the {what} to {out}")
+    return card
+
+
+def _features(request: TrainRequest, target: LoadedModel, sources, fused: tuple[int, ...]):
+    """-> (training features, held-out features, held-out prompts, source labels): the held-out
+    part is the first source's that has any."""
+    suffix = "-eagle3" if fused else ""  # EAGLE-3 shards also hold the fused layers
+
+    def shards(name: str) -> Path | None:
+        return request.work_dir / f"features-{name}{suffix}" if request.cache_features else None
+
+    data: list[Featured] = []
+    held: list[Featured] = []
+    held_prompts: list[list[int]] = []
+    labels: list[str] = []
+    for source in sources:
+        labels.append(source.source)
+        tokens = sum(len(s.ids) for s in source.samples)
+        _log(f"{source.name}: {len(source.samples)} sequences, {tokens} tokens")
+        data += extract_features(
+            target.model,
+            source.samples,
+            shards(source.name),
+            batch_tokens=request.feature_batch_tokens,
+            progress=lambda n, total, made: _log(f"features {n}/{total} sequences: {made} tokens"),
+            layers=fused,
+        )
+        if source.held and not held:
+            held = extract_features(target.model, source.held, shards("heldout"), layers=fused)
+            held_prompts = source.held_prompts
+    return data, held, held_prompts, labels
+
+
+def save_trained(trains: str, model, target: LoadedModel, out: Path, card: dict) -> None:
+    """Save an EAGLE head (the official layout) or a token-level draft (without the target's
+    embedding) with `card`."""
+    if trains == "eagle":
+        from specdec_core.eagle.formats import save_head
+
+        save_head(model, out, card)
+    else:
+        from specdec_core.token_draft import save_draft
+
+        save_draft(model, target.tokenizer, out, card)

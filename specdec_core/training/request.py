@@ -1,0 +1,88 @@
+"""`TrainRequest`: every setting of one training run, checked when it is made (before a model
+loads), so a run that cannot work is refused in a second, not after minutes of loading."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from specdec_core.errors import SpecdecError
+from specdec_core.training.data_sources import check_source
+from specdec_core.training.layout import check_depth
+
+TRAINS = ("eagle", "draft")
+ARCHS = ("eagle1", "eagle3")
+
+
+@dataclass(frozen=True)
+class TrainRequest:
+    """What to train and how; the defaults are `specdec train`'s."""
+
+    trains: str  # eagle (an EAGLE head) | draft (a token-level draft)
+    out: str  # the trained model and its card; the checkpoint too unless `checkpoints`
+    target: str = "embedded"
+    data: tuple[str, ...] = ("self",)  # sources (data_sources.py)
+    tokens: tuple[int, ...] = (1_000_000,)  # token budget: one, or one per source
+    epochs: int = 2
+    init: str | None = None  # eagle: the trained head to continue
+    arch: str | None = None  # eagle: head layout, eagle1 | eagle3 (default: the init's, eagle1)
+    layers: int | None = None  # eagle1: decoder layers (default: the init's, 1)
+    work: str | None = None  # cache for data and features (default OUT/work)
+    cached_only: bool = False  # self-distillation: only the answers already in `work`
+    draft_vocab: int = 8192  # 0 = the full vocabulary
+    max_len: int = 512  # tokens per training sequence
+    batch_tokens: int = 4096
+    lr: float = 1e-3
+    unroll: int = 2  # eagle: draft steps simulated per position
+    ce_weight: float | None = None  # default: the layout's (layout.layout_settings)
+    seed: int = 0
+    val_prompts: int = 4  # held-out prompts for tau after each epoch (0 = none)
+    device: str = "cpu"
+    feature_dtype: str = "bfloat16"  # target dtype for data generation and features
+    seconds: float | None = None  # time budget: from train_on_samples' start to training's end
+    command: str | None = None  # the command line, recorded in the card
+    save_every: int = 100  # optimiser steps between checkpoints (one also ends each epoch)
+    checkpoints: str | None = None  # directory of checkpoint.pt (default: out)
+    cache_features: bool = True  # feature shards under `work`, reused by a rerun
+    feature_batch_tokens: int = 4096  # padded tokens per target forward for features
+
+    def __post_init__(self) -> None:
+        if self.trains not in TRAINS:
+            raise SpecdecError(f"cannot train '{self.trains}'; train eagle or draft")
+        if self.arch not in (None, *ARCHS):
+            raise SpecdecError(f"--arch {self.arch}: use eagle1 or eagle3")
+        if not self.data:
+            raise SpecdecError(
+                "--data names no source; use sharegpt, self, self-long, FILE.jsonl or FILE.npz"
+            )
+        for source in self.data:
+            check_source(source)
+        if len(self.tokens) not in (1, len(self.data)):
+            raise SpecdecError(
+                "--tokens takes one number, or one per --data source (comma-separated)"
+            )
+        if self.trains == "draft":
+            for flag, value, use in (
+                ("--init", self.init, "continues an EAGLE head"),
+                ("--arch", self.arch, "chooses an EAGLE head's layout"),
+                ("--layers", self.layers, "sizes an EAGLE head"),
+            ):
+                if value is not None:
+                    raise SpecdecError(f"{flag} {use}; drop it for `specdec train draft`")
+        if self.layers is not None:
+            check_depth(self.arch or "eagle1", self.layers)
+        if self.arch == "eagle3" and not self.init and not self.draft_vocab:
+            raise SpecdecError("an EAGLE-3 head needs a reduced draft vocabulary: --draft-vocab N")
+
+    @property
+    def budgets(self) -> tuple[int, ...]:
+        """The token budget of each source."""
+        return self.tokens * len(self.data) if len(self.tokens) == 1 else self.tokens
+
+    @property
+    def work_dir(self) -> Path:
+        return Path(self.work) if self.work else Path(self.out) / "work"
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return Path(self.checkpoints) if self.checkpoints else Path(self.out)

@@ -1,0 +1,59 @@
+"""`TrainRequest`: settings that cannot work are refused when the request is made, with one line
+that says what to do, before any model loads."""
+
+import pytest
+
+from specdec_core.cli import main
+from specdec_core.errors import SpecdecError
+from specdec_core.training import driver
+from specdec_core.training.request import TrainRequest
+
+REFUSED = [
+    ({"trains": "draft", "init": "embedded"}, "drop it for `specdec train draft`"),
+    ({"trains": "draft", "arch": "eagle3"}, "drop it for `specdec train draft`"),
+    ({"trains": "draft", "layers": 2}, "drop it for `specdec train draft`"),
+    ({"layers": 0}, "at least one decoder layer"),
+    ({"arch": "eagle3", "layers": 2}, "drop --layers"),
+    ({"arch": "eagle3", "draft_vocab": 0}, "--draft-vocab N"),
+    ({"data": ("self", "sharegpt"), "tokens": (1, 2, 3)}, "one per --data source"),
+    ({"data": ("self", "wikipedia")}, "unknown --data 'wikipedia'"),
+    ({"data": ()}, "names no source"),
+    ({"data": ("missing.jsonl",)}, "missing.jsonl: no such file"),
+]
+
+
+@pytest.mark.parametrize(("settings", "message"), REFUSED)
+def test_settings_that_cannot_work_are_refused_in_one_line(settings, message):
+    with pytest.raises(SpecdecError, match=message) as refused:
+        TrainRequest(**{"trains": "eagle", "out": "out", **settings})
+    assert "\n" not in str(refused.value)
+
+
+def test_one_budget_covers_every_source_and_settings_that_fit_are_kept():
+    request = TrainRequest("eagle", "out", data=("self", "sharegpt"), tokens=(500,))
+    assert request.budgets == (500, 500)
+    assert str(request.work_dir) == "out/work" and str(request.checkpoint_dir) == "out"
+    continued = TrainRequest("eagle", "out", init="head", arch="eagle3", draft_vocab=0)
+    assert continued.draft_vocab == 0  # the --init head brings its draft vocabulary
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["draft", "--init", "embedded"], "--init continues an EAGLE head"),
+        (["eagle", "--layers", "0"], "at least one decoder layer"),
+        (["eagle", "--data", "self,sharegpt", "--tokens", "1,2,3"], "one per --data source"),
+        (["eagle", "--tokens", "lots"], "--tokens lots: give a number"),
+    ],
+)
+def test_specdec_train_refuses_before_loading_the_target(
+    argv, message, tmp_path, monkeypatch, capsys
+):
+    def load_model(*args, **kwargs):
+        raise AssertionError("the target was loaded before the settings were checked")
+
+    monkeypatch.setattr(driver, "load_model", load_model)
+    out = tmp_path / "out"
+    assert main(["train", *argv, "--out", str(out)]) == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()
