@@ -1,12 +1,132 @@
-"""`specdec train eagle|draft`: train an EAGLE head or a token-level draft."""
+"""`specdec train {eagle,draft}`: its command line (the driver is in specdec_core/training)."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+from typing import TYPE_CHECKING
+
+from specdec_core.errors import SpecdecError
+
+if TYPE_CHECKING:
+    from specdec_core.training.request import TrainRequest
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from specdec_core.eagle.cli_train import add_parsers
+    train = sub.add_parser("train", help="train an EAGLE head or a token-level draft")
+    train.set_defaults(handler=run)
+    train.add_argument("kind", choices=["eagle", "draft"])
+    train.add_argument("--target", default="embedded", help="embedded, hub id, dir or .gguf")
+    train.add_argument(
+        "--data",
+        default="self",
+        help="sharegpt, self (the target's own answers to ShareGPT prompts of up to 256 "
+        "tokens), self-long (to the prompts of 257-1024 tokens), FILE.jsonl, or FILE.npz "
+        "(answers saved by scripts/gpu_distill.py); comma-separated to combine",
+    )
+    train.add_argument(
+        "--tokens", default="1000000", help="token budget (one, or one per --data source)"
+    )
+    train.add_argument("--epochs", type=int, default=2)
+    train.add_argument(
+        "--init",
+        default=None,
+        help="eagle: start from this trained head (its weights and draft vocabulary), "
+        "e.g. embedded, to continue it on new data with a fresh schedule",
+    )
+    train.add_argument(
+        "--arch",
+        choices=["eagle1", "eagle3"],
+        default=None,
+        help="eagle: head layout. eagle1 (default): predicts the target's next top-layer "
+        "feature; eagle3: reads three target layers, predicts tokens only (EAGLE-3). "
+        "Default with --init: that head's layout",
+    )
+    train.add_argument(
+        "--layers",
+        type=int,
+        default=None,
+        help="eagle1: decoder layers of the head (default 1, or the --init head's; more than "
+        "the --init head has grows it, the new layers starting as the identity). Each layer "
+        "adds about a layer's cost to every draft step",
+    )
+    train.add_argument("--out", required=True, help="output directory (also resumes from it)")
+    train.add_argument("--work", default=None, help="cache for data and features (OUT/work)")
+    train.add_argument(
+        "--cached-only",
+        action="store_true",
+        help="self-distillation: use only the answers already generated in --work",
+    )
+    train.add_argument("--draft-vocab", type=int, default=8192, help="0 = full vocabulary")
+    train.add_argument("--max-len", type=int, default=512, help="tokens per training sequence")
+    train.add_argument("--batch-tokens", type=int, default=4096)
+    train.add_argument("--lr", type=float, default=1e-3)
+    train.add_argument(
+        "--unroll", type=int, default=2, help="eagle: draft steps simulated per position"
+    )
+    train.add_argument(
+        "--ce-weight",
+        type=float,
+        default=None,
+        help="eagle: weight of the token loss beside the feature loss (eagle1 default 0.1; "
+        "eagle3 has only the token loss)",
+    )
+    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--val-prompts", type=int, default=4, help="held-out prompts for tau")
+    train.add_argument("--device", default="cpu", choices=["auto", "cpu", "cuda", "mps"])
+    train.add_argument(
+        "--feature-dtype",
+        default="bfloat16",
+        choices=["auto", "float32", "float16", "bfloat16"],
+        help="target dtype for data generation and features (bf16: ~2x faster on a CPU)",
+    )
 
-    handlers = add_parsers(sub)
-    sub.choices["train"].set_defaults(handler=handlers["train"])
+
+def request_from_args(args: argparse.Namespace) -> TrainRequest:
+    """The parsed `specdec train` command line as a `TrainRequest` (checked: refused here, before
+    any model loads, if it cannot work)."""
+    from specdec_core.training.request import TrainRequest
+
+    try:
+        tokens = tuple(int(float(t)) for t in str(args.tokens).split(","))
+    except ValueError:
+        raise SpecdecError(
+            f"--tokens {args.tokens}: give a number, or one per --data source (comma-separated)"
+        ) from None
+    if sys.argv[0].endswith("specdec"):
+        command = "specdec " + " ".join(sys.argv[1:])
+    else:
+        command = " ".join(sys.argv)
+    return TrainRequest(
+        trains=args.kind,
+        out=args.out,
+        target=args.target,
+        data=tuple(s.strip() for s in args.data.split(",") if s.strip()),
+        tokens=tokens,
+        epochs=args.epochs,
+        init=args.init or None,
+        arch=args.arch,
+        layers=args.layers,
+        work=args.work,
+        cached_only=args.cached_only,
+        draft_vocab=args.draft_vocab,
+        max_len=args.max_len,
+        batch_tokens=args.batch_tokens,
+        lr=args.lr,
+        unroll=args.unroll,
+        ce_weight=args.ce_weight,
+        seed=args.seed,
+        val_prompts=args.val_prompts,
+        device=args.device,
+        feature_dtype=args.feature_dtype,
+        command=command,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from specdec_core.training.driver import train_from_request
+
+    card = train_from_request(request_from_args(args))
+    print(json.dumps({k: card[k] for k in ("kind", "tokens", "epochs", "validation")}))
+    return 0
