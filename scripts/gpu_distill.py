@@ -1,7 +1,7 @@
-"""Self-distil and train the EAGLE head on a leased GPU, inside a fixed wall-clock budget.
+"""Self-distil and train an EAGLE head on a GPU, inside a fixed wall-clock budget.
 
-This is how the bundled head's GPU stage was made (its card records the arguments). It answers
-the prompts itself, sized by time because a leased machine is held for minutes, not hours, then
+The bundled head's GPU stages were made with it (its card records the arguments). It answers
+the prompts itself, sized by time for a GPU that is held for minutes, not hours, then
 hands the answers to the driver of `specdec train eagle` (`training.driver.train_on_samples`:
 features, training with per-epoch validation, the head and its card):
 
@@ -12,15 +12,13 @@ features, training with per-epoch validation, the head and its card):
    (batches in random order, so a cut-off drops a random subset, not the longest prompts),
    then sample answers at T=1 with what is left of that time; save the answers' token ids;
    take the target's features in one forward per sequence; continue the bundled head on them
-   until `--total-seconds` (the schedule decays over the time left, at most `--max-epochs`;
-   an up-front probe misjudged it: on the H200 the first epoch in a process ran ~6x slower
-   than later ones, 150 s against 25 s for 6.5M tokens); save the head and card.
+   until `--total-seconds` (the schedule decays over the time left, at most `--max-epochs`,
+   rather than from an up-front probe: the first epoch in a process runs several times slower
+   than later ones); save the head and card.
    `--answers` skips generation and trains on an earlier run's saved answers; `--arch eagle3`
    trains a fresh EAGLE-3-layout head (`--init ''`) instead of continuing the EAGLE-1 one;
    `--layers N` grows the continued head by identity-initialised decoder layers. Several runs
-   with their own `--out` and `--work` share one GPU (the seventh session ran four at once on
-   6.5M tokens: an EAGLE-1 epoch took 24 s, 31 s with 2 layers, 38 s with 3, an EAGLE-3 epoch
-   with 4 unrolled passes 76 s; the first epoch of each was still 2-3x slower).
+   with their own `--out` and `--work` can share one GPU (epoch times: docs/eagle.md).
 3. `smoke`: the same stages on a random model of the target's shape, a few batches each, to
    time generation and catch device problems before a real run.
 

@@ -1,7 +1,7 @@
 """Fidelity of a generation: agreement with the target-only greedy output, and target log-prob.
 
 Lossy policies buy acceptance with fidelity; these are the prices `specdec bench` reports
-(DESIGN.md §5). With `output` a method's new tokens and `reference` the autoregressive
+(docs/architecture.md#measurement). With `output` a method's new tokens and `reference` the autoregressive
 (target-only) new tokens on the same prompt, and L = max(len(output), len(reference)):
 
 - prefix agreement = (tokens before the first difference) / L: the share of the text that is

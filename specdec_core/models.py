@@ -119,12 +119,11 @@ DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     """`auto`: bf16 on CUDA where supported, fp16 on MPS, fp32 on the CPU.
 
-    On the CPU bf16 is faster where the CPU has native bf16 (both prepacked: 20.9 ms per
-    token here against 22.6 ms for float32 over the benchmark prompts, 16.7 against 23 on
-    short ones), but its multi-token forwards round differently from one-token forwards, so
-    greedy speculative output stops being identical to autoregressive output (1–4 of 10
-    benchmark prompts stayed identical); float32 keeps lossless meaning identical. bf16 is
-    one flag away: --dtype bfloat16.
+    On the CPU bf16 is faster where the CPU has native bf16, but its multi-token forwards
+    round differently from one-token forwards, so greedy speculative output can stop being
+    identical to autoregressive output at near-ties (measured:
+    docs/benchmarks.md#bfloat16-against-float32); float32 keeps lossless meaning identical.
+    bf16 is one flag away: --dtype bfloat16.
     """
     if dtype == "auto":
         if device.type == "cuda":

@@ -2,14 +2,14 @@
 
 On a CPU, `torch.nn.functional.linear` hands each call to a BLAS GEMM that repacks the weight
 for every call with more than one input row. A forward over a few tokens (what speculative
-decoding verifies) then reads every weight matrix about twice: measured on SmolLM2-135M with
-float32 on two cores, 37 ms for one token but 61 ms for two and 63 ms for eight. oneDNN can
+decoding verifies) then reads every weight matrix about twice, so a forward over two tokens
+costs far more than one over a single token. oneDNN can
 reorder a weight once into the blocked layout its matrix kernel reads for a given number of
 input rows (`torch.ops.mkldnn._reorder_linear_weight`, the packing torch.compile uses on a
 CPU) and multiply dense inputs against that copy (`_linear_pointwise`). Tuned for a few rows
-(`BATCH_HINT`), a forward over 1 / 2 / 5 / 9 / 16 tokens at a 400-token context takes
-23 / 27 / 27 / 30 / 33 ms (docs/eagle.md). Every method gains, speculative ones most, because
-verifying k tokens then costs little more than one token.
+(`BATCH_HINT`), a forward over a few tokens costs little more than one over a single token
+(measured: docs/benchmarks.md#step-costs-on-the-cpu). Every method gains, speculative ones
+most, because verifying k tokens then costs little more than one token.
 
 `prepack(model)` swaps each `nn.Linear` for a `PrepackedLinear` that keeps the original
 `weight` and `bias` parameters (state dicts, tied embeddings and readers of `.weight` see no

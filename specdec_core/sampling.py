@@ -43,8 +43,8 @@ def sample_many(p: torch.Tensor, n: int, generator: torch.Generator | None) -> l
 
     Inverse CDF, one uniform number per draw: the first id whose cumulative mass exceeds
     u * total. A zero-probability id never has a cumulative mass above its predecessor's, so
-    it is never drawn. (`torch.multinomial` draws V exponential numbers instead: 0.8 ms at
-    V = 49k on a CPU against 0.05 ms here, paid by every decode step.)
+    it is never drawn. (`torch.multinomial` draws V exponential numbers instead, many times
+    slower at V = 49k on a CPU, paid by every decode step: docs/benchmarks.md.)
     """
     wide = torch.float32 if p.device.type == "mps" else torch.float64  # MPS has no float64
     cdf = p.to(wide).cumsum(-1)

@@ -1,4 +1,4 @@
-"""EAGLE-2 tree size for this device: `--tree-tokens auto` (DESIGN §2.5).
+"""EAGLE-2 tree size for this device: `--tree-tokens auto` (docs/architecture.md).
 
 A tree step costs one target forward over the tree, `depth` head steps over the top-k beam and
 one head step over the accepted path (the commit), and gains the expected number of accepted

@@ -171,7 +171,7 @@ def test_sizing_gives_eagle_sized_trees_when_verification_is_free():
 
 
 def test_sizing_gives_small_trees_on_a_cpu():
-    cpu = Costs(  # DESIGN §8: SmolLM2-135M fp32 on two EPYC cores
+    cpu = Costs(  # SmolLM2-135M fp32 on a 2-core CPU (docs/benchmarks.md)
         target={1: 0.040, 4: 0.055, 8: 0.061, 16: 0.070, 32: 0.090, 64: 0.130},
         head={1: 0.0021, 4: 0.0036, 10: 0.0066},
     )
