@@ -203,7 +203,8 @@ def _shape(method: str, config: DecodeConfig, notes: list[str]) -> tuple:
 
 
 def head_format(path: str | None) -> str:
-    """'eagle3' for an EAGLE-3 head (a `midlayer`, docs/architecture.md#eagle-heads), else 'eagle' (EAGLE-1/2)."""
+    """'eagle3' for an EAGLE-3 head (a `midlayer`; docs/architecture.md#eagle-heads), else
+    'eagle' (EAGLE-1/2)."""
     if path is None or not Path(path, "config.json").is_file():
         return "eagle"  # a hub id: cannot look inside offline; EAGLE-1/2 is the default
     config = json.loads(Path(path, "config.json").read_text())

@@ -1,8 +1,8 @@
 """`specdec sweep`: speedup and τ of one method over a grid of settings, measured in one run.
 
 The grid is the cartesian product of the requested values, nothing more: `--k 1,2 --temperature
-0,1` is exactly four points. Speedup is a ratio measured in this process (docs/architecture.md#measurement): the
-autoregressive baseline is run on the same prompts once per temperature, the first time a
+0,1` is exactly four points. Speedup is a ratio measured in this process
+(docs/architecture.md#measurement): the autoregressive baseline is run on the same prompts once per temperature, the first time a
 point at that temperature is measured, and every point records the baseline it was divided by.
 A resumed sweep measures its baseline again, so each ratio still comes from one process; with
 `baseline="point"` it is measured again right before every point (twice the time, robust

@@ -2,8 +2,8 @@
 
 A head directory holds `config.json` (a LlamaConfig whose `num_hidden_layers` counts the
 head's decoder layers, 1 in every released head; EAGLE-1 heads add `bias`, EAGLE-3 heads
-`draft_vocab_size`) and `model.safetensors` or
-`pytorch_model.bin` with the keys of docs/architecture.md#eagle-heads. The layout is recognised from the keys:
+`draft_vocab_size`) and `model.safetensors` or `pytorch_model.bin` with the keys of
+docs/architecture.md#eagle-heads. The layout is recognised from the keys:
 `midlayer.*` is EAGLE-3, `layers.0.*` is EAGLE-1/2. Heads trained here use either layout
 (`specdec train eagle --arch`); EAGLE-1 ones may add `d2t` / `t2d` (a reduced draft vocabulary,
 EAGLE-3 convention), and both add `specdec_card.json` (the model card). An
