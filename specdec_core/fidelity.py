@@ -2,7 +2,8 @@
 
 Lossy policies buy acceptance with fidelity; these are the prices `specdec bench` reports
 (docs/architecture.md#measurement). With `output` a method's new tokens and `reference` the
-autoregressive (target-only) new tokens on the same prompt, and L = max(len(output), len(reference)):
+autoregressive (target-only) new tokens on the same prompt, and L = max(len(output),
+len(reference)):
 
 - prefix agreement = (tokens before the first difference) / L: the share of the text that is
   exactly the target's own until the first divergence;

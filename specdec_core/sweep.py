@@ -1,12 +1,12 @@
 """`specdec sweep`: speedup and τ of one method over a grid of settings, measured in one run.
 
-The grid is the cartesian product of the requested values, nothing more: `--k 1,2 --temperature
-0,1` is exactly four points. Speedup is a ratio measured in this process
-(docs/architecture.md#measurement): the autoregressive baseline is run on the same prompts once per temperature, the first time a
-point at that temperature is measured, and every point records the baseline it was divided by.
-A resumed sweep measures its baseline again, so each ratio still comes from one process; with
-`baseline="point"` it is measured again right before every point (twice the time, robust
-against a machine whose load drifts during the sweep).
+The grid is the cartesian product of the requested values, nothing more: `--k 1,2 --temperature 0,1`
+is exactly four points. Speedup is a ratio measured in this process
+(docs/architecture.md#measurement): the autoregressive baseline is run on the same prompts once per
+temperature, the first time a point at that temperature is measured, and every point records the
+baseline it was divided by. A resumed sweep measures its baseline again, so each ratio still comes
+from one process; with `baseline="point"` it is measured again right before every point (twice the
+time, robust against a machine whose load drifts during the sweep).
 
 Results are written to the JSON file after every point, so Ctrl+C (or a crash) keeps the points
 finished so far, and `resume=True` skips the points the file already holds — provided it was

@@ -1,9 +1,9 @@
 """PNG of a sweep result: a heatmap of speedup over two axes, or a curve over one.
 
-Drawn with matplotlib's object API (`Figure`, no pyplot, no GUI backend), so it runs headless
-and never touches Qt — the engine must not import Qt (docs/architecture.md#layers), which
-rules out pyqtgraph's exporter here. matplotlib is a dependency for this one file; the GUI draws its own live plots
-with pyqtgraph from the same JSON.
+Drawn with matplotlib's object API (`Figure`, no pyplot, no GUI backend), so it runs headless and
+never touches Qt — the engine must not import Qt (docs/architecture.md#layers), which rules out
+pyqtgraph's exporter here. matplotlib is a dependency for this one file; the GUI draws its own live
+plots with pyqtgraph from the same JSON.
 
 Layout: the temperature is the heatmap's rows when it varies, the first other varying axis its
 columns; any further varying axis is folded by taking the best speedup over it (the title says

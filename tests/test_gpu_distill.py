@@ -1,4 +1,4 @@
-"""scripts/gpu_distill.py (training within a time budget) end to end on the tiny target, on a CPU."""
+"""scripts/gpu_distill.py (training within a time budget) end to end on a tiny target, on a CPU."""
 
 import importlib.util
 import json

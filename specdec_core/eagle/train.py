@@ -20,10 +20,11 @@ because the lm_head is most of the cost on a CPU. Uniform noise on input feature
   starts with fc passing the highest of the three layers through, its norm and lm_head copied
   from the target's final norm and lm_head rows, the output projections scaled down.
 - `draft`: token-level draft of the same size (docs/architecture.md#token-level-draft): one
-  decoder layer on the target's frozen embedding, its own final norm, the target's lm_head;
-  input x_0..x_t, target f_t. Starts from the target's first layer and final norm. Saved as a LlamaForCausalLM config with
-  only its own weights (layer + norm, ~7 MB fp16); the embedding / tied lm_head are copied from
-  the target at load time (`token_draft.load_draft_dir`), which keeps the bundled file small.
+  decoder layer on the target's frozen embedding, its own final norm, the target's lm_head; input
+  x_0..x_t, target f_t. Starts from the target's first layer and final norm. Saved as a
+  LlamaForCausalLM config with only its own weights (layer + norm, ~7 MB fp16); the embedding / tied
+  lm_head are copied from the target at load time (`token_draft.load_draft_dir`), which keeps the
+  bundled file small.
 
 Checkpoints (`OUT/checkpoint.pt`) are written every `save_every` steps and after each epoch;
 a rerun with the same OUT resumes. With a time budget (`seconds`, e.g. a GPU held for minutes) the
