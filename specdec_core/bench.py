@@ -15,6 +15,13 @@ the entry as written.
 the same prompt, `prefix_agreement` (share of tokens before the first difference) and
 `token_agreement` (position-wise), and `mean_logprob`, the mean target log-probability per
 generated token from one extra teacher-forced target forward (not timed).
+
+**Differences explained.** For every prompt whose output differs from `ar`'s, the row records
+its `first_difference` (`specdec_core.first_difference`): the position, the target's logit
+margin there in a one-token and a multi-row forward, and the label float near-tie or bug; the
+aggregate counts both. With `reference_model` (`--reference fp32`: the target again in float32)
+`ar` also runs once per prompt in float32 (not timed), every row records `identical_to_fp32`,
+and the margins are measured in float32: a half-precision run checked against exact arithmetic.
 """
 
 from __future__ import annotations
@@ -28,9 +35,19 @@ from pathlib import Path
 from typing import Any
 
 from specdec_core.config import DecodeConfig, parse_params
-from specdec_core.measure import Aggregate, Row, aggregate, compared, load_extra, run_one, warm_up
+from specdec_core.measure import (
+    Aggregate,
+    Row,
+    aggregate,
+    compared,
+    explained,
+    load_extra,
+    run_one,
+    warm_up,
+)
 from specdec_core.models import LoadedModel
 from specdec_core.prompts import encode_prompt
+from specdec_core.runner import run
 
 Report = Callable[[str], None]  # a progress line
 
@@ -60,6 +77,7 @@ def run_bench(
     specs: dict[str, str],
     raw: bool = False,
     progress: Report | None = None,
+    reference_model: LoadedModel | None = None,
 ) -> BenchResult:
     report = progress or (lambda message: None)
     methods = ["ar", *[m for m in methods if m != "ar"]]
@@ -69,20 +87,35 @@ def run_bench(
     encoded = [encode_prompt(target.tokenizer, prompt, raw) for prompt in prompts]
     warm_up(target, encoded[0], config.seed)
     rows: list[Row] = []
+    judge = reference_model or target  # whose logits explain a difference
     for index, ids in enumerate(encoded):
         reference: tuple[int, ...] = ()
+        exact = _fp32_reference(reference_model, ids, config)
         for label, (method, variant_config) in variants.items():
             report(f"prompt {index + 1}/{len(encoded)}: {label}")
             row = run_one(method, target, ids, variant_config, extras[method], label, index)
             reference = row.token_ids if label == "ar" else reference
-            rows.append(compared(row, reference))
+            row = explained(compared(row, reference), judge.model, ids, reference)
+            if exact is not None:
+                row = replace(row, identical_to_fp32=row.token_ids == exact)
+            rows.append(row)
     result = BenchResult(config={**config.as_dict(), **_describe(target, methods, specs)})
+    result.config["reference"] = reference_model.dtype_name if reference_model else "same"
     result.rows = rows
     ar = aggregate([r for r in rows if r.method == "ar"])
     for method in methods:
         summary = aggregate([r for r in rows if r.method == method])
         result.methods[method] = summary.against(ar.tokens_per_second)
     return result
+
+
+def _fp32_reference(
+    model: LoadedModel | None, ids: list[int], config: DecodeConfig
+) -> tuple[int, ...] | None:
+    """`ar`'s output in the reference model's arithmetic (None without one)."""
+    if model is None:
+        return None
+    return run(model, "ar", ids, replace(config, policy="lossless", policy_params={})).token_ids
 
 
 def parse_variant(label: str, config: DecodeConfig) -> tuple[str, DecodeConfig]:
@@ -129,7 +162,12 @@ def format_table(result: BenchResult) -> str:
 
 def _note(m: Aggregate) -> str:
     tree = f"tree {m.tree} (tokens/depth/top-k)" if m.tree else ""
-    return " ".join(filter(None, ["LOSSY" if m.lossy else "", tree]))
+    ties = f"{m.near_ties} float near-tie(s)" if m.near_ties else ""
+    bugs = f"{m.bugs} DIFFERENCE(S) NOT EXPLAINED BY ROUNDING" if m.bugs and not m.lossy else ""
+    exact = (
+        f"identical to fp32 ar {m.identical_to_fp32:.2f}" if m.identical_to_fp32 is not None else ""
+    )
+    return " ".join(filter(None, ["LOSSY" if m.lossy else "", tree, ties, bugs, exact]))
 
 
 def _cell(value: float | None, width: int, spec: str) -> str:

@@ -8,6 +8,8 @@ each of them:
 - `warm_up(target, ids)`: one short run, so first-call allocation lands on no method;
 - `run_one(method, target, ids, config, extra) -> Row`: one timed run and its target log-prob;
 - `compared(row, reference) -> Row`: the row with its fidelity to the `ar` output;
+- `explained(row, model, ids, reference) -> Row`: where a differing output parts from the
+  reference, labelled float near-tie or bug (`first_difference`);
 - `aggregate(rows) -> Aggregate`: tokens/s, τ, per-step draft / verify time, fidelity.
 
 Speed is a ratio measured in the same process (`Aggregate.speedup_vs_ar`, filled in by the
@@ -23,6 +25,7 @@ from typing import Any
 from specdec_core.baselines import HF_METHODS, run_hf
 from specdec_core.config import DecodeConfig
 from specdec_core.fidelity import mean_logprob, prefix_agreement, token_agreement
+from specdec_core.first_difference import BUG, NEAR_TIE, FirstDifference, first_difference
 from specdec_core.models import LoadedModel
 from specdec_core.runner import Extra, prepare_extra, run
 
@@ -49,6 +52,8 @@ class Row:
     identical_to_ar: bool | None = None
     prefix_agreement: float | None = None
     token_agreement: float | None = None
+    first_difference: FirstDifference | None = None  # where it parts from the reference
+    identical_to_fp32: bool | None = None  # with an fp32 reference (`bench --reference fp32`)
 
     @property
     def mean_accept_length(self) -> float:
@@ -62,6 +67,9 @@ class Row:
         """The JSON form of a bench file's `per_prompt` entry (no token ids)."""
         record = asdict(self)
         del record["token_ids"]
+        record["first_difference"] = (
+            self.first_difference.to_record() if self.first_difference else None
+        )
         record.update(
             mean_accept_length=self.mean_accept_length, tokens_per_second=self.tokens_per_second
         )
@@ -86,6 +94,9 @@ class Aggregate:
     prefix_agreement: float | None = None
     token_agreement: float | None = None
     mean_logprob: float | None = None
+    near_ties: int = 0  # prompts whose output parts from ar's at a float near-tie
+    bugs: int = 0  # prompts whose output parts from ar's where no rounding explains it
+    identical_to_fp32: float | None = None  # share identical to an fp32 ar reference
     speedup_vs_ar: float | None = None  # set by the caller that measured ar in the same run
 
     def against(self, ar_tokens_per_second: float) -> Aggregate:
@@ -173,6 +184,12 @@ def compared(row: Row, reference: tuple[int, ...] | list[int]) -> Row:
     )
 
 
+def explained(row: Row, model, ids: list[int], reference: tuple[int, ...] | list[int]) -> Row:
+    """`row` with where its output first parts from `reference` (None when identical),
+    measured with `model` (the target, or its float32 copy)."""
+    return replace(row, first_difference=first_difference(model, ids, row.token_ids, reference))
+
+
 def aggregate(rows: list[Row]) -> Aggregate:
     """Sums over the prompts (tokens/s = all tokens / all time), prompt means of fidelity."""
     new = sum(r.new_tokens for r in rows)
@@ -182,6 +199,8 @@ def aggregate(rows: list[Row]) -> Aggregate:
     verify = [r.verify_seconds for r in rows if r.verify_seconds is not None]
     scored = [r for r in rows if r.mean_logprob is not None]
     scored_tokens = sum(r.new_tokens for r in scored)
+    labels = [r.first_difference.label for r in rows if r.first_difference is not None]
+    fp32 = [r.identical_to_fp32 for r in rows if r.identical_to_fp32 is not None]
     return Aggregate(
         tokens_per_second=new / wall if wall else 0.0,
         mean_accept_length=new / steps if steps else 0.0,
@@ -201,6 +220,9 @@ def aggregate(rows: list[Row]) -> Aggregate:
             if scored_tokens
             else None
         ),
+        near_ties=labels.count(NEAR_TIE),
+        bugs=labels.count(BUG),
+        identical_to_fp32=sum(fp32) / len(fp32) if fp32 else None,
     )
 
 

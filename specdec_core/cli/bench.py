@@ -35,6 +35,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--limit", type=int, default=None)
     parser.add_argument("--json-out", default=None)
     parser.add_argument("--csv-out", default=None)
+    parser.add_argument(
+        "--reference",
+        default="same",
+        choices=["same", "fp32"],
+        help="fp32: also run ar once per prompt with the target in float32 (not timed), report "
+        "identical_to_fp32 and measure every first difference in float32: checks a bf16 / "
+        "fp16 run against exact arithmetic",
+    )
     add_model_options(parser)
     add_decode_options(parser)
     parser.set_defaults(handler=run)
@@ -64,8 +72,18 @@ def run(args: argparse.Namespace) -> int:
     prompts = read_prompt_file(args.prompts, args.limit)
     target = load_model(args.target, args.device, args.dtype, progress=load_progress())
     config = resolve_auto_k(args, config, target, methods)
+    exact = None
+    if args.reference == "fp32" and target.dtype_name != "float32":
+        exact = load_model(args.target, str(target.device), "float32", progress=load_progress())
     result = run_bench(
-        target, methods, prompts, config, model_specs(args), args.raw, progress=stderr_progress
+        target,
+        methods,
+        prompts,
+        config,
+        model_specs(args),
+        args.raw,
+        progress=stderr_progress,
+        reference_model=exact,
     )
     print(file=sys.stderr)
     print(format_table(result))
