@@ -20,6 +20,27 @@ def history_path() -> Path:
     return Path(root) / "history.jsonl"
 
 
+def check(path: Path | None = None) -> str | None:
+    """Set a history file aside when a line of it is not JSON (a crash mid-write, an edit):
+    it moves to `history.jsonl.corrupt` and a new file starts. Returns a note, or None."""
+    path = path or history_path()
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+        for line in lines:
+            if line.strip():
+                json.loads(line)
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        aside = path.with_name(path.name + ".corrupt")
+        try:
+            os.replace(path, aside)
+        except OSError:
+            return f"history file {path} is unreadable ({error}) and could not be moved aside"
+        return f"history file {path} was unreadable ({error}); moved to {aside.name}"
+    return None
+
+
 def record(summary: RunSummary, prompt: str, path: Path | None = None) -> bool:
     """Append one run; False if it could not be written."""
     path = path or history_path()

@@ -15,8 +15,10 @@ def main(argv: list[str] | None = None) -> int:
     from PySide6.QtWidgets import QApplication
 
     from app import qt_compat
+    from app.logs import setup_logging
     from app.main_window import MainWindow
 
+    setup_logging()
     qt_compat.apply()
     app = QApplication.instance() or QApplication([sys.argv[0], *qt_args])
     app.setApplicationName("specdec-playground")

@@ -30,7 +30,8 @@ from app.engine import Engine, Registries, RunRequest, SpecdecEngine, TargetInfo
 from app.export import CompareResult, write_csv, write_json
 from app.first_run import first_choice
 from app.jobs import JobRunner
-from app.menus import Actions, create_actions, create_menus, show_about
+from app.logs import log_path
+from app.menus import Actions, create_actions, create_menus, show_about, show_help
 from app.palette import REFERENCE_COLOR, method_color
 from app.reference import References, reference_key, reference_request, speedup_text
 from app.run_controller import RunController
@@ -147,7 +148,8 @@ class MainWindow(QMainWindow):
         actions.output_tab.triggered.connect(lambda: self.tabs.setCurrentIndex(0))
         actions.compare_tab.triggered.connect(lambda: self.tabs.setCurrentIndex(1))
         actions.clear.triggered.connect(self._clear_output)
-        actions.about.triggered.connect(lambda: show_about(self))
+        actions.about.triggered.connect(lambda: show_about(self, str(log_path())))
+        actions.help.triggered.connect(lambda: setattr(self, "help_box", show_help(self)))
         self.models.load_requested.connect(lambda *_: self.load_target())
         self.prompt.generate_requested.connect(self.generate)
         self.prompt.stop_requested.connect(self.stop)
@@ -251,8 +253,15 @@ class MainWindow(QMainWindow):
             specs=self.models.specs(),
         )
 
+    def _prompt_given(self) -> bool:
+        """An empty prompt is refused at once, before anything runs."""
+        if self.prompt.text().strip():
+            return True
+        self.show_error("the prompt is empty; type a prompt (or open one with Ctrl+O)")
+        return False
+
     def generate(self) -> None:
-        if not self.ready() or not self.decoding.method_name():
+        if not self.ready() or not self.decoding.method_name() or not self._prompt_given():
             return
         self._save()
         self.output.clear()
@@ -270,7 +279,7 @@ class MainWindow(QMainWindow):
         return reference_key(request, self.target.spec if self.target else "")
 
     def run_compare(self) -> None:
-        if not self.ready():
+        if not self.ready() or not self._prompt_given():
             return
         self._save()
         self.compare.begin()
@@ -445,8 +454,9 @@ class MainWindow(QMainWindow):
             self.restoreGeometry(QByteArray.fromHex(values["geometry"].encode()))
         if values["splitter"]:
             self.splitter.restoreState(QByteArray.fromHex(values["splitter"].encode()))
-        if self.settings_note:
-            self.status.showMessage(self.settings_note, 15000)
+        notes = [note for note in (self.settings_note, history.check()) if note]
+        if notes:
+            self.status.showMessage("; ".join(notes), 15000)
 
     def current_settings(self) -> dict:
         return {

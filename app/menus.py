@@ -5,8 +5,9 @@ from __future__ import annotations
 import platform
 from dataclasses import dataclass
 from importlib import metadata
+from pathlib import Path
 
-from PySide6.QtCore import qVersion
+from PySide6.QtCore import Qt, QUrl, qVersion
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QMainWindow, QMessageBox
 
@@ -35,6 +36,7 @@ class Actions:
     output_tab: QAction
     compare_tab: QAction
     clear: QAction
+    help: QAction
     about: QAction
 
 
@@ -50,18 +52,19 @@ def create_actions(window: QMainWindow) -> Actions:
     actions = Actions(
         load=_action(window, "&Load target model", "Ctrl+L"),
         open_prompt=_action(window, "&Open prompt…", QKeySequence.StandardKey.Open),
-        export_csv=_action(window, "Export comparison as &CSV…"),
-        export_json=_action(window, "Export comparison as &JSON…"),
-        export_png=_action(window, "Export window as &PNG…"),
-        quit=_action(window, "&Quit", QKeySequence.StandardKey.Quit),
+        export_csv=_action(window, "Export comparison as &CSV…", "Ctrl+E"),
+        export_json=_action(window, "Export comparison as &JSON…", "Ctrl+Shift+E"),
+        export_png=_action(window, "Export window as &PNG…", "Ctrl+Shift+P"),
+        quit=_action(window, "&Quit", "Ctrl+Q"),
         generate=_action(window, "&Generate", "Ctrl+Return"),
         stop=_action(window, "&Stop", "Esc"),
         compare=_action(window, "&Compare methods", "Ctrl+Shift+Return"),
-        show_rejected=_action(window, "Show &rejected drafts"),
+        show_rejected=_action(window, "Show &rejected drafts", "Ctrl+R"),
         output_tab=_action(window, "&Output", "Ctrl+1"),
         compare_tab=_action(window, "Co&mpare", "Ctrl+2"),
-        clear=_action(window, "C&lear output"),
-        about=_action(window, "&About specdec-playground"),
+        clear=_action(window, "C&lear output", "Ctrl+K"),
+        help=_action(window, "&What am I looking at?", QKeySequence.StandardKey.HelpContents),
+        about=_action(window, "&About specdec-playground", "Ctrl+F1"),
     )
     actions.show_rejected.setCheckable(True)
     return actions
@@ -84,6 +87,7 @@ def create_menus(window: QMainWindow, actions: Actions) -> None:
     for action in (actions.show_rejected, actions.output_tab, actions.compare_tab, actions.clear):
         view_menu.addAction(action)
     help_menu = bar.addMenu("&Help")
+    help_menu.addAction(actions.help)
     help_menu.addAction(actions.about)
 
 
@@ -97,11 +101,50 @@ def versions() -> dict[str, str]:
     return found
 
 
-def show_about(window: QMainWindow) -> None:
+README = Path(__file__).resolve().parents[1] / "README.md"  # in a checkout
+README_SECTION = "#the-playground-window"
+
+HELP_TEXT = """<p><b>Tokens</b> are coloured by who produced them:
+<span style="background:#9be3b0">&nbsp;green&nbsp;</span> a drafted token the target accepted,
+<span style="background:#ffb199">&nbsp;orange-red&nbsp;</span> a correction (the target's own
+token where it rejected the draft),
+<span style="background:#9cc8ff">&nbsp;blue&nbsp;</span> a bonus token (the target's extra
+token after a fully accepted draft), <span style="background:#e4e4e4">&nbsp;grey&nbsp;</span>
+a plain target token (autoregressive). Hover a token for its step and probabilities.</p>
+<p><b>τ</b> (mean acceptance length) = new tokens ÷ target forwards: autoregressive decoding
+is 1, a step that accepts all k drafts gives k + 1. Speedup is measured: tokens/s against an
+autoregressive run of the same prompt and settings.</p>
+<p><b>Plots</b>: tokens per step with its running mean τ; tokens/s over engine time;
+acceptance rate by draft position; for EAGLE-2 the last draft tree, accepted path in green.</p>
+<p>More: the README, section “The playground window”.</p>"""
+
+
+def help_text() -> str:
+    """The help page, linking the README's section when the README is on this machine."""
+    if not README.is_file():
+        return HELP_TEXT
+    link = QUrl.fromLocalFile(str(README)).toString() + README_SECTION
+    return HELP_TEXT.replace(
+        "section “The playground window”", f'<a href="{link}">section “The playground window”</a>'
+    )
+
+
+def show_help(window: QMainWindow) -> QMessageBox:
+    box = QMessageBox(
+        QMessageBox.Icon.Information, "What am I looking at?", help_text(), parent=window
+    )
+    box.setTextFormat(Qt.TextFormat.RichText)
+    box.setTextInteractionFlags(Qt.TextInteractionFlag.TextBrowserInteraction)
+    box.open()
+    return box
+
+
+def show_about(window: QMainWindow, log_file: str = "") -> None:
     rows = "".join(f"<tr><td>{k}</td><td>&nbsp;{v}</td></tr>" for k, v in versions().items())
+    logs = f"<br>Log file (tracebacks): {log_file}" if log_file else ""
     QMessageBox.about(
         window,
         "About specdec-playground",
         "<b>specdec-playground</b><br>A playground for speculative decoding: EAGLE heads, "
-        f"classic drafts, n-gram lookup, live.<br><br><table>{rows}</table>",
+        f"classic drafts, n-gram lookup, live.<br><br><table>{rows}</table>{logs}",
     )

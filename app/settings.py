@@ -12,11 +12,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from platformdirs import user_config_dir
+
+from specdec_core.files import write_atomic
 
 FILENAME = "settings.json"
 
@@ -77,19 +78,8 @@ def load_settings(path: Path | None = None) -> tuple[dict[str, Any], str | None]
 
 
 def save_settings(values: dict[str, Any], path: Path | None = None) -> None:
-    path = path or settings_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
     data = {key: values[key] for key in DEFAULTS if key in values}
-    fd, tmp = tempfile.mkstemp(prefix=".settings-", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=2)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path or settings_path(), json.dumps(data, indent=2))
 
 
 def _same_type(value: Any, default: Any) -> bool:

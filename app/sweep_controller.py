@@ -54,6 +54,7 @@ class SweepController(QObject):
         self.view = SweepView()
         self.tune_action = QAction("&Tune k", self)
         self.tune_action.setToolTip("measure k on this device and set the fastest")
+        self.tune_action.setShortcut("Ctrl+T")
         self.job: Job | None = None
         self.kind = ""  # "sweep" or "tune" while a job runs
         self.result_box: QMessageBox | None = None

@@ -27,6 +27,7 @@ and the margins are measured in float32: a half-precision run checked against ex
 from __future__ import annotations
 
 import csv
+import io
 import json
 import sys
 from collections.abc import Callable
@@ -35,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from specdec_core.config import DecodeConfig, parse_params
+from specdec_core.files import write_atomic
 from specdec_core.measure import (
     Aggregate,
     Row,
@@ -175,14 +177,16 @@ def _cell(value: float | None, width: int, spec: str) -> str:
 
 
 def write_outputs(result: BenchResult, json_out: str | None, csv_out: str | None) -> None:
+    """Write atomically: an interrupt mid-write leaves an earlier file as it was."""
     if json_out:
-        Path(json_out).write_text(json.dumps(result.as_dict(), indent=2))
+        write_atomic(Path(json_out), json.dumps(result.as_dict(), indent=2))
     if csv_out:
         records = result.as_dict()["per_prompt"]
-        with open(csv_out, "w", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=list(records[0]))
-            writer.writeheader()
-            writer.writerows(records)
+        buffer = io.StringIO(newline="")
+        writer = csv.DictWriter(buffer, fieldnames=list(records[0]))
+        writer.writeheader()
+        writer.writerows(records)
+        write_atomic(Path(csv_out), buffer.getvalue())
 
 
 def stderr_progress(message: str) -> None:

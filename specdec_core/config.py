@@ -8,6 +8,8 @@ from typing import Any
 
 from specdec_core.errors import SpecdecError
 
+MAX_K = 64  # longest draft chain: beyond it a draft is mostly rejected work
+
 
 @dataclass(frozen=True)
 class DecodeConfig:

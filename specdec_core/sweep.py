@@ -30,6 +30,7 @@ from typing import Any, Protocol
 from specdec_core.config import DecodeConfig
 from specdec_core.control import StopFlag
 from specdec_core.errors import SpecdecError
+from specdec_core.files import write_atomic
 from specdec_core.measure import Measurement, aggregate, compared, load_extra, run_one, warm_up
 from specdec_core.methods import Extra
 from specdec_core.models import LoadedModel
@@ -119,9 +120,7 @@ class SweepResult:
 
     def write(self, path: Path) -> None:
         """Write atomically, so an interrupt during the write never corrupts earlier points."""
-        scratch = path.with_name(path.name + ".tmp")
-        scratch.write_text(json.dumps(self.as_dict(), indent=2))
-        scratch.replace(path)
+        write_atomic(path, json.dumps(self.as_dict(), indent=2))
 
 
 def _temp(record: dict[str, Any]) -> float:

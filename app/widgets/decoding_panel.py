@@ -97,6 +97,20 @@ class DecodingPanel(QGroupBox):
         self._form.addRow("Tree depth", self.tree_depth)
         self._form.addRow("Tree top-k", self.tree_topk)
         self._form.addRow("Tree size", self.tree_tokens)
+        tips = {
+            self.method: "how tokens are drafted (the engine's methods); hover an entry for it",
+            self.policy: "how drafts are verified: lossless keeps the target's output exactly",
+            self.k: "draft length k: tokens drafted per step by chain methods (1–16)",
+            self.temperature: "sampling temperature, 0 = greedy (0–2); applied to target and draft",
+            self.top_p: "nucleus sampling: keep the smallest set of tokens with this mass (0.05–1)",
+            self.seed: "random seed of a sampled run (same seed, same output)",
+            self.max_new_tokens: "most tokens to generate (1–4096); a run also ends at EOS",
+            self.tree_depth: "EAGLE-2 tree depth in draft steps (0 = sized for this device, –16)",
+            self.tree_topk: "EAGLE-2 children per expanded node (0 = sized for this device, –32)",
+            self.tree_tokens: "EAGLE-2 tree size in tokens (0 = sized for this device, –256)",
+        }
+        for widget, tip in tips.items():
+            widget.setToolTip(tip)
         self._show_tree(False)
         self._form.setRowVisible(self.params_box, False)
 

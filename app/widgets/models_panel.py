@@ -36,10 +36,17 @@ class ModelsPanel(QGroupBox):
             }
         )
         self.head = SpecPicker({"embedded": "the bundled EAGLE head for the embedded model"})
+        self.target.setToolTip("the target model: embedded, a hub id, a model folder or a .gguf")
+        self.draft.setToolTip("the classic method's draft model (same tokenizer as the target)")
+        self.head.setToolTip("the EAGLE head for eagle / eagle2: a head folder or a hub id")
         self.device = QComboBox()
         self.device.addItems(DEVICES)
+        self.device.setToolTip("auto: CUDA, then MPS, then the CPU")
         self.dtype = QComboBox()
         self.dtype.addItems(DTYPES)
+        self.dtype.setToolTip(
+            "auto: bf16 on CUDA, fp16 on MPS, float32 on the CPU (float32: lossless is identical)"
+        )
         self.load_button = QPushButton("Load")
         self.load_button.setToolTip("Load the target model (Ctrl+L); drafts load on first use")
         self.load_button.clicked.connect(self._request_load)

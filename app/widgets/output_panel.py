@@ -38,6 +38,7 @@ class OutputPanel(QWidget):
         super().__init__(parent)
         self.view = TokenView()
         self.show_rejected = QCheckBox("show rejected drafts")
+        self.show_rejected.setToolTip("show each step's first rejected draft, struck through")
         self.summary = QLabel("")
         self.summary.setWordWrap(True)
         legend_row = QHBoxLayout()

@@ -23,6 +23,7 @@ class PromptPanel(QWidget):
         self.editor.setPlaceholderText("Type a prompt; Ctrl+Return generates, Esc stops.")
         self.editor.setMinimumHeight(60)
         self.raw = QCheckBox("raw (no chat template)")
+        self.raw.setToolTip("send the text as it is, without the model's chat template")
         self.generate_button = QPushButton("Generate")
         self.generate_button.setToolTip("Generate with the chosen method (Ctrl+Return)")
         self.generate_button.setDefault(True)

@@ -71,6 +71,19 @@ class SweepView(QWidget):
         self.stop_button.setEnabled(False)
         self.run_button.clicked.connect(self.run_requested)
         self.stop_button.clicked.connect(self.stop_requested)
+        tips = {
+            self.k_values: "draft lengths to measure, comma-separated (chain methods, 0–16)",
+            self.temperatures: "temperatures to measure, comma-separated (0 = greedy, 0–2)",
+            self.tree_tokens: "EAGLE-2 tree sizes to measure, comma-separated (tokens, 2–256)",
+            self.thresholds: "values of a lossy policy's first parameter, comma-separated",
+            self.prompt_source: "sweep on the current prompt or on the prompts of a JSONL file",
+            self.prompt_file: "a JSONL file with one {'prompt': …} or {'turns': […]} per line",
+            browse: "choose the JSONL prompt file",
+            self.run_button: "measure every point of the grid (speedup against ar, τ)",
+            self.stop_button: "stop after the point being measured; finished points stay",
+        }
+        for widget, tip in tips.items():
+            widget.setToolTip(tip)
         self.status = QLabel("choose a grid and press Run sweep; click a cell to apply it")
         self.status.setWordWrap(True)
 

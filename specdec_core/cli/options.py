@@ -17,7 +17,7 @@ import sys
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from specdec_core.config import DecodeConfig, parse_params
+from specdec_core.config import MAX_K, DecodeConfig, parse_params
 from specdec_core.errors import SpecdecError
 
 if TYPE_CHECKING:
@@ -126,8 +126,8 @@ def decode_config(args: argparse.Namespace, *, sweep: bool = False) -> DecodeCon
         k = DecodeConfig.k if args.k == AUTO else args.k  # auto: tuned once models are loaded
         if args.temperature < 0:
             raise SpecdecError(f"--temperature must be >= 0 (got {args.temperature})")
-        if k < 0:
-            raise SpecdecError(f"--k must be at least 0 (got {k})")
+        if not 0 <= k <= MAX_K:
+            raise SpecdecError(f"--k must be between 0 and {MAX_K} (got {k}), or auto")
         tree_tokens = None if args.tree_tokens == AUTO else _int(args.tree_tokens, "--tree-tokens")
         fields = dict(
             k=k,

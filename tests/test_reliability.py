@@ -1,0 +1,105 @@
+"""Bad input and faults: a clear one-line message, checked before a model loads, and nothing
+the user had is lost (settings, history, results, the loaded model)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from specdec_core import models
+from specdec_core.cli import main
+from specdec_core.errors import SpecdecError
+from specdec_core.files import write_atomic
+from tests.gui_window import make_window_fixture, wait_idle  # noqa: F401  (fixture)
+
+
+@pytest.fixture
+def no_model_load(monkeypatch):
+    """Any model load fails the test: the input must be refused before one."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model was loaded before the input was checked")
+
+    monkeypatch.setattr(models, "load_model", refuse)
+
+
+def _one_line_error(capsys, argv) -> str:
+    code = main(argv)
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("specdec: error")]
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["--prompt", ""], "empty"),
+        (["--prompt", "   \n\t "], "empty"),
+        (["--prompt", "hi", "--max-new-tokens", "0"], "--max-new-tokens"),
+        (["--prompt", "hi", "--k", "-1"], "--k"),
+        (["--prompt", "hi", "--k", "1000"], "--k"),
+        (["--prompt", "hi", "--temperature", "-0.5"], "--temperature"),
+        (["--prompt", "hi", "--top-p", "0"], "--top-p"),
+        (["--prompt", "hi", "--top-p", "1.5"], "--top-p"),
+        (["--prompt", "hi", "--policy", "nonsense"], "unknown policy"),
+        (["--prompt", "hi", "--policy-param", "tau"], "NAME=NUMBER"),
+    ],
+)
+def test_bad_generate_settings_are_refused_before_a_model_loads(capsys, no_model_load, argv, says):
+    assert says in _one_line_error(capsys, ["generate", *argv])
+
+
+def test_a_prompt_file_that_is_not_utf8_is_refused_with_its_line(capsys, no_model_load, tmp_path):
+    path = tmp_path / "p.jsonl"
+    path.write_bytes(b'{"prompt": "fine"}\n{"prompt": "caf\xe9"}\n')
+    line = _one_line_error(capsys, ["bench", "--prompts", str(path)])
+    assert "p.jsonl:2" in line and "UTF-8" in line
+
+
+def test_a_malformed_jsonl_line_is_reported_with_its_number(capsys, no_model_load, tmp_path):
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"prompt": "a"}\n\n{"prompt": "b"\n')
+    assert "p.jsonl:3" in _one_line_error(capsys, ["bench", "--prompts", str(path)])
+
+
+def test_an_interrupted_atomic_write_leaves_the_old_file_readable(tmp_path, monkeypatch):
+    path = tmp_path / "bench.json"
+    write_atomic(path, json.dumps({"old": True}))
+
+    def crash(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(KeyboardInterrupt):
+        write_atomic(path, json.dumps({"new": True}))
+    assert json.loads(path.read_text()) == {"old": True}
+    assert [p.name for p in tmp_path.iterdir()] == ["bench.json"]  # no scratch file left
+
+
+def test_a_corrupt_history_file_is_set_aside_with_a_note(make_window, tmp_path):
+    history = tmp_path / "data" / "history.jsonl"
+    history.parent.mkdir(parents=True)
+    history.write_text('{"method": "ar"}\n{"method": "cla')  # a crash mid-line
+    window = make_window()
+    assert "history file" in window.status.currentMessage()
+    assert (history.parent / "history.jsonl.corrupt").is_file() and not history.exists()
+
+
+def test_an_empty_prompt_is_refused_in_the_window_before_anything_runs(make_window, qtbot):
+    window = make_window()
+    window.prompt.set_text("   ")
+    window.generate()
+    window.run_compare()
+    assert "prompt is empty" in window.last_error
+    assert window.engine.requests == [] and window.ready()
+
+
+def test_an_engine_error_mid_run_leaves_the_window_usable(make_window, qtbot):
+    window = make_window()
+    window.engine.fail_next = SpecdecError("out of memory; try --dtype bfloat16")
+    window.generate()
+    wait_idle(qtbot, window)
+    assert "out of memory" in window.last_error and window.ready()
