@@ -27,7 +27,7 @@ import math
 
 import torch
 
-from specdec_core import kv_cache, tree_sizing
+from specdec_core import attention_mask, kv_cache, tree_sizing
 from specdec_core.config import DecodeConfig
 from specdec_core.drafters.base import EMPTY, Drafter, Proposal
 from specdec_core.drafters.eagle import feature_layers, head_features
@@ -152,7 +152,7 @@ class Eagle2Drafter(Drafter):
         for level in range(1, shape.depth):
             beam_tokens = self.head.target_ids(torch.cat(draft_ids)[beam])
             seen = torch.cat([seen, torch.eye(k, dtype=torch.bool)], dim=1)  # [k, r + k]
-            mask = _tree_mask(seen, prefix, self._dtype(), device)
+            mask = attention_mask.after_prefix(seen, prefix, self._dtype(), device)
             positions = torch.full((1, k), prefix + level - 1, device=device)
             out = self.head.step(beam_in[None], beam_tokens[None], positions, mask, self.cache)
             child = out.logits[0].float().log_softmax(-1).topk(k)  # [k, k]
@@ -217,7 +217,7 @@ class Eagle2Drafter(Drafter):
                 sees[node] = [*sees[parents[node]], rows + j]
                 seen[j, sees[node]] = True
             rows += len(beam)
-            mask = _tree_mask(seen, prefix, dtype, device)
+            mask = attention_mask.after_prefix(seen, prefix, dtype, device)
             positions = torch.full((1, len(beam)), prefix + depth - 1, device=device)
             features = torch.stack([continues[node] for node in beam])[None]  # [1, b, h]
             beam_tokens = torch.tensor([tokens[node] for node in beam], device=device)[None]
@@ -262,7 +262,9 @@ class Eagle2Drafter(Drafter):
         feature = torch.zeros(1, k, h, device=device, dtype=self._dtype())
         tokens = torch.zeros(1, k, dtype=torch.long, device=device)
         positions = torch.full((1, k), prefix, device=device)
-        mask = _tree_mask(torch.eye(k, dtype=torch.bool), prefix, self._dtype(), device)
+        mask = attention_mask.after_prefix(
+            torch.eye(k, dtype=torch.bool), prefix, self._dtype(), device
+        )
         out = self.head.step(feature, tokens, positions, mask, self._timing_cache)
         out.logits[0].float().log_softmax(-1).topk(k)
         kv_cache.truncate(self._timing_cache, prefix)
@@ -288,13 +290,6 @@ def head_levels(
         if node is None:
             break
     return trials, hits
-
-
-def _tree_mask(seen: torch.Tensor, prefix: int, dtype: torch.dtype, device) -> torch.Tensor:
-    """Additive mask [1, 1, k, prefix + r] from `seen` [k, r]: all of the prefix, plus seen rows."""
-    allowed = torch.cat([torch.ones(seen.shape[0], prefix, dtype=torch.bool), seen], dim=1)
-    mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
-    return mask[None, None].to(device)
 
 
 def _select(
