@@ -7,7 +7,7 @@ import torch
 
 from specdec_core import tree_sizing
 from specdec_core.config import DecodeConfig
-from specdec_core.decode import _verify, generate
+from specdec_core.decode import generate, select_rows, verify_proposal
 from specdec_core.drafters.eagle2 import RESIZE_STEPS, Eagle2Drafter, _select
 from specdec_core.events import Finished, Started, Step
 from specdec_core.runner import run
@@ -125,11 +125,11 @@ def test_head_and_target_caches_equal_a_fresh_prefill_after_compaction(
         start = runner.length
         out = runner.forward([ids[-1], *proposal.tokens], proposal.parents)
         p = probs(out.logits, config.temperature, config.top_p)
-        path, token = _verify(proposal, p, verifier, generator)
+        path, token = verify_proposal(proposal, p, verifier, generator)
         rows = [0, *(node + 1 for node in path)]
         runner.keep(start, rows)
         ids = [*ids, *(proposal.tokens[node] for node in path), token]
-        drafter.commit(ids, len(path), _rows(out, rows))
+        drafter.commit(ids, len(path), select_rows(out, rows))
         accepted_total += len(path)
     assert accepted_total > 0
     fresh_runner = Target(target.model, drafter.feature_layers)
@@ -141,12 +141,6 @@ def test_head_and_target_caches_equal_a_fresh_prefill_after_compaction(
             torch.testing.assert_close(ours.keys, theirs.keys, atol=1e-5, rtol=1e-4)
             torch.testing.assert_close(ours.values, theirs.values, atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(drafter.root[1], fresh.root[1], atol=1e-4, rtol=1e-4)
-
-
-def _rows(out, rows):
-    from specdec_core.decode import _rows as decode_rows
-
-    return decode_rows(out, rows)
 
 
 def test_started_event_and_summary_carry_the_chosen_tree_size(tiny_target):
