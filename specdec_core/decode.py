@@ -94,12 +94,14 @@ def generate(
         start = runner.length
         out = runner.forward([ids[-1], *proposal.tokens], proposal.parents)
         p = probs(out.logits, config.temperature, config.top_p)  # [n+1, V]
-        path, next_token = _verify(proposal, p, verifier, generator, _soft(verifier, out, config))
+        path, next_token = verify_proposal(
+            proposal, p, verifier, generator, _soft(verifier, out, config)
+        )
         runner.keep(start, [0, *(node + 1 for node in path)])
         t2 = _now(target.device)
         emitted = [proposal.tokens[node] for node in path] + [next_token]
         ids.extend(emitted)
-        drafter.commit(ids, len(path), _rows(out, [0, *(node + 1 for node in path)]))
+        drafter.commit(ids, len(path), select_rows(out, [0, *(node + 1 for node in path)]))
         t3 = _now(target.device)
 
         tokens = _tokens(emitted, proposal, path, p, detok, stats.steps)
@@ -143,14 +145,15 @@ def generate(
     yield Finished(summary)
 
 
-def _verify(
+def verify_proposal(
     proposal: Proposal,
     p: torch.Tensor,
     verifier: ChainVerifier,
     generator: torch.Generator,
     p_soft: torch.Tensor | None = None,
 ) -> tuple[list[int], int]:
-    """Accepted node indices (root to leaf) and the target's next token."""
+    """Accepted node indices (root to leaf) and the target's next token, for a chain (by
+    `verifier`) or a tree (`verify_tree`); `p` [n+1, V] is the target's distribution per row."""
     if proposal.is_tree:
         return verify_tree(proposal, p, generator, verifier)
     draft = torch.tensor(proposal.tokens, dtype=torch.long, device=p.device)
@@ -218,7 +221,8 @@ def _tree(proposal: Proposal, path: list[int]) -> DraftTree | None:
     )
 
 
-def _rows(out: TargetOutput, rows: list[int]) -> TargetOutput:
+def select_rows(out: TargetOutput, rows: list[int]) -> TargetOutput:
+    """The features of `rows` of a target forward, as a drafter's `commit` takes them."""
     index = torch.tensor(rows, device=out.hidden.device)
     return TargetOutput(
         logits=None,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel
 
-from specdec_core import kv_cache
+from specdec_core import attention_mask, kv_cache
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,5 @@ def tree_attention(
         allowed[row] = allowed[parent_row]
         allowed[row, row] = True
         depth[row] = depth[parent_row] + 1
-    full = torch.cat([torch.ones(n, prefix, dtype=torch.bool), allowed], dim=1)
-    mask = torch.zeros(full.shape, dtype=dtype).masked_fill(~full, torch.finfo(dtype).min)
     positions = torch.tensor([depth], device=device) + prefix
-    return mask[None, None].to(device), positions
+    return attention_mask.after_prefix(allowed, prefix, dtype, device), positions

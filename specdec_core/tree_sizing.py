@@ -6,8 +6,8 @@ tokens. Both costs are measured on this device, once per process and model (`mea
 `measure_head`, cached); the gain comes from an acceptance prior: the head's rank-r token is
 the target's with probability π_r, where the chance that one of its top-k is right is
 α(k) = 1 − (1 − α₁)·k^(−1/2) (α₁ = top-1 acceptance). Under that prior `expected_tau` runs
-the same beam search the drafter runs (top-k by cumulative probability, best
-`total_tokens − 1` nodes) and sums the nodes' path probabilities:
+the same beam search the drafter runs (drafters/eagle2_growth.py: top-k by cumulative
+probability, best `total_tokens − 1` nodes) and sums the nodes' path probabilities:
 E[τ] = 1 + Σ P(node on the accepted path). `choose` takes the shape with the most tokens per second.
 The prior α₁ = 0.6 is only the start: `observe` counts how often the target accepted the
 head's top-1 child at each verified tree level (measured directly, whatever the tree shape, so
@@ -15,9 +15,10 @@ a small tree does not lock itself in), blended with what was known before and ke
 for the rest of the process, so the size follows the head in use.
 
 On a GPU a forward over 60 tokens costs about as much as over one, so this lands on EAGLE's
-defaults (60 tokens, depth 6, top-k 10); on a CPU (float32, prepacked linears) every verified
-token costs ~0.3–0.6 ms on top of a ~21–23 ms forward and a head step ~0.8 ms (bf16 head), so
-trees stay small (4–8 tokens for the bundled head on two cores).
+defaults (60 tokens, depth 6, top-k 10); on a CPU every verified token adds to the forward
+and every head step counts, so trees stay small. Measured costs and the sizes they led to are
+in docs/benchmarks.md. This module is the cost model; the drafter's online sizing (which
+dimensions are given, the tallies, the head timing) is drafters/eagle2_sizing.py.
 Units: `depth` is the longest draft path (tree levels; EAGLE's code counts expansions after the
 root, one fewer); `total_tokens` counts the root (the pending token), as EAGLE's
 `total_token`. A given shape larger than its beam can fill is `capped`.
@@ -195,8 +196,8 @@ def fastest(
     """Seconds of the fastest of `repeats` runs of each of `runs`: other processes only ever
     add time (a busy shared CPU). The repeats go round all the sizes in turn, so a burst of
     load inflates one round of every size, not every run of the sizes it falls on. (Timed
-    size by size, a benchmark run once chose 32-token trees for the bundled head, 1.00x where
-    7-token trees gave 1.34x, most likely through such a burst.)"""
+    size by size, such a burst once made a benchmark run choose trees several times larger
+    than the fastest size; docs/benchmarks.md.)"""
     for run in runs.values():
         run()  # warm-up
     best = dict.fromkeys(runs, float("inf"))

@@ -7,8 +7,10 @@ import torch
 
 from specdec_core import tree_sizing
 from specdec_core.config import DecodeConfig
-from specdec_core.decode import _verify, generate
-from specdec_core.drafters.eagle2 import RESIZE_STEPS, Eagle2Drafter, _select
+from specdec_core.decode import generate, select_rows, verify_proposal
+from specdec_core.drafters.eagle2 import Eagle2Drafter
+from specdec_core.drafters.eagle2_growth import rerank
+from specdec_core.drafters.eagle2_sizing import RESIZE_STEPS
 from specdec_core.events import Finished, Started, Step
 from specdec_core.runner import run
 from specdec_core.sampling import probs
@@ -85,11 +87,11 @@ def test_tree_is_sorted_parents_first_and_shaped_as_asked(tiny_target):
         assert all(len(set(group)) == len(group) for group in siblings.values())
 
 
-def test_select_keeps_parents_of_ties():
+def test_rerank_keeps_parents_of_ties():
     tokens = torch.tensor([5, 6, 7, 8])
     scores = torch.tensor([-1.0, -2.0, -1.0, -1.0])  # nodes 2 and 3: children of 0 with logp 0
     parents = torch.tensor([-1, -1, 0, 2])
-    chosen, tree_parents, _ = _select(tokens, scores, parents, 3)
+    chosen, tree_parents, _ = rerank(tokens, scores, parents, 3)
     assert chosen == [5, 7, 8] and tree_parents == (-1, 0, 1)
 
 
@@ -125,11 +127,11 @@ def test_head_and_target_caches_equal_a_fresh_prefill_after_compaction(
         start = runner.length
         out = runner.forward([ids[-1], *proposal.tokens], proposal.parents)
         p = probs(out.logits, config.temperature, config.top_p)
-        path, token = _verify(proposal, p, verifier, generator)
+        path, token = verify_proposal(proposal, p, verifier, generator)
         rows = [0, *(node + 1 for node in path)]
         runner.keep(start, rows)
         ids = [*ids, *(proposal.tokens[node] for node in path), token]
-        drafter.commit(ids, len(path), _rows(out, rows))
+        drafter.commit(ids, len(path), select_rows(out, rows))
         accepted_total += len(path)
     assert accepted_total > 0
     fresh_runner = Target(target.model, drafter.feature_layers)
@@ -143,18 +145,12 @@ def test_head_and_target_caches_equal_a_fresh_prefill_after_compaction(
     torch.testing.assert_close(drafter.root[1], fresh.root[1], atol=1e-4, rtol=1e-4)
 
 
-def _rows(out, rows):
-    from specdec_core.decode import _rows as decode_rows
-
-    return decode_rows(out, rows)
-
-
 def test_started_event_and_summary_carry_the_chosen_tree_size(tiny_target):
     drafter = Eagle2Drafter(tiny_head(tiny_target), tiny_target.model)
     events, summary = _events(tiny_target, drafter, prompt(), DecodeConfig(max_new_tokens=8))
     started = events[0]
     assert isinstance(started, Started) and isinstance(events[-1], Finished)
-    shape = drafter.choice(DecodeConfig()).shape
+    shape = drafter.sizer.choice(DecodeConfig()).shape
     for config in (started.config, summary.config):
         assert (config["tree_depth"], config["tree_topk"], config["tree_tokens"]) == (
             shape.depth,
@@ -216,9 +212,9 @@ def test_auto_size_follows_the_measured_acceptance(tiny_target):
     config = DecodeConfig(max_new_tokens=60)
     _, summary = _events(tiny_target, drafter, prompt(), config)
     assert summary.steps >= RESIZE_STEPS
-    alpha1 = tree_sizing.acceptance(drafter._acceptance_key(config))
+    alpha1 = tree_sizing.acceptance(drafter.sizer.acceptance_key(config))
     assert alpha1 != tree_sizing.ALPHA1
-    choice = drafter.choice(config)
+    choice = drafter.sizer.choice(config)
     assert choice.shape == choose(choice.costs, alpha1).shape
 
 
@@ -251,15 +247,15 @@ def test_head_step_timing_runs_the_dummy_prefix_once(tiny_target, monkeypatch):
         drafter.head, "step", lambda f, t, *a: rows.append(t.shape[-1]) or step(f, t, *a)
     )
     for k in (1, 4, 4):
-        drafter._time_head_step(k)
-        assert kv_cache.cache_length(drafter._timing_cache) == 128
+        drafter.sizer.time_head_step(k)
+        assert kv_cache.cache_length(drafter.sizer.timing_cache) == 128
     assert rows == [128, 1, 4, 4]
 
 
 def test_a_given_tree_larger_than_its_beam_is_capped_and_says_so(tiny_target):
     drafter = Eagle2Drafter(tiny_head(tiny_target), tiny_target.model)
     config = _config((2, 4, 24))  # depth 2 x top-k 4 yields 4 + 16 = 20 nodes
-    choice = drafter.choice(config)
+    choice = drafter.sizer.choice(config)
     assert choice.shape == TreeShape(2, 4, 21) and "capped at 21" in choice.reason
     ids = prompt(length=6)
     drafter.begin(ids, Target(tiny_target.model).prefill(ids[:-1]))

@@ -7,8 +7,14 @@ import torch
 
 from specdec_core.config import DecodeConfig
 from specdec_core.decode import generate
-from specdec_core.drafters.eagle2 import head_levels
-from specdec_core.drafters.eagle2_lookup import LOOKUP_SCORE, Eagle2LookupDrafter, merge_chain
+from specdec_core.drafters.base import EMPTY, Proposal
+from specdec_core.drafters.eagle2_lookup import (
+    LOOKUP_SCORE,
+    Eagle2LookupDrafter,
+    merge_chain,
+    merge_lookup,
+)
+from specdec_core.drafters.eagle2_sizing import head_levels
 from specdec_core.drafters.ngram import prompt_lookup
 from specdec_core.events import Step
 from specdec_core.methods import build_drafter, is_tree
@@ -32,6 +38,30 @@ def test_merge_chain_shares_the_nodes_it_has_and_appends_the_rest():
     assert merge_chain(tokens, parents, scores, [8])[:2] == ([5, 6, 7, 8], (-1, -1, 0, -1))
     assert merge_chain([], (), (), [3, 3]) == ([3, 3], (-1, 0), (LOOKUP_SCORE, LOOKUP_SCORE))
     assert merge_chain(tokens, parents, scores, [])[:2] == (tokens, parents)
+
+
+def test_lookup_post_processing_merges_the_ngram_chain_into_a_given_proposal():
+    ids = [1, 4, 5, 7, 9, 4, 5]  # the lookup continues "4 5" with [7, 9, 4, 5]
+    config = DecodeConfig(k=4)
+    chain = prompt_lookup(ids, config.k, config.ngram_max)
+    assert chain == [7, 9, 4, 5]
+    tree = Proposal(tokens=[7, 8, 3], parents=(-1, -1, 0), scores=(-0.1, -0.5, -0.3))
+    merged = merge_lookup(ids, config, tree)
+    assert (merged.tokens, merged.parents) == ([7, 8, 3, 9, 4, 5], (-1, -1, 0, 0, 3, 4))
+    assert merged.scores == (*tree.scores, LOOKUP_SCORE, LOOKUP_SCORE, LOOKUP_SCORE)
+    assert merged.q is None and merged.draws is None
+    assert tree.tokens == [7, 8, 3] and tree.parents == (-1, -1, 0)  # the input is unchanged
+    assert merge_lookup([1, 2, 3], config, tree) is tree  # no match: the tree as it was
+    assert merge_lookup(ids, config, EMPTY).parents == (-1, 0, 1, 2)  # the chain alone
+
+    q = torch.softmax(torch.randn(3, VOCAB), -1)  # a sampled tree: 7 drawn twice at the root
+    sampled = Proposal(tokens=[7, 8, 3], q=q, parents=(-1, -1, 0), scores=tree.scores,
+                       draws=(0, 1, 0, 2))  # fmt: skip
+    merged = merge_lookup(ids, config, sampled)
+    assert merged.draws == (0, 1, 0, 2, 3, 4, 5)  # lookup nodes tried after the drawn ones
+    assert torch.equal(merged.q[:3], q)
+    for node, token in zip((3, 4, 5), (9, 4, 5), strict=True):  # one-hot on the lookup token
+        assert merged.q[node, token] == 1 and merged.q[node].sum() == 1
 
 
 def test_head_levels_stop_counting_where_the_path_leaves_the_heads_nodes():

@@ -5,6 +5,12 @@
     walk the chain from the root: where the tree already has the chain's token among the
     current node's children, follow that node; otherwise add the token as a new child
 
+The merge is a post-processing of a proposal, pure functions of their inputs: `merge_chain`
+(tokens, parents, scores), `merge_proposal` (a whole `Proposal`, q and draws included) and
+`merge_lookup`, the hook `Eagle2Drafter(head, model, post=merge_lookup)` runs on each tree
+(`Eagle2LookupDrafter` is that drafter under its own name). The head's nodes keep their
+indices and come first; the added ones follow, parents first.
+
 The two drafters are right in different places. The head is weakest where the answer repeats
 its context (a summary quoting the article, code reusing names, arithmetic restating the
 question's numbers), and there prompt lookup copies whole spans for free; the head is right
@@ -26,6 +32,7 @@ from specdec_core.config import DecodeConfig
 from specdec_core.drafters.base import Proposal
 from specdec_core.drafters.eagle2 import Eagle2Drafter
 from specdec_core.drafters.ngram import prompt_lookup
+from specdec_core.eagle.head import EagleHead
 
 LOOKUP_SCORE = float("-inf")  # score of a node only the lookup proposed
 
@@ -52,26 +59,38 @@ def merge_chain(
     return tokens, tuple(parents), tuple(scores)
 
 
+def merge_proposal(tree: Proposal, chain: list[int]) -> Proposal:
+    """`tree` with `chain` merged in (`merge_chain`); `tree` itself when the chain is empty.
+
+    In a sampled tree (T > 0, `draws` set) the lookup nodes are deterministic children, tried
+    after the drawn ones, with a one-hot q row.
+    """
+    if not chain:
+        return tree
+    tokens, parents, scores = merge_chain(tree.tokens, tree.parents or (), tree.scores, chain)
+    if tree.draws is None:
+        return Proposal(tokens=tokens, parents=parents, scores=scores)
+    added = torch.tensor(tokens[len(tree.tokens) :], device=tree.q.device, dtype=torch.long)
+    one_hot = torch.nn.functional.one_hot(added, tree.q.shape[-1]).to(tree.q.dtype)
+    return Proposal(
+        tokens=tokens,
+        q=torch.cat([tree.q, one_hot]),
+        parents=parents,
+        scores=scores,
+        draws=(*tree.draws, *range(len(tree.tokens), len(tokens))),
+    )
+
+
+def merge_lookup(ids: list[int], config: DecodeConfig, tree: Proposal) -> Proposal:
+    """The post-processing `eagle2-lookup` gives `Eagle2Drafter`: the head's tree plus the
+    prompt-lookup chain of the committed `ids` (up to `config.k` tokens)."""
+    return merge_proposal(tree, prompt_lookup(ids, config.k, config.ngram_max))
+
+
 class Eagle2LookupDrafter(Eagle2Drafter):
+    """`Eagle2Drafter` with `merge_lookup` as its post-processing."""
+
     name = "eagle2-lookup"
 
-    def propose(self, ids: list[int], config: DecodeConfig, generator: torch.Generator) -> Proposal:
-        tree = super().propose(ids, config, generator)
-        chain = prompt_lookup(ids, config.k, config.ngram_max)
-        if not chain:
-            return tree
-        tokens, parents, scores = merge_chain(tree.tokens, tree.parents or (), tree.scores, chain)
-        self._last = (tokens, parents, len(tree.tokens))  # head nodes first, for `_observe`
-        if tree.draws is None:
-            return Proposal(tokens=tokens, parents=parents, scores=scores)
-        # a sampled tree (T > 0): lookup nodes are deterministic children, tried after the
-        # drawn ones, with a one-hot q
-        added = torch.tensor(tokens[len(tree.tokens) :], device=tree.q.device, dtype=torch.long)
-        one_hot = torch.nn.functional.one_hot(added, tree.q.shape[-1]).to(tree.q.dtype)
-        return Proposal(
-            tokens=tokens,
-            q=torch.cat([tree.q, one_hot]),
-            parents=parents,
-            scores=scores,
-            draws=(*tree.draws, *range(len(tree.tokens), len(tokens))),
-        )
+    def __init__(self, head: EagleHead, target_model) -> None:
+        super().__init__(head, target_model, post=merge_lookup)

@@ -52,7 +52,7 @@ from transformers.models.llama.modeling_llama import (
     LlamaRotaryEmbedding,
 )
 
-from specdec_core import kv_cache
+from specdec_core import attention_mask, kv_cache
 from specdec_core.errors import SpecdecError
 from specdec_core.prepacked_linear import PackedWeight
 
@@ -192,7 +192,7 @@ class EagleHead(nn.Module):
         features = features.to(self.fc.weight.dtype)
         past = kv_cache.cache_length(cache) if cache is not None else 0
         if mask is None:
-            mask = causal_mask(tokens.shape[-1], past, emb.dtype, emb.device)
+            mask = attention_mask.causal(tokens.shape[-1], past, emb.dtype, emb.device)
         rope = self.rotary(emb, positions)
         if self.kind == "eagle1":
             hidden = self.fc(torch.cat([emb, features], dim=-1))
@@ -235,10 +235,3 @@ class EagleHead(nn.Module):
 
     def target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
         return draft_ids if not self.draft_vocab else draft_ids + self.d2t[draft_ids]
-
-
-def causal_mask(n: int, past: int, dtype: torch.dtype, device) -> torch.Tensor:
-    """Additive mask [1, 1, n, past + n]: every new row sees the cache and earlier new rows."""
-    allowed = torch.ones(n, past + n, dtype=torch.bool, device=device).tril(diagonal=past)
-    mask = torch.zeros(n, past + n, dtype=dtype, device=device)
-    return mask.masked_fill(~allowed, torch.finfo(dtype).min)[None, None]

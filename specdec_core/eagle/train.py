@@ -48,6 +48,7 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
 
+from specdec_core import attention_mask
 from specdec_core.eagle.features import Featured
 from specdec_core.eagle.head import EagleHead
 from specdec_core.errors import SpecdecError
@@ -165,11 +166,9 @@ class Objective(nn.Module):
             allowed += [torch.eye(n, w, dtype=torch.bool, device=dev) for w in widths[1:]]
             allowed.append(torch.eye(n, dtype=torch.bool, device=dev))
             allowed = torch.cat(allowed, dim=1)
-            additive = torch.zeros(allowed.shape, device=dev).masked_fill(
-                ~allowed, torch.finfo(torch.float32).min
-            )
+            additive = attention_mask.additive(allowed, torch.float32)
             out = self.model.step(
-                out[:, :n], ids[:, j:], positions[:, :n] + j - 1, additive[None, None], cache
+                out[:, :n], ids[:, j:], positions[:, :n] + j - 1, additive, cache
             ).hidden
             widths.append(n)
             preds.append(out[mask[:, j:]])
