@@ -20,6 +20,7 @@ from collections.abc import Iterator
 
 import torch
 
+from specdec_core import kv_cache
 from specdec_core.config import DecodeConfig
 from specdec_core.control import StopFlag
 from specdec_core.detokenize import IncrementalDetokenizer
@@ -29,6 +30,7 @@ from specdec_core.errors import SpecdecError
 from specdec_core.events import DraftTree, Event, Finished, RunSummary, Started, Step, Token
 from specdec_core.events import TokenKind as Kind
 from specdec_core.models import LoadedModel
+from specdec_core.prefix_cache import PrefixCache
 from specdec_core.sampling import probs
 from specdec_core.target import Target, TargetOutput
 from specdec_core.verifiers import ChainVerifier, make_verifier
@@ -53,6 +55,7 @@ def generate(
     stop: StopFlag | None = None,
     generator: torch.Generator | None = None,
     started_info: dict | None = None,
+    prefix: PrefixCache | None = None,
 ) -> Iterator[Event]:
     if not prompt_ids:
         raise SpecdecError("the prompt is empty; type a prompt or pass --prompt TEXT")
@@ -74,54 +77,65 @@ def generate(
 
     started = _now(target.device)
     ids = list(prompt_ids)
-    features = runner.prefill(ids[:-1])
+    kept = _Kept(prefix, target.model, drafter.feature_layers)
+    features = kept.prefill(runner, ids)
     drafter.begin(ids, features)
     prefill_seconds = _now(target.device) - started
     new: list[int] = []
     stats = _Stats()
     reason = "max_tokens"
-    while True:
-        if stop is not None and stop.is_set():
-            reason = "stopped"
-            break
-        room = min(config.max_new_tokens - len(new), target.context_length - len(ids))
-        if room <= 0:
-            reason = "max_tokens" if len(new) >= config.max_new_tokens else "context"
-            break
-        t0 = _now(target.device)
-        proposal = drafter.propose(ids, config, generator)
-        t1 = _now(target.device)
-        start = runner.length
-        out = runner.forward([ids[-1], *proposal.tokens], proposal.parents)
-        p = probs(out.logits, config.temperature, config.top_p)  # [n+1, V]
-        path, next_token = verify_proposal(
-            proposal, p, verifier, generator, _soft(verifier, out, config)
-        )
-        runner.keep(start, [0, *(node + 1 for node in path)])
-        t2 = _now(target.device)
-        emitted = [proposal.tokens[node] for node in path] + [next_token]
-        ids.extend(emitted)
-        drafter.commit(ids, len(path), select_rows(out, [0, *(node + 1 for node in path)]))
-        t3 = _now(target.device)
+    try:
+        while True:
+            if stop is not None and stop.is_set():
+                reason = "stopped"
+                break
+            room = min(config.max_new_tokens - len(new), target.context_length - len(ids))
+            if room <= 0:
+                reason = "max_tokens" if len(new) >= config.max_new_tokens else "context"
+                break
+            t0 = _now(target.device)
+            proposal = drafter.propose(ids, config, generator)
+            t1 = _now(target.device)
+            start = runner.length
+            out = runner.forward([ids[-1], *proposal.tokens], proposal.parents)
+            p = probs(out.logits, config.temperature, config.top_p)  # [n+1, V]
+            path, next_token = verify_proposal(
+                proposal, p, verifier, generator, _soft(verifier, out, config)
+            )
+            runner.keep(start, [0, *(node + 1 for node in path)])
+            t2 = _now(target.device)
+            emitted = [proposal.tokens[node] for node in path] + [next_token]
+            ids.extend(emitted)
+            rows = select_rows(out, [0, *(node + 1 for node in path)])
+            drafter.commit(ids, len(path), rows)
+            kept.add(rows)
+            t3 = _now(target.device)
 
-        tokens = _tokens(emitted, proposal, path, p, detok, stats.steps)
-        done = next((i for i, t in enumerate(emitted) if t in eos), None)
-        keep = min(len(tokens), room, done + 1 if done is not None else len(tokens))
-        new.extend(emitted[:keep])
-        stats.add(proposal, len(path), t1 - t0 + (t3 - t2), t2 - t1)
-        yield Step(
-            index=stats.steps - 1,
-            tokens=tuple(tokens[:keep]),
-            drafted=len(proposal.tokens),
-            accepted=len(path),
-            draft_seconds=t1 - t0 + (t3 - t2),
-            verify_seconds=t2 - t1,
-            tree=_tree(proposal, path),
-            rejected=_rejected(proposal, path, stats.steps - 1, target.tokenizer),
-        )
-        if done is not None and done < keep:
-            reason = "eos"
-            break
+            tokens = _tokens(emitted, proposal, path, p, detok, stats.steps)
+            done = next((i for i, t in enumerate(emitted) if t in eos), None)
+            keep = min(len(tokens), room, done + 1 if done is not None else len(tokens))
+            new.extend(emitted[:keep])
+            stats.add(proposal, len(path), t1 - t0 + (t3 - t2), t2 - t1)
+            yield Step(
+                index=stats.steps - 1,
+                tokens=tuple(tokens[:keep]),
+                drafted=len(proposal.tokens),
+                accepted=len(path),
+                draft_seconds=t1 - t0 + (t3 - t2),
+                verify_seconds=t2 - t1,
+                tree=_tree(proposal, path),
+                rejected=_rejected(proposal, path, stats.steps - 1, target.tokenizer),
+            )
+            if done is not None and done < keep:
+                reason = "eos"
+                break
+    except GeneratorExit:  # the consumer stopped at a yield: the cache is consistent there
+        kept.save(ids, runner.cache, len(prompt_ids) + len(new))
+        raise
+    except BaseException:  # mid-step: what the cache holds is unknown
+        kept.drop()
+        raise
+    kept.save(ids, runner.cache, len(prompt_ids) + len(new))
 
     wall = _now(target.device) - started
     summary = RunSummary(
@@ -138,11 +152,65 @@ def generate(
         verify_seconds=stats.verify_seconds,
         prefill_seconds=prefill_seconds,
         stop_reason=reason,
+        reused_tokens=kept.reused,
         accepted_per_position=tuple(stats.accepted),
         drafted_per_position=tuple(stats.drafted),
         config=info,
     )
     yield Finished(summary)
+
+
+class _Kept:
+    """What a run leaves in its `PrefixCache` (nothing without one): the target's cache and
+    one feature row per cached position."""
+
+    def __init__(self, prefix: PrefixCache | None, model, feature_layers: tuple[int, ...]):
+        self.prefix, self.model, self.feature_layers = prefix, model, feature_layers
+        self.rows: list[TargetOutput] = []
+        self.reused = 0
+
+    def prefill(self, runner: Target, ids: list[int]) -> TargetOutput:
+        """Prefill `ids[:-1]`, taking from the prefix cache what it already holds."""
+        prefix = self.prefix
+        self.reused = prefix.reusable(self.model, ids, self.feature_layers) if prefix else 0
+        if not self.reused:
+            features = runner.prefill(ids[:-1])
+        else:
+            runner.cache = prefix.take(self.reused)
+            hidden, layers = prefix.features(self.reused)
+            fresh = runner.prefill(ids[self.reused : -1])
+            features = TargetOutput(
+                None,
+                torch.cat([hidden, fresh.hidden]),
+                tuple(torch.cat(pair) for pair in zip(layers, fresh.layer_hidden, strict=True)),
+            )
+        if prefix is not None:
+            prefix.clear()  # until `save`, the cache is the run's, not the conversation's
+            self.rows = [features]
+        return features
+
+    def add(self, rows: TargetOutput) -> None:
+        if self.prefix is not None:
+            self.rows.append(rows)
+
+    def save(self, ids: list[int], cache, conversation: int) -> None:
+        """The cache covers `ids[:-1]` (all but the pending token); keep at most the first
+        `conversation` positions (prompt + output: not tokens drafted past the end)."""
+        if self.prefix is None:
+            return
+        length = min(len(ids) - 1, conversation)
+        kv_cache.truncate(cache, length)
+        hidden = torch.cat([r.hidden for r in self.rows])[:length]
+        layers = tuple(
+            torch.cat(group)[:length]
+            for group in zip(*(r.layer_hidden for r in self.rows), strict=True)
+        )
+        self.prefix.store(self.model, ids[:length], cache, hidden, layers, self.feature_layers)
+        self.prefix.reused = self.reused
+
+    def drop(self) -> None:
+        if self.prefix is not None:
+            self.prefix.clear()
 
 
 def verify_proposal(

@@ -86,6 +86,7 @@ class RunSummary:
     ] = ()  # accepted_per_position[i]: steps accepting > i drafts
     drafted_per_position: tuple[int, ...] = ()  # drafted_per_position[i]: steps drafting > i tokens
     config: dict[str, Any] = field(default_factory=dict)
+    reused_tokens: int = 0  # prompt positions taken from a conversation's cache (not prefilled)
 
     @property
     def mean_accept_length(self) -> float:
@@ -112,6 +113,7 @@ class RunSummary:
             "verify_seconds": self.verify_seconds,
             "prefill_seconds": self.prefill_seconds,
             "prompt_tokens": self.prompt_tokens,
+            "reused_tokens": self.reused_tokens,
             "policy": self.policy,
             "lossy": self.lossy,
             "stop_reason": self.stop_reason,

@@ -17,6 +17,7 @@ from specdec_core.errors import SpecdecError
 from specdec_core.events import Event, Finished, RunSummary
 from specdec_core.methods import Extra, build_drafter, get_method
 from specdec_core.models import LoadedModel, load_model
+from specdec_core.prefix_cache import PrefixCache
 from specdec_core.resources import resource_path
 
 if TYPE_CHECKING:
@@ -80,9 +81,12 @@ def run(
     extra: Extra = None,
     stop: StopFlag | None = None,
     on_event: Callable[[Event], None] | None = None,
+    prefix: PrefixCache | None = None,
 ) -> RunSummary:
+    """Run `method` to the end; with `prefix`, reuse and then update a conversation's cache."""
     drafter = build_drafter(method, target, extra)
-    for event in generate(target, drafter, prompt_ids, config, method=method, stop=stop):
+    events = generate(target, drafter, prompt_ids, config, method=method, stop=stop, prefix=prefix)
+    for event in events:
         if on_event is not None:
             on_event(event)
         if isinstance(event, Finished):
