@@ -48,7 +48,7 @@ from torch import nn
 from tqdm import tqdm
 
 from specdec_core.eagle.features import Featured
-from specdec_core.eagle.head import EagleHead
+from specdec_core.eagle.head import EagleHead, head_config
 from specdec_core.errors import SpecdecError
 
 
@@ -199,9 +199,9 @@ def build_model(
     """A fresh EAGLE head (eagle, layout `arch`, `layers` decoder layers for eagle1) or
     one-layer LlamaForCausalLM (draft), initialised from the target (see the module
     docstring), in float32 for training."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
-    config = LlamaConfig(**{**target.config.to_dict(), "num_hidden_layers": 1})
+    config = head_config(target.config, num_hidden_layers=1)
     if kind == "eagle":
         head = EagleHead(config, kind=arch, bias=True, draft_vocab=len(draft_ids), layers=layers)
         h = config.hidden_size
