@@ -1,10 +1,11 @@
 """Sliding-window and hybrid-cache targets: every method equals `ar` far past the window.
 
 Tiny random models with a 4-token window: Mistral-style (every layer sliding), Qwen2 with
-`max_window_layers` (full then sliding) and Gemma 3 (sliding and full layers mixed through
-`layer_types`). Greedy float32 output of each speculative method must equal `ar`, and `ar`
-must equal a cache-free greedy reference (a full forward per token), so keeping the sliding
-layers' whole history changes nothing the model computes.
+`max_window_layers` (full then sliding), Gemma 3 (sliding and full layers mixed through
+`layer_types`) and Gemma 2 (alternating, with soft-capped logits). Greedy float32 output of
+each speculative method must equal `ar`, and `ar` must equal a cache-free greedy reference (a
+full forward per token), so keeping the sliding layers' whole history changes nothing the
+model computes.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import pytest
 import torch
 from transformers import (
     DynamicCache,
+    Gemma2Config,
+    Gemma2ForCausalLM,
     Gemma3ForCausalLM,
     Gemma3TextConfig,
     MistralConfig,
@@ -28,6 +31,7 @@ from specdec_core.config import DecodeConfig
 from specdec_core.errors import SpecdecError
 from specdec_core.models import LoadedModel
 from specdec_core.runner import run
+from specdec_core.target import Target
 from tests.eagle_tiny import tiny_head
 from tests.tiny import VOCAB, prompt, tiny_tokenizer
 
@@ -67,7 +71,15 @@ def _gemma3(layers: int):
     return Gemma3ForCausalLM(config)
 
 
-BUILDERS = {"mistral": _mistral, "qwen2": _qwen2, "gemma3": _gemma3}
+def _gemma2(layers: int):  # alternating sliding / full layers, soft-capped logits
+    config = Gemma2Config(
+        num_hidden_layers=layers, head_dim=8, query_pre_attn_scalar=8,
+        final_logit_softcapping=2.0, **COMMON,
+    )  # fmt: skip
+    return Gemma2ForCausalLM(config)
+
+
+BUILDERS = {"mistral": _mistral, "qwen2": _qwen2, "gemma3": _gemma3, "gemma2": _gemma2}
 
 
 def sliding_model(arch: str, seed: int, layers: int = 2, noise: float = 0.0):
@@ -144,6 +156,15 @@ def test_eagle3_heads_on_a_hybrid_target(method):
     assert (
         run(target, method, ids, config, head).token_ids == run(target, "ar", ids, config).token_ids
     )
+
+
+def test_target_logits_are_the_models_own_including_soft_capping(target):
+    ids = prompt(12)
+    with torch.no_grad():
+        expected = target.model(input_ids=torch.tensor([ids])).logits[0, 4:]
+    runner = Target(target.model)
+    runner.prefill(ids[:4])
+    torch.testing.assert_close(runner.forward(ids[4:]).logits, expected)
 
 
 def test_the_cache_keeps_every_position_of_sliding_layers(target):
