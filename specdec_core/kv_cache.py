@@ -4,6 +4,26 @@ Everything that creates, measures, truncates or compacts a cache goes through he
 transformers upgrade touches this file only (tested with transformers 5.24, where the model
 argument is `cache=`, and 5.17, where it is still `past_key_values=`; `DynamicCache.crop` takes
 a negative count in both).
+
+Sliding-window and hybrid models (Mistral-style `sliding_window`, Qwen2 `max_window_layers`,
+Gemma 2/3 `layer_types` mixing sliding and full attention). transformers' `DynamicCache(config)`
+gives their sliding layers a `DynamicSlidingWindowLayer` that keeps only the last window − 1
+positions, so once a sequence passes the window a rejected draft cannot be rolled back (`crop`
+raises) and a tree cannot be compacted. `new_cache` therefore gives *every* attention layer a
+plain `DynamicLayer` that keeps its whole history. The window is still applied exactly: it lives
+in the attention mask, which the model builds per layer type from absolute positions (chains),
+or `target.tree_attention` builds per layer type (trees), so every layer sees the same keys it
+would see with a truncated cache and greedy float32 output stays identical to `ar`. Chosen over a
+margin of k extra positions in the sliding layers because it needs no cache class of our own,
+no margin to size for trees (a tree forward appends every node) and no offsets in the masks;
+the price is memory and attention time over the whole context in sliding layers, as for a
+full-attention model of the same size.
+
+Refused, with a `SpecdecError` naming what was found: layers holding a recurrent state
+(linear attention, Mamba-style conv / SSM, hybrid layers of both) or other per-layer state the
+positions cannot be sliced out of (sparse-indexed, compressed attention), and caches other
+than an un-offloaded `DynamicCache` of full layers (static, quantized, offloaded caches, a
+config-built `DynamicCache` with sliding layers): none can drop rejected positions.
 """
 
 from __future__ import annotations
@@ -12,11 +32,18 @@ import inspect
 
 import torch
 from transformers import DynamicCache, PretrainedConfig
+from transformers.cache_utils import DummyLayer, DynamicLayer, get_layer_types_and_kwargs
 from transformers.models.llama.modeling_llama import LlamaAttention
+
+from specdec_core.errors import SpecdecError
 
 # the name under which models and layers take the cache; renamed during transformers 5.x
 _NAMES = inspect.signature(LlamaAttention.forward).parameters
 _CACHE_ARG = "cache" if "cache" in _NAMES else "past_key_values"
+
+# layer types whose cache is a plain key/value history (`dummy`: a layer reading another
+# layer's keys and values, or one without attention); the window is in the mask
+ROLLBACK_TYPES = ("full_attention", "sliding_attention", "chunked_attention", "dummy")
 
 
 def cache_arg(cache: DynamicCache | None) -> dict:
@@ -24,8 +51,45 @@ def cache_arg(cache: DynamicCache | None) -> dict:
     return {_CACHE_ARG: cache}
 
 
+def layer_types(config: PretrainedConfig) -> list[str]:
+    """The cache layer type of each decoder layer, as transformers derives it from `config`."""
+    types, _ = get_layer_types_and_kwargs(config.get_text_config(decoder=True))
+    return list(types)
+
+
 def new_cache(config: PretrainedConfig | None = None) -> DynamicCache:
-    return DynamicCache(config=config) if config is not None else DynamicCache()
+    """A cache that can be rolled back and compacted: full history in every attention layer."""
+    cache = DynamicCache()  # grows a DynamicLayer for every layer index it is given
+    if config is None:
+        return cache
+    types = layer_types(config)
+    refused = sorted(set(types) - set(ROLLBACK_TYPES))
+    if refused:
+        name = getattr(config, "model_type", None) or type(config).__name__
+        raise SpecdecError(
+            f"the {name} model has {', '.join(refused)} layers, whose cache state cannot be "
+            "rolled back to drop a rejected draft; speculative decoding here needs attention "
+            "layers (full or sliding window): use --method ar, or another model"
+        )
+    cache.layers = [DummyLayer() if kind == "dummy" else DynamicLayer() for kind in types]
+    return cache
+
+
+def check_rollback(cache) -> None:
+    """Raise a SpecdecError unless `cache` can drop positions (see the module docstring)."""
+    layers = getattr(cache, "layers", None)
+    if type(cache) is DynamicCache and not cache.offloading and layers is not None:
+        odd = next((x for x in layers if type(x) not in (DynamicLayer, DummyLayer)), None)
+        if odd is None:
+            return
+        what = f"a {type(odd).__name__} layer"
+    else:
+        what = "offloading" if getattr(cache, "offloading", False) else "its layout"
+    raise SpecdecError(
+        f"a {type(cache).__name__} cannot be rolled back after a rejected draft ({what}); "
+        "speculative decoding needs a cache from specdec_core.kv_cache.new_cache (a "
+        "DynamicCache whose layers keep every position)"
+    )
 
 
 def cache_length(cache: DynamicCache) -> int:
@@ -38,6 +102,7 @@ def truncate(cache: DynamicCache, length: int) -> None:
     if excess < 0:
         raise ValueError(f"cannot truncate a cache of {cache_length(cache)} positions to {length}")
     if excess:
+        check_rollback(cache)
         cache.crop(-excess)
 
 
@@ -48,11 +113,14 @@ def keep(cache: DynamicCache, start: int, rows: list[int]) -> None:
     into place. A contiguous prefix of rows is a plain truncation.
     """
     if rows != list(range(len(rows))):
+        check_rollback(cache)
         # gather the kept rows (a copy of a few rows), write them into place, then truncate:
         # the prefix before `start` is never copied
         end = start + len(rows)
         with torch.inference_mode():  # the cache holds inference tensors
             for layer in cache.layers:
+                if isinstance(layer, DummyLayer) or not layer.is_initialized:
+                    continue  # no keys of its own
                 index = torch.tensor(rows, device=layer.keys.device) + start
                 layer.keys[..., start:end, :] = layer.keys[..., index, :]
                 layer.values[..., start:end, :] = layer.values[..., index, :]

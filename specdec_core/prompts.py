@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 from specdec_core.errors import SpecdecError
@@ -25,24 +26,40 @@ def encode_prompt(tokenizer, text: str, raw: bool = False) -> list[int]:
     return list(tokenizer(rendered, add_special_tokens=False)["input_ids"])
 
 
+def encode_chat(tokenizer, messages: list[dict[str, str]]) -> list[int]:
+    """Token ids for a conversation (`role` user / assistant, `content`), the chat template
+    applied over the whole history, ready for the assistant's next turn."""
+    if not messages or messages[-1]["role"] != "user" or not messages[-1]["content"].strip():
+        raise SpecdecError("the message is empty; type a message to send")
+    if not getattr(tokenizer, "chat_template", None):
+        raise SpecdecError("this model has no chat template; turn chat mode off (raw prompts)")
+    rendered = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return list(tokenizer(rendered, add_special_tokens=False)["input_ids"])
+
+
+def read_conversations(path: str | Path, limit: int | None = None) -> list[list[str]]:
+    """Every user turn of each line of a prompt file (`turns`, or a `prompt` as one turn):
+    what a multi-turn replay sends, one turn after another."""
+    conversations = []
+    for number, record in _records(Path(path)):
+        turns = record.get("turns", [record.get("prompt")])
+        if not isinstance(turns, list) or not all(isinstance(t, str) and t.strip() for t in turns):
+            raise SpecdecError(f"{path}:{number}: 'turns' must be a list of non-empty strings")
+        conversations.append(list(turns))
+        if limit is not None and len(conversations) >= limit:
+            break
+    if not conversations:
+        raise SpecdecError(f"{path} holds no prompts; one JSON object per line")
+    return conversations
+
+
 def read_prompt_file(path: str | Path, limit: int | None = None) -> list[str]:
     """Prompts from a JSONL file: each line has `prompt` (string) or `turns` (first is used)."""
-    path = Path(path)
-    if not path.is_file():
-        raise SpecdecError(f"prompt file not found: {path}")
     prompts: list[str] = []
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as error:
-        line = path.read_bytes()[: error.start].count(b"\n") + 1
-        raise SpecdecError(f"{path}:{line}: not UTF-8 text; save the file as UTF-8") from None
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
+    for number, record in _records(Path(path)):
         try:
-            record = json.loads(line)
             prompt = record["prompt"] if "prompt" in record else record["turns"][0]
-        except (json.JSONDecodeError, KeyError, IndexError, TypeError):
+        except (KeyError, IndexError, TypeError):
             raise SpecdecError(
                 f"{path}:{number}: expected a JSON object with 'prompt' or 'turns'"
             ) from None
@@ -54,3 +71,26 @@ def read_prompt_file(path: str | Path, limit: int | None = None) -> list[str]:
     if not prompts:
         raise SpecdecError(f"{path} holds no prompts; one JSON object per line")
     return prompts
+
+
+def _records(path: Path) -> Iterator[tuple[int, dict]]:
+    """(line number, JSON object) for each non-empty line; bad lines say where they are."""
+    if not path.is_file():
+        raise SpecdecError(f"prompt file not found: {path}")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        line = path.read_bytes()[: error.start].count(b"\n") + 1
+        raise SpecdecError(f"{path}:{line}: not UTF-8 text; save the file as UTF-8") from None
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            raise SpecdecError(
+                f"{path}:{number}: expected a JSON object with 'prompt' or 'turns'"
+            ) from None
+        if not isinstance(record, dict):
+            raise SpecdecError(f"{path}:{number}: expected a JSON object with 'prompt' or 'turns'")
+        yield number, record

@@ -5,7 +5,13 @@ Invariant between steps: the KV cache holds every committed token except the las
 (no draft) and speculative methods cost the same kind of forward and are timed alike.
 
 For tree drafts the forward gets an explicit 4-D additive attention mask and position ids:
-each node sees the cached prefix, its ancestors and itself.
+each node sees the cached prefix, its ancestors and itself. On sliding-window (or chunked)
+layers it sees, of those, only the keys a causal forward of its own path would let it see:
+positions within the window of its own position. A model mixing layer types (Gemma 2/3,
+Qwen2 with `max_window_layers`) gets one mask per layer type; the cache keeps every position
+of every layer (kv_cache.py), so the same tensors serve chains and trees.
+
+Logits follow the model's own head: `final_logit_softcapping` (Gemma 2) is applied.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import torch
 from transformers import PreTrainedModel
 
 from specdec_core import attention_mask, kv_cache
+from specdec_core.errors import SpecdecError
 
 
 @dataclass(frozen=True)
@@ -31,6 +38,10 @@ class Target:
         self.feature_layers = feature_layers  # hidden states entering these layers are returned
         self.cache = kv_cache.new_cache(model.config)
         self.device = model.device
+        self.windows = layer_windows(model.config)
+        self.softcap = getattr(
+            model.config.get_text_config(decoder=True), "final_logit_softcapping", None
+        )
 
     @property
     def length(self) -> int:
@@ -52,7 +63,9 @@ class Target:
         """
         if parents is None:
             return self._run(ids, with_logits=True)
-        mask, positions = tree_attention(parents, self.length, self.model.dtype, self.device)
+        mask, positions = tree_attention(
+            parents, self.length, self.model.dtype, self.device, self.windows
+        )
         return self._run(ids, with_logits=True, mask=mask, positions=positions)
 
     def keep(self, start: int, rows: list[int]) -> None:
@@ -81,17 +94,50 @@ class Target:
         )
         hidden = out.last_hidden_state[0]  # [n, h]
         logits = self.model.lm_head(hidden).float() if with_logits else None  # [n, V]
+        if logits is not None and self.softcap:
+            logits = torch.tanh(logits / self.softcap) * self.softcap
         layers = tuple(out.hidden_states[i][0] for i in self.feature_layers)
         return TargetOutput(logits, hidden, layers)
 
 
+# what a layer type lets a query at position q see of a key at position k (k <= q): a window
+# of `size` positions (sliding) or the same block of `size` positions (chunked)
+Window = tuple[str, int]
+
+
+def layer_windows(config) -> dict[str, Window | None]:
+    """Layer type (as the model names it in its mask mapping) -> its window; None = full."""
+    text = config.get_text_config(decoder=True)
+    named = getattr(text, "layer_types", None) or kv_cache.layer_types(config)
+    windows: dict[str, Window | None] = {}
+    for kind in dict.fromkeys(named):
+        if kind == "sliding_attention":
+            windows[kind] = ("sliding", int(text.sliding_window))
+        elif kind == "chunked_attention":
+            windows[kind] = ("chunked", int(text.attention_chunk_size))
+        elif kind in ("full_attention", "dummy", "moe", "mlp"):
+            windows[kind] = None
+        else:
+            raise SpecdecError(
+                f"cannot build a tree attention mask for {kind} layers; use a chain method "
+                "(classic, eagle, ngram) or --method ar"
+            )
+    return windows
+
+
 def tree_attention(
-    parents: tuple[int, ...], prefix: int, dtype: torch.dtype, device: torch.device
-) -> tuple[torch.Tensor, torch.Tensor]:
+    parents: tuple[int, ...],
+    prefix: int,
+    dtype: torch.dtype,
+    device: torch.device,
+    windows: dict[str, Window | None] | None = None,
+) -> tuple[torch.Tensor | dict[str, torch.Tensor], torch.Tensor]:
     """Additive mask [1, 1, n+1, prefix+n+1] and position ids [1, n+1] for [pending, *tree].
 
     Row 0 is the pending token (a child of the prefix); node i (row i+1) sees the prefix, the
-    pending token, its ancestors and itself. Positions are prefix + depth.
+    pending token, its ancestors and itself. Positions are prefix + depth. With `windows`
+    (layer_windows) naming sliding or chunked layers, the mask is a dict by layer type and
+    those layers' masks also hide keys outside each row's window (by position).
     """
     n = len(parents) + 1
     allowed = torch.zeros(n, n, dtype=torch.bool)
@@ -102,5 +148,22 @@ def tree_attention(
         allowed[row] = allowed[parent_row]
         allowed[row, row] = True
         depth[row] = depth[parent_row] + 1
-    positions = torch.tensor([depth], device=device) + prefix
-    return attention_mask.after_prefix(allowed, prefix, dtype, device), positions
+    full = torch.cat([torch.ones(n, prefix, dtype=torch.bool), allowed], dim=1)
+    positions = torch.tensor([depth]) + prefix  # [1, n]
+    distinct = set((windows or {}).values())
+    if not distinct - {None}:
+        return attention_mask.additive(full, dtype, device), positions.to(device)
+    query = positions[0][:, None]  # [n, 1]
+    key = torch.cat([torch.arange(prefix), positions[0]])[None]  # [1, prefix + n]
+    masks: dict[Window | None, torch.Tensor] = {}
+    for window in distinct:
+        if window is None:
+            visible = full
+        elif window[0] == "sliding":
+            visible = full & (key > query - window[1])
+        else:
+            visible = full & (key // window[1] == query // window[1])
+        masks[window] = attention_mask.additive(visible, dtype, device)
+    if len(masks) == 1:
+        return next(iter(masks.values())), positions.to(device)
+    return {kind: masks[window] for kind, window in windows.items()}, positions.to(device)

@@ -8,7 +8,9 @@ import os
 
 import pytest
 
-from specdec_core import models
+from specdec_core import models, runner  # noqa: F401  (runner binds load_model on import:
+
+# import it before the fixture below replaces load_model, so the replacement cannot leak)
 from specdec_core.cli import main
 from specdec_core.errors import SpecdecError
 from specdec_core.files import write_atomic

@@ -9,6 +9,16 @@ docs/architecture.md#eagle-heads. The layout is recognised from the keys:
 EAGLE-3 convention), and both add `specdec_card.json` (the model card). An
 `embed_tokens.weight` stored in a checkpoint is ignored: the embedding always comes from the
 target, which must then be the model the head was trained on.
+
+Published variants read as well (tests/test_eagle_head_fixtures.py builds each one):
+- speculators (RedHatAI `*-speculator.eagle3`): the EAGLE-3 midlayer is stored as `layers.0.*`
+  (recognised by its `hidden_norm`), and config.json nests the layer's config under
+  `transformer_layer_config`;
+- NVIDIA ModelOpt exports: `d2t` without `t2d` (t2d is derived from d2t);
+- speculators research configs: `vocab_size` is the draft vocabulary and `target_vocab_size`
+  the target's.
+A config that declares a layout (an architecture or model type naming EAGLE-3 or EAGLE) must
+agree with the keys.
 """
 
 from __future__ import annotations
@@ -40,25 +50,73 @@ def head_kind(state: dict[str, torch.Tensor]) -> str:
     )
 
 
+def declared_kind(config: dict) -> str | None:
+    """The layout a head config names (architectures, model type), if it names one."""
+    names = [*(config.get("architectures") or []), config.get("model_type"),
+             config.get("speculators_model_type")]  # fmt: skip
+    text = " ".join(str(name).lower() for name in names if name)
+    if "eagle3" in text:
+        return "eagle3"
+    return "eagle1" if "eagle" in text else None
+
+
+def flat_config(config: dict) -> dict:
+    """A head config with speculators' nested `transformer_layer_config` lifted to the top."""
+    layer = config.get("transformer_layer_config")
+    if not isinstance(layer, dict):
+        return config
+    outer = {k: v for k, v in config.items() if k != "transformer_layer_config" and v is not None}
+    outer.pop("model_type", None)
+    return {**layer, **outer}
+
+
+def _official_names(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """speculators stores the EAGLE-3 midlayer as `layers.0.*`: back to `midlayer.*`."""
+    if "layers.0.hidden_norm.weight" not in state:
+        return state
+    if any(key.startswith("layers.1.") for key in state):
+        raise SpecdecError(
+            "this speculators EAGLE-3 head has more than one decoder layer; only one-layer "
+            "EAGLE-3 heads (a midlayer) are supported"
+        )
+    return {
+        "midlayer." + key.removeprefix("layers.0.") if key.startswith("layers.0.") else key: value
+        for key, value in state.items()
+    }
+
+
 def head_from_state(
     config: LlamaConfig, state: dict[str, torch.Tensor], target_hidden: int, target_vocab: int
 ) -> EagleHead:
     """Build a head from a config and an official-layout state dict; check it fits the target."""
     state = {key.removeprefix("model."): value for key, value in state.items()}
     state.pop("embed_tokens.weight", None)
+    state = _official_names(state)
     kind = head_kind(state)
+    declared = declared_kind(config.to_dict())
+    if declared is not None and declared != kind:
+        names = {"eagle1": "EAGLE-1/2", "eagle3": "EAGLE-3"}
+        raise SpecdecError(
+            f"the head's config.json declares an {names[declared]} head but its weights are "
+            f"in the {names[kind]} layout; the config and the weights belong to different heads"
+        )
     hidden = state["fc.weight"].shape[0]
     if hidden != target_hidden or config.hidden_size != target_hidden:
         raise SpecdecError(
             f"the EAGLE head has hidden size {hidden} but the target has {target_hidden}; "
             "use a head trained for this target (or train one: specdec train eagle)"
         )
-    vocab = int(state["t2d"].shape[0]) if "t2d" in state else int(config.vocab_size)
+    stated = getattr(config, "target_vocab_size", None) or config.vocab_size
+    vocab = int(state["t2d"].shape[0]) if "t2d" in state else int(stated)
     if vocab != target_vocab:
         raise SpecdecError(
             f"the EAGLE head has a vocabulary of {vocab} tokens but the target has "
             f"{target_vocab}; use a head trained for this target"
         )
+    if "d2t" in state and "t2d" not in state:  # ModelOpt: t2d is never saved
+        ids = torch.arange(len(state["d2t"])) + state["d2t"].to(torch.long)
+        state["t2d"] = torch.zeros(vocab, dtype=torch.bool)
+        state["t2d"][ids] = True
     draft_vocab = int(state["d2t"].shape[0]) if "d2t" in state else 0
     if kind == "eagle3":
         draft_vocab = int(state["lm_head.weight"].shape[0])
@@ -87,7 +145,7 @@ def load_head(spec: str, target: LoadedModel, dtype: torch.dtype | None = None) 
     config_path = directory / "config.json"
     if not config_path.is_file():
         raise SpecdecError(f"{spec} has no config.json; is it an EAGLE head directory?")
-    config = LlamaConfig(**json.loads(config_path.read_text()))
+    config = LlamaConfig(**flat_config(json.loads(config_path.read_text())))
     state = _read_state(directory, spec)
     model = target.model
     head = head_from_state(

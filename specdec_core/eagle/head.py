@@ -59,6 +59,24 @@ from specdec_core.prepacked_linear import PackedWeight
 KINDS = ("eagle1", "eagle3")
 
 
+# a target's per-layer attention pattern (sliding windows, layer types), which a head's own
+# Llama layers do not share: a head attends over its short cache with full attention
+_TARGET_ONLY = (
+    "layer_types", "sliding_window", "use_sliding_window", "max_window_layers",
+    "_sliding_window_pattern", "sliding_window_pattern", "attention_chunk_size",
+)  # fmt: skip
+
+
+def head_config(config, **overrides) -> LlamaConfig:
+    """A Llama config for a head (or a draft) on the target with `config`: its sizes, full
+    attention, and the RoPE of its full-attention layers where RoPE differs by layer type."""
+    values = {k: v for k, v in config.to_dict().items() if k not in _TARGET_ONLY}
+    rope = values.get("rope_parameters")
+    if isinstance(rope, dict) and isinstance(rope.get("full_attention"), dict):
+        values["rope_parameters"] = rope["full_attention"]  # Gemma 3: one set per layer type
+    return LlamaConfig(**{**values, **overrides})
+
+
 def fused_layers(target_layers: int) -> tuple[int, ...]:
     """Indices into the target's `hidden_states` (0 = embeddings) that an EAGLE-3 head reads,
     low to high: the inputs of layers 2, L//2 and L-3."""
@@ -126,7 +144,7 @@ class EagleHead(nn.Module):
                 f"an {kind} head cannot have {layers} decoder layers: EAGLE-1 heads have one "
                 "or more, EAGLE-3 heads exactly one (its midlayer)"
             )
-        config = LlamaConfig(**{**config.to_dict(), "num_hidden_layers": layers})
+        config = head_config(config, num_hidden_layers=layers)
         config._attn_implementation = "sdpa"
         self.config, self.kind = config, kind
         h = config.hidden_size

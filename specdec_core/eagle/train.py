@@ -50,7 +50,7 @@ from tqdm import tqdm
 
 from specdec_core import attention_mask
 from specdec_core.eagle.features import Featured
-from specdec_core.eagle.head import EagleHead
+from specdec_core.eagle.head import EagleHead, head_config
 from specdec_core.errors import SpecdecError
 
 
@@ -198,9 +198,9 @@ def build_model(
     """A fresh EAGLE head (eagle, layout `arch`, `layers` decoder layers for eagle1) or
     one-layer LlamaForCausalLM (draft), initialised from the target (see the module
     docstring), in float32 for training."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
-    config = LlamaConfig(**{**target.config.to_dict(), "num_hidden_layers": 1})
+    config = head_config(target.config, num_hidden_layers=1)
     if trains == "eagle":
         head = EagleHead(config, kind=arch, bias=True, draft_vocab=len(draft_ids), layers=layers)
         h = config.hidden_size
