@@ -23,6 +23,7 @@ from specdec_core.events import Event
 if TYPE_CHECKING:  # torch-heavy: imported by the worker threads only
     from specdec_core.methods import Extra
     from specdec_core.models import LoadedModel
+    from specdec_core.prefix_cache import PrefixCache
 
 
 @dataclass(frozen=True)
@@ -58,12 +59,22 @@ class TargetInfo:
 
 
 @dataclass(frozen=True)
+class ChatMessage:
+    role: str  # "user" or "assistant"
+    content: str
+
+
+@dataclass(frozen=True)
 class RunRequest:
     method: str
     prompt: str
     config: DecodeConfig
     raw: bool = False
     specs: dict[str, str] = field(default_factory=dict)  # "draft" / "head" -> spec
+    # a chat turn: the whole conversation, the template applied over it (`prompt` is then
+    # the last user message), and the name of the conversation whose cache it reuses
+    messages: tuple[ChatMessage, ...] = ()
+    conversation: str = ""
 
 
 class Engine(Protocol):
@@ -82,6 +93,10 @@ class Engine(Protocol):
         sweep or Tune measures inside it); SpecdecError when no target is loaded."""
         ...
 
+    def forget(self, conversation: str) -> None:
+        """Drop the cache a conversation keeps between its turns."""
+        ...
+
     def extra(self, method: str, specs: dict[str, str], progress: Progress) -> Extra:
         """The draft / head `method` needs with these specs (loaded once, then cached); call
         inside `exclusive()` or a run."""
@@ -94,6 +109,7 @@ class SpecdecEngine:
     def __init__(self, target: LoadedModel | None = None) -> None:
         self._target = target  # set by load_target
         self._extras: dict[tuple[str, str], Extra] = {}
+        self._conversations: dict[str, PrefixCache] = {}  # chat caches, by conversation
         self._lock = threading.Lock()  # one load or run touches the models at a time
 
     def registries(self) -> Registries:
@@ -114,6 +130,7 @@ class SpecdecEngine:
             model = load_model(spec, device=device, dtype=dtype, progress=progress)
             self._target = model
             self._extras.clear()
+            self._conversations.clear()
         parameters = sum(p.numel() for p in model.model.parameters())
         dtype_name = model.dtype_name
         return TargetInfo(spec, str(model.device), dtype_name, parameters)
@@ -121,15 +138,34 @@ class SpecdecEngine:
     def events(self, request: RunRequest, stop: StopFlag, progress: Progress) -> Iterator[Event]:
         from specdec_core.decode import generate
         from specdec_core.methods import build_drafter
-        from specdec_core.prompts import encode_prompt
+        from specdec_core.prefix_cache import PrefixCache
+        from specdec_core.prompts import encode_chat, encode_prompt
 
         with self.exclusive() as target:
-            ids = encode_prompt(target.tokenizer, request.prompt, request.raw)
+            if request.messages:
+                messages = [{"role": m.role, "content": m.content} for m in request.messages]
+                ids = encode_chat(target.tokenizer, messages)
+            else:
+                ids = encode_prompt(target.tokenizer, request.prompt, request.raw)
             extra = self.extra(request.method, request.specs, progress)
             drafter = build_drafter(request.method, target, extra)
+            prefix = None
+            if request.conversation:
+                prefix = self._conversations.setdefault(request.conversation, PrefixCache())
             yield from generate(
-                target, drafter, ids, request.config, method=request.method, stop=stop
+                target,
+                drafter,
+                ids,
+                request.config,
+                method=request.method,
+                stop=stop,
+                prefix=prefix,
             )
+
+    def forget(self, conversation: str) -> None:
+        """Drop a conversation's cache (Clear; an edited turn reuses what still matches)."""
+        with self._lock:
+            self._conversations.pop(conversation, None)
 
     def token_text(self, token_id: int) -> str:
         target = self._target

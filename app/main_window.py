@@ -26,6 +26,8 @@ from PySide6.QtWidgets import (
 )
 
 from app import history, qt_compat
+from app.chat import CONVERSATION
+from app.chat_controller import ChatController, is_chat
 from app.engine import Engine, Registries, RunRequest, SpecdecEngine, TargetInfo
 from app.export import CompareResult, write_csv, write_json
 from app.first_run import first_choice
@@ -38,6 +40,7 @@ from app.run_controller import RunController
 from app.session import Activity, Session
 from app.settings import load_settings, save_settings, settings_path
 from app.sweep_controller import install as install_sweep
+from app.widgets.chat_view import ChatView
 from app.widgets.compare_panel import ComparePanel
 from app.widgets.decoding_panel import DecodingPanel
 from app.widgets.kind_help import KindHelp
@@ -46,6 +49,7 @@ from app.widgets.output_panel import OutputPanel
 from app.widgets.plots_panel import PlotsPanel
 from app.widgets.prompt_panel import PromptPanel
 from app.widgets.status_bar import StatusBar
+from specdec_core.errors import SpecdecError
 from specdec_core.events import RunSummary, Step
 
 log = logging.getLogger(__name__)
@@ -80,6 +84,16 @@ class MainWindow(QMainWindow):
         self.actions = create_actions(self)
         create_menus(self, self.actions)
         self._connect(self.actions)
+        self.chat = ChatController(
+            self.session,
+            self.engine,
+            self.controller,
+            self.chat_view,
+            self.plots,
+            self._request,
+            lambda method: (self._label(method), self._color(method)),
+            self,
+        )
         self.sweep = install_sweep(self)  # Sweep tab and Run ▸ Tune k (app/sweep_controller.py)
         self._apply_settings()
         self.session.on_change(self._on_session_change)
@@ -111,8 +125,10 @@ class MainWindow(QMainWindow):
         self.summary = self.output.summary
         self.compare = ComparePanel()
         self.tabs = QTabWidget()
+        self.chat_view = ChatView()
         self.tabs.addTab(self.output, "Output")
         self.tabs.addTab(self.compare, "Compare")
+        self.tabs.addTab(self.chat_view, "Chat")
         self.middle = QSplitter(Qt.Orientation.Vertical)
         self.middle.addWidget(self.prompt)
         self.middle.addWidget(self.tabs)
@@ -147,6 +163,13 @@ class MainWindow(QMainWindow):
         self.show_rejected.toggled.connect(self._set_show_rejected)
         actions.output_tab.triggered.connect(lambda: self.tabs.setCurrentIndex(0))
         actions.compare_tab.triggered.connect(lambda: self.tabs.setCurrentIndex(1))
+        actions.chat_tab.triggered.connect(lambda: self.tabs.setCurrentWidget(self.chat_view))
+        view = self.chat_view
+        view.clear_requested.connect(lambda: self.ready() and self.chat.clear())
+        view.edit_requested.connect(self.edit_last_turn)
+        view.regenerate_requested.connect(self.regenerate)
+        view.save_requested.connect(lambda: self._chat_file_dialog(save=True))
+        view.load_requested.connect(lambda: self._chat_file_dialog(save=False))
         actions.clear.triggered.connect(self._clear_output)
         actions.about.triggered.connect(lambda: show_about(self, str(log_path())))
         actions.help.triggered.connect(lambda: setattr(self, "help_box", show_help(self)))
@@ -260,8 +283,16 @@ class MainWindow(QMainWindow):
         self.show_error("the prompt is empty; type a prompt (or open one with Ctrl+O)")
         return False
 
+    def in_chat(self) -> bool:
+        return self.tabs.currentWidget() is self.chat_view
+
     def generate(self) -> None:
         if not self.ready() or not self.decoding.method_name() or not self._prompt_given():
+            return
+        if self.in_chat():  # the prompt box holds the next message of the conversation
+            self._save()
+            if self.chat.send(self.prompt.text(), self.decoding.method_name()):
+                self.prompt.set_text("")
             return
         self._save()
         self.output.clear()
@@ -302,7 +333,50 @@ class MainWindow(QMainWindow):
         methods = [m.name for m in self.registries.methods] if self.registries else [method]
         return method_color(method, methods.index(method) if method in methods else 0)
 
+    # -- chat ---------------------------------------------------------------------------------
+    def edit_last_turn(self) -> None:
+        if not self.ready():
+            return
+        try:
+            self.prompt.set_text(self.chat.edit_last())
+        except SpecdecError as error:
+            self.show_error(str(error))
+
+    def regenerate(self) -> None:
+        if self.ready():
+            self.chat.regenerate(self.decoding.method_name())
+
+    def save_chat(self, path: Path) -> None:
+        try:
+            self.chat.save(path)
+        except OSError as error:
+            self.show_error(f"could not save the chat to {path} ({error}); choose another file")
+
+    def load_chat(self, path: Path) -> None:
+        if not self.ready():
+            return
+        try:
+            self.chat.load(path)
+        except (SpecdecError, OSError, ValueError) as error:
+            self.show_error(str(error))
+            return
+        self.tabs.setCurrentWidget(self.chat_view)
+
+    def _chat_file_dialog(self, save: bool) -> None:
+        kind = "Chat (*.jsonl *.json)"
+        if save:
+            path, _ = QFileDialog.getSaveFileName(self, "Save chat", "chat.jsonl", kind)
+            if path:
+                self.save_chat(Path(path))
+        else:
+            path, _ = QFileDialog.getOpenFileName(self, "Load chat", "", kind)
+            if path:
+                self.load_chat(Path(path))
+
+    # -- run events -----------------------------------------------------------------------------
     def _on_run_begun(self, request: RunRequest) -> None:
+        if is_chat(request):  # the chat controller draws its own turns
+            return
         if request is self._reference:
             self.plots.begin_series(self._label(request.method) + " (reference)", REFERENCE_COLOR)
             note = "measuring the autoregressive reference for the speedup…"
@@ -317,7 +391,7 @@ class MainWindow(QMainWindow):
 
     def _on_step(self, step: Step) -> None:
         request = self.controller.current
-        if request is None:
+        if request is None or is_chat(request):
             return
         if request is self._reference:
             self.plots.add_step(self._label(request.method) + " (reference)", step)
@@ -329,8 +403,12 @@ class MainWindow(QMainWindow):
         self.plots.add_step(self._label(request.method), step)
 
     def _on_finished(self, summary: RunSummary) -> None:
-        self.plots.redraw()
         request = self.controller.current
+        if is_chat(request):
+            if request.conversation == CONVERSATION:
+                history.record(summary, request.prompt)
+            return
+        self.plots.redraw()
         if request is not None and request is self._reference:
             self.references.put(self._key(request), summary)
             if self._measured is not None:
@@ -401,6 +479,7 @@ class MainWindow(QMainWindow):
         can = self.ready() or running
         self.prompt.set_state(can and not running, running)
         self.compare.set_busy(not self.ready())
+        self.chat_view.set_busy(not self.ready())
         self.models.set_busy(self.session.busy)
         self.actions.generate.setEnabled(self.ready())
         self.actions.compare.setEnabled(self.ready())
@@ -450,6 +529,8 @@ class MainWindow(QMainWindow):
         self.prompt.set_text(values["prompt"])
         self.prompt.raw.setChecked(values["raw"])
         self.show_rejected.setChecked(values["show_rejected"])
+        if values["chat_mode"]:
+            self.tabs.setCurrentWidget(self.chat_view)
         if values["geometry"]:
             self.restoreGeometry(QByteArray.fromHex(values["geometry"].encode()))
         if values["splitter"]:
@@ -467,6 +548,7 @@ class MainWindow(QMainWindow):
             "prompt": self.prompt.text(),
             "raw": self.prompt.raw.isChecked(),
             "show_rejected": self.show_rejected.isChecked(),
+            "chat_mode": self.in_chat(),
             "geometry": bytes(self.saveGeometry().toHex()).decode(),
             "splitter": bytes(self.splitter.saveState().toHex()).decode(),
         }

@@ -35,6 +35,7 @@ class Actions:
     show_rejected: QAction
     output_tab: QAction
     compare_tab: QAction
+    chat_tab: QAction
     clear: QAction
     help: QAction
     about: QAction
@@ -62,6 +63,7 @@ def create_actions(window: QMainWindow) -> Actions:
         show_rejected=_action(window, "Show &rejected drafts", "Ctrl+R"),
         output_tab=_action(window, "&Output", "Ctrl+1"),
         compare_tab=_action(window, "Co&mpare", "Ctrl+2"),
+        chat_tab=_action(window, "C&hat", "Ctrl+3"),
         clear=_action(window, "C&lear output", "Ctrl+K"),
         help=_action(window, "&What am I looking at?", QKeySequence.StandardKey.HelpContents),
         about=_action(window, "&About specdec-playground", "Ctrl+F1"),
@@ -84,7 +86,8 @@ def create_menus(window: QMainWindow, actions: Actions) -> None:
     for action in (actions.generate, actions.stop, actions.compare):
         run_menu.addAction(action)
     view_menu = bar.addMenu("&View")
-    for action in (actions.show_rejected, actions.output_tab, actions.compare_tab, actions.clear):
+    view = (actions.show_rejected, actions.output_tab, actions.compare_tab, actions.chat_tab)
+    for action in (*view, actions.clear):
         view_menu.addAction(action)
     help_menu = bar.addMenu("&Help")
     help_menu.addAction(actions.help)

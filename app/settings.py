@@ -42,6 +42,7 @@ DEFAULTS: dict[str, Any] = {
     "tree_tokens": 0,
     "raw": False,
     "show_rejected": False,
+    "chat_mode": False,  # the Chat tab was open
     "compare_methods": ["eagle", "eagle2", "eagle2-lookup"],
     "prompt": "Explain speculative decoding in three sentences.",
     "geometry": "",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 
 from app.engine import (
     MethodInfo,
@@ -64,6 +65,8 @@ class FakeEngine:
         self.loads: list[str] = []
         self.requests: list[RunRequest] = []
         self.summaries: list[RunSummary] = []  # of the finished runs, in order
+        self.forgotten: list[str] = []  # conversations whose cache was dropped
+        self.cached: dict[str, int] = {}  # conversation -> tokens its cache holds
         self.produced = 0  # steps yielded by the current/last run
         self.after_stop = 0  # of those, steps yielded once the stop flag was set
         self.step_event = threading.Event()  # set at each yielded step
@@ -101,11 +104,20 @@ class FakeEngine:
             index += 1
         reason = "stopped" if stop.is_set() else "max_tokens"
         summary = _summary(request, ids, index, reason)
+        if request.messages:  # a chat turn: 5 prompt tokens a message, earlier turns cached
+            prompt = 5 * len(request.messages)
+            reused = self.cached.get(request.conversation, 0)
+            summary = replace(summary, prompt_tokens=prompt, reused_tokens=reused)
+            self.cached[request.conversation] = prompt + len(ids) - 1
         self.summaries.append(summary)
         yield Finished(summary)
 
     def token_text(self, token_id: int) -> str:
         return f"t{token_id}"
+
+    def forget(self, conversation: str) -> None:
+        self.forgotten.append(conversation)
+        self.cached.pop(conversation, None)
 
     def exclusive(self):
         raise SpecdecError("the fake engine has no model to measure; inject a MeasureBackend")

@@ -1,0 +1,117 @@
+"""Chat mode: the template over the whole conversation, the first turn's cache reused by the
+second, identical to a fresh run over the history at T = 0, and the window's chat."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from app.chat import CONVERSATION, Chat
+from app.engine import ChatMessage, RunRequest, SpecdecEngine
+from specdec_core.config import DecodeConfig
+from specdec_core.events import Finished
+from tests.gui_window import make_window_fixture, wait_idle  # noqa: F401  (fixture)
+from tests.tiny import tiny_loaded
+
+TEMPLATE = (  # the tiny vocabulary has no role words: turns are told apart by position
+    "{% for m in messages %}<s> {{ m['content'] }} </s> {% endfor %}"
+    "{% if add_generation_prompt %}<s> {% endif %}"
+)
+CONFIG = DecodeConfig(max_new_tokens=10, k=3)
+
+
+@pytest.fixture
+def chat_target():
+    target = tiny_loaded(seed=1)
+    target.tokenizer.chat_template = TEMPLATE
+    return target
+
+
+def _finish(engine, request) -> object:
+    events = engine.events(request, stop=_Never(), progress=lambda *_: None)
+    return next(e.summary for e in events if isinstance(e, Finished))
+
+
+class _Never:
+    def is_set(self) -> bool:
+        return False
+
+
+@pytest.mark.parametrize("method", ["ar", "ngram"])
+def test_a_two_turn_chat_reuses_the_first_turns_cache_and_equals_a_fresh_run(chat_target, method):
+    engine = SpecdecEngine(chat_target)
+    first_user = ChatMessage("user", "w1 w2 w3 w4")
+    first = _finish(engine, RunRequest(method, "w1 w2 w3 w4", CONFIG, messages=(first_user,),
+                                       conversation=CONVERSATION))  # fmt: skip
+    history = (first_user, ChatMessage("assistant", first.text), ChatMessage("user", "w5 w6"))
+    second = _finish(engine, RunRequest(method, "w5 w6", CONFIG, messages=history,
+                                        conversation=CONVERSATION))  # fmt: skip
+    fresh = _finish(SpecdecEngine(chat_target), RunRequest(method, "", CONFIG, messages=history))
+    assert second.token_ids == fresh.token_ids
+    assert first.reused_tokens == 0 and fresh.reused_tokens == 0
+    # the second turn prefills only what the first turn did not leave in the cache
+    assert second.reused_tokens >= first.prompt_tokens + first.new_tokens - 1
+    assert second.prompt_tokens - second.reused_tokens <= 7  # "</s> <s> w5 w6 </s> <s>"
+    rendered = chat_target.tokenizer.apply_chat_template(
+        [{"role": m.role, "content": m.content} for m in history],
+        add_generation_prompt=True,
+        tokenize=False,
+    )
+    assert second.prompt_tokens == len(chat_target.tokenizer(rendered)["input_ids"])
+
+
+def test_a_saved_chat_is_a_prompt_file_with_its_turns(tmp_path):
+    chat = Chat()
+    chat.ask("Hello there")
+    chat.turns[-1].reply = "Hi!"
+    chat.ask("Tell me more")
+    path = tmp_path / "chat.jsonl"
+    chat.save(path)
+    record = json.loads(path.read_text())
+    assert record["turns"] == ["Hello there", "Tell me more"] and record["replies"][0] == "Hi!"
+    again = Chat.load(path)
+    assert [t.user for t in again.turns] == ["Hello there", "Tell me more"]
+    assert again.messages("next")[1] == ChatMessage("assistant", "Hi!")
+
+
+def test_the_window_chats_in_turns_with_speedup_and_cache_per_turn(make_window, qtbot, tmp_path):
+    window = make_window()
+    window.tabs.setCurrentWidget(window.chat_view)
+    for text in ("first question", "second question"):
+        window.prompt.set_text(text)
+        window.generate()
+        wait_idle(qtbot, window)
+        assert window.prompt.text() == ""
+    requests = window.engine.requests
+    assert [r.method for r in requests] == ["classic", "ar", "classic", "ar"]
+    second = requests[2]
+    assert [m.role for m in second.messages] == ["user", "assistant", "user"]
+    assert second.messages[0].content == "first question" and second.conversation == CONVERSATION
+    assert requests[3].conversation != CONVERSATION  # the reference keeps its own cache
+    turns = window.chat_view.turns
+    assert len(turns) == 2 and turns[1].reply.tokens
+    assert "vs autoregressive" in turns[1].summary.text()
+    assert "from the kept conversation" in turns[1].summary.text()
+    assert window.chat.chat.turns[1].speedup is not None
+
+    window.save_chat(tmp_path / "chat.jsonl")
+    window.regenerate()
+    wait_idle(qtbot, window)
+    assert (
+        len(window.chat_view.turns) == 2 and window.engine.requests[-2].prompt == "second question"
+    )
+    window.edit_last_turn()
+    assert window.prompt.text() == "second question" and len(window.chat_view.turns) == 1
+    window.chat_view.clear_requested.emit()
+    assert window.chat_view.turns == [] and CONVERSATION in window.engine.forgotten
+    window.load_chat(tmp_path / "chat.jsonl")
+    assert [t.user.text() for t in window.chat_view.turns] == ["first question", "second question"]
+
+
+def test_the_settings_remember_chat_mode(make_window, qtbot, tmp_path):
+    window = make_window()
+    window.tabs.setCurrentWidget(window.chat_view)
+    window.close()
+    again = make_window(settings_file=window.settings_file)
+    assert again.in_chat()
