@@ -48,7 +48,8 @@ from specdec_core.measure import (
     warm_up,
 )
 from specdec_core.models import LoadedModel
-from specdec_core.prompts import encode_prompt
+from specdec_core.prefix_cache import PrefixCache
+from specdec_core.prompts import encode_chat, encode_prompt
 from specdec_core.runner import run
 
 Report = Callable[[str], None]  # a progress line
@@ -71,36 +72,73 @@ class BenchResult:
         }
 
 
+class _Dialogue:
+    """One entry's side of a conversation in a multi-turn replay: the messages so far (its
+    own replies as the assistant turns) and its conversation cache."""
+
+    def __init__(self) -> None:
+        self.messages: list[dict[str, str]] = []
+        self.prefix = PrefixCache()
+
+    def encode(self, tokenizer, user: str) -> list[int]:
+        self.messages.append({"role": "user", "content": user})
+        return encode_chat(tokenizer, self.messages)
+
+    def reply(self, tokenizer, token_ids: tuple[int, ...]) -> None:
+        text = tokenizer.decode(list(token_ids), skip_special_tokens=True)
+        self.messages.append({"role": "assistant", "content": text})
+
+
 def run_bench(
     target: LoadedModel,
     methods: list[str],
-    prompts: list[str],
+    prompts: list[str] | list[list[str]],
     config: DecodeConfig,
     specs: dict[str, str],
     raw: bool = False,
     progress: Report | None = None,
     reference_model: LoadedModel | None = None,
+    multi_turn: bool = False,
 ) -> BenchResult:
+    """`prompts`: one prompt each; with `multi_turn`, each is a conversation's user turns,
+    replayed turn after turn: every entry answers with its own replies as the history and
+    keeps its conversation cache between turns (`RunSummary.reused_tokens`)."""
     report = progress or (lambda message: None)
     methods = ["ar", *[m for m in methods if m != "ar"]]
     variants = {label: parse_variant(label, config) for label in methods}
     bases = {method for method, _ in variants.values()}
     extras = {m: load_extra(m, target, specs) for m in bases}
-    encoded = [encode_prompt(target.tokenizer, prompt, raw) for prompt in prompts]
-    warm_up(target, encoded[0], config.seed)
+    conversations = prompts if multi_turn else [[prompt] for prompt in prompts]
+    first = conversations[0][0]
+    warm_up(target, encode_prompt(target.tokenizer, first, raw), config.seed)
     rows: list[Row] = []
     judge = reference_model or target  # whose logits explain a difference
-    for index, ids in enumerate(encoded):
-        reference: tuple[int, ...] = ()
-        exact = _fp32_reference(reference_model, ids, config)
-        for label, (method, variant_config) in variants.items():
-            report(f"prompt {index + 1}/{len(encoded)}: {label}")
-            row = run_one(method, target, ids, variant_config, extras[method], label, index)
-            reference = row.token_ids if label == "ar" else reference
-            row = explained(compared(row, reference), judge.model, ids, reference)
-            if exact is not None:
-                row = replace(row, identical_to_fp32=row.token_ids == exact)
-            rows.append(row)
+    for index, turns in enumerate(conversations):
+        dialogues = {label: _Dialogue() for label in variants}
+        for turn, user in enumerate(turns):
+            reference: tuple[int, ...] = ()
+            exact = None
+            for label, (method, variant_config) in variants.items():
+                where = f" turn {turn + 1}/{len(turns)}" if multi_turn else ""
+                report(f"prompt {index + 1}/{len(conversations)}{where}: {label}")
+                dialogue = dialogues[label]
+                if multi_turn:
+                    ids = dialogue.encode(target.tokenizer, user)
+                else:
+                    ids = encode_prompt(target.tokenizer, user, raw)
+                prefix = dialogue.prefix if multi_turn else None
+                row = run_one(
+                    method, target, ids, variant_config, extras[method], label, index, prefix
+                )
+                row = replace(row, turn=turn)
+                dialogue.reply(target.tokenizer, row.token_ids)
+                if label == "ar":
+                    reference = row.token_ids
+                    exact = _fp32_reference(reference_model, ids, config)
+                row = explained(compared(row, reference), judge.model, ids, reference)
+                if exact is not None:
+                    row = replace(row, identical_to_fp32=row.token_ids == exact)
+                rows.append(row)
     result = BenchResult(config={**config.as_dict(), **_describe(target, methods, specs)})
     result.config["reference"] = reference_model.dtype_name if reference_model else "same"
     result.rows = rows

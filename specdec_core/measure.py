@@ -27,6 +27,7 @@ from specdec_core.config import DecodeConfig
 from specdec_core.fidelity import mean_logprob, prefix_agreement, token_agreement
 from specdec_core.first_difference import BUG, NEAR_TIE, FirstDifference, first_difference
 from specdec_core.models import LoadedModel
+from specdec_core.prefix_cache import PrefixCache
 from specdec_core.runner import Extra, prepare_extra, run
 
 
@@ -52,6 +53,8 @@ class Row:
     identical_to_ar: bool | None = None
     prefix_agreement: float | None = None
     token_agreement: float | None = None
+    turn: int = 0  # in a multi-turn replay: which user turn of the conversation
+    reused_tokens: int = 0  # prompt positions taken from the conversation's cache
     first_difference: FirstDifference | None = None  # where it parts from the reference
     identical_to_fp32: bool | None = None  # with an fp32 reference (`bench --reference fp32`)
 
@@ -137,9 +140,11 @@ def run_one(
     extra: Extra = None,
     label: str | None = None,
     prompt_index: int = 0,
+    prefix: PrefixCache | None = None,
 ) -> Row:
     """One timed run of `method` (ours or an HF baseline) on `ids`; `label` names the row
-    (default: the method). The target log-prob is one extra forward, after the timing."""
+    (default: the method); `prefix`: a conversation's cache to reuse and update (ours only).
+    The target log-prob is one extra forward, after the timing."""
     name = label or method
     if method in HF_METHODS:
         hf = run_hf(method, target, ids, config, extra)
@@ -154,7 +159,7 @@ def run_one(
             mean_logprob=mean_logprob(target.model, ids, hf.token_ids),
             prompt_index=prompt_index,
         )
-    summary = run(target, method, ids, config, extra)
+    summary = run(target, method, ids, config, extra, prefix=prefix)
     return Row(
         method=name,
         token_ids=summary.token_ids,
@@ -170,6 +175,7 @@ def run_one(
         tree=tree_label(summary.config),
         tree_sizing=summary.config.get("tree_sizing"),
         prompt_index=prompt_index,
+        reused_tokens=summary.reused_tokens,
     )
 
 

@@ -115,3 +115,25 @@ def test_the_settings_remember_chat_mode(make_window, qtbot, tmp_path):
     window.close()
     again = make_window(settings_file=window.settings_file)
     assert again.in_chat()
+
+
+def test_a_saved_chat_replays_turn_by_turn_in_bench(chat_target, tmp_path, monkeypatch, capsys):
+    from specdec_core import models
+    from specdec_core.cli import main
+
+    chat = Chat()
+    chat.ask("w1 w2 w3")
+    chat.ask("w4 w5")
+    path = tmp_path / "chat.jsonl"
+    chat.save(path)
+    monkeypatch.setattr(models, "load_model", lambda *args, **kwargs: chat_target)
+    out = tmp_path / "bench.json"
+    argv = ["bench", "--prompts", str(path), "--multi-turn", "--methods", "ar,ngram"]
+    assert main([*argv, "--max-new-tokens", "8", "--json-out", str(out)]) == 0
+    rows = json.loads(out.read_text())["per_prompt"]
+    assert [(r["method"], r["turn"]) for r in rows] == [
+        ("ar", 0), ("ngram", 0), ("ar", 1), ("ngram", 1)
+    ]  # fmt: skip
+    assert all(r["identical_to_ar"] for r in rows)
+    assert all(r["reused_tokens"] > 0 for r in rows if r["turn"] == 1)
+    assert all(r["reused_tokens"] == 0 for r in rows if r["turn"] == 0)

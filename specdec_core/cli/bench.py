@@ -36,6 +36,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--json-out", default=None)
     parser.add_argument("--csv-out", default=None)
     parser.add_argument(
+        "--multi-turn",
+        action="store_true",
+        help="replay every user turn of each line's 'turns' (a saved chat, MT-Bench files): "
+        "each method answers with its own replies as the history and reuses its cache",
+    )
+    parser.add_argument(
         "--reference",
         default="same",
         choices=["same", "fp32"],
@@ -59,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     )
     from specdec_core.methods import METHODS
     from specdec_core.models import load_model
-    from specdec_core.prompts import read_prompt_file
+    from specdec_core.prompts import read_conversations, read_prompt_file
 
     config = decode_config(args)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -69,7 +75,10 @@ def run(args: argparse.Namespace) -> int:
         raise SpecdecError(f"unknown method(s) {', '.join(unknown)}; choose from: {known}")
     for _, variant in (parse_variant(m, config) for m in methods):
         check_policy(variant)
-    prompts = read_prompt_file(args.prompts, args.limit)
+    if args.multi_turn:
+        prompts = read_conversations(args.prompts, args.limit)
+    else:
+        prompts = read_prompt_file(args.prompts, args.limit)
     target = load_model(args.target, args.device, args.dtype, progress=load_progress())
     config = resolve_auto_k(args, config, target, methods)
     exact = None
@@ -84,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
         args.raw,
         progress=stderr_progress,
         reference_model=exact,
+        multi_turn=args.multi_turn,
     )
     print(file=sys.stderr)
     print(format_table(result))
