@@ -27,6 +27,7 @@ class Actions:
     export_csv: QAction
     export_json: QAction
     export_png: QAction
+    export_server: QAction
     quit: QAction
     generate: QAction
     stop: QAction
@@ -53,6 +54,7 @@ def create_actions(window: QMainWindow) -> Actions:
         export_csv=_action(window, "Export comparison as &CSV…"),
         export_json=_action(window, "Export comparison as &JSON…"),
         export_png=_action(window, "Export window as &PNG…"),
+        export_server=_action(window, "Export to &server…"),
         quit=_action(window, "&Quit", QKeySequence.StandardKey.Quit),
         generate=_action(window, "&Generate", "Ctrl+Return"),
         stop=_action(window, "&Stop", "Esc"),
@@ -75,6 +77,7 @@ def create_menus(window: QMainWindow, actions: Actions) -> None:
     file_menu.addSeparator()
     for action in (actions.export_csv, actions.export_json, actions.export_png):
         file_menu.addAction(action)
+    file_menu.addAction(actions.export_server)
     file_menu.addSeparator()
     file_menu.addAction(actions.quit)
     run_menu = bar.addMenu("&Run")

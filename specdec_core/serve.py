@@ -14,7 +14,8 @@ names; `--tp-size`, alias `--tp`; `--enable-metrics`, docs/references/production
 The playground's dtype names (auto, float32, float16, bfloat16) are valid in both.
 
 Arguments are kept as a list and joined with `shlex.join`, so a path with spaces or the JSON
-survives a shell. `write_script` saves one as an executable bash script.
+survives a shell. `write_script` saves one as an executable bash script. Importing this
+module does not import torch (the window imports it at startup).
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from pathlib import Path
 
 from specdec_core.config import DecodeConfig
 from specdec_core.errors import SpecdecError
-from specdec_core.export import export
 
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 TP_FLAG = {"vllm": "--tensor-parallel-size", "sglang": "--tp"}
@@ -73,6 +73,8 @@ def serve_command(
         raise SpecdecError(
             f"--tensor-parallel-size must be at least 1 (got {tensor_parallel_size})"
         )
+    from specdec_core.export import export  # the method registry imports torch: on demand
+
     result = export(engine, method, config, target, model)
     argv = [*shlex.split(result.command), "--dtype", dtype]
     if tensor_parallel_size > 1:
