@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from PySide6.QtCore import QObject, Slot
 
 from app.jobs import JobRunner
+from app.palette import method_color
 from app.server_worker import ServerWorker
 from app.session import Session
 from app.widgets.server_export_dialog import ServerExportDialog
@@ -115,7 +116,10 @@ class ServerController(QObject):
         autoregressive reference that follows a Generate is not)."""
         summary = self.session.last_results.get("run") if what == "result:run" else None
         if summary is not None and summary.method != "ar":
-            self.view.set_playground(summary)
+            registries = self.session.registries
+            names = [m.name for m in registries.methods] if registries else []
+            index = names.index(summary.method) if summary.method in names else 0
+            self.view.set_playground(summary, method_color(summary.method, index))
 
 
 def export_commands(

@@ -8,14 +8,12 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
 
-from app.palette import METHOD_COLORS
 from app.plot_data import Series
 from app.widgets.position_plot import PositionPlot
 
 Points = tuple[list[float], list[float]]  # x (seconds since Start), y
 
-SERVER_COLOR = METHOD_COLORS[0]
-PLAYGROUND_COLOR = METHOD_COLORS[1]
+SERVER_COLOR = "#332288"  # indigo (Tol): apart from the methods' Okabe-Ito colours
 
 
 def _style(plot: pg.PlotWidget, title: str, left: str) -> None:
@@ -42,18 +40,18 @@ class TauTimePlot(pg.PlotWidget):
             pen=pg.mkPen(SERVER_COLOR, width=2.5), symbol="o", symbolSize=5,
             symbolBrush=faint, symbolPen=None,
         )  # fmt: skip
-        self.level = pg.InfiniteLine(
-            angle=0, pen=pg.mkPen(PLAYGROUND_COLOR, width=2, style=Qt.PenStyle.DashLine)
-        )
+        self.level = pg.InfiniteLine(angle=0)
         self.level.setVisible(False)
         self.addItem(self.level)
 
     def set_data(self, tau: Points) -> None:
         self.line.setData(*tau)
 
-    def set_playground(self, tau: float | None) -> None:
+    def set_playground(self, tau: float | None, color: str) -> None:
+        """The playground run's τ as a dashed level in its method's colour (None: hidden)."""
         self.level.setVisible(tau is not None)
         if tau is not None:
+            self.level.setPen(pg.mkPen(color, width=2, style=Qt.PenStyle.DashLine))
             self.level.setValue(tau)
 
 

@@ -22,9 +22,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.palette import REFERENCE_COLOR
 from app.server_trace import ServerTrace, playground_label, playground_series
 from app.widgets.server_plots import (
-    PLAYGROUND_COLOR,
     SERVER_COLOR,
     ServerPositionPlot,
     ServerSpeedPlot,
@@ -79,6 +79,7 @@ class ServerView(QWidget):
             layout.addWidget(plot, 1)
         self.trace = ServerTrace(SERVER_COLOR)
         self.playground: RunSummary | None = None
+        self.playground_color = REFERENCE_COLOR
 
     def set_running(self, running: bool) -> None:
         self.start_button.setEnabled(not running)
@@ -99,22 +100,23 @@ class ServerView(QWidget):
         self.trace.restarted()
         self.redraw()
 
-    def set_playground(self, summary: RunSummary | None) -> None:
-        self.playground = summary
+    def set_playground(self, summary: RunSummary | None, color: str = REFERENCE_COLOR) -> None:
+        """The playground run to compare with, drawn in its method's colour."""
+        self.playground, self.playground_color = summary, color
         self.redraw()
 
     def redraw(self) -> None:
-        trace, summary = self.trace, self.playground
+        trace, summary, color = self.trace, self.playground, self.playground_color
         self.tau_plot.set_data(trace.tau)
-        self.tau_plot.set_playground(summary.mean_accept_length if summary else None)
+        self.tau_plot.set_playground(summary.mean_accept_length if summary else None, color)
         series = [s for s in (trace.positions,) if s is not None]
         if summary is not None and summary.drafted_per_position:
-            series.append(playground_series(summary, PLAYGROUND_COLOR))
+            series.append(playground_series(summary, color))
         self.positions.redraw(series)
         self.speed.set_data(trace.accepted, trace.generated)
         entries = [(SERVER_COLOR, trace.label())]
         if summary is not None:
-            entries.append((PLAYGROUND_COLOR, playground_label(summary)))
+            entries.append((color, playground_label(summary)))
         self.key.setText(
             "&nbsp;&nbsp; ".join(
                 f'<span style="color:{color}; font-size:14pt">■</span>&nbsp;{html.escape(text)}'
