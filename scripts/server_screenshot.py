@@ -17,14 +17,12 @@ import argparse
 import math
 import os
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from scripts.screenshot import _wait  # noqa: E402
+from scripts.screenshot import _wait, open_window, save_grab  # noqa: E402
 
 MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 K = 3
@@ -77,25 +75,9 @@ def main() -> int:
     parser.add_argument("--polls", type=int, default=14)
     parser.add_argument("--size", default="1600x1000")
     args = parser.parse_args()
-    scratch = tempfile.mkdtemp(prefix="specdec-shot-")
-    os.environ.setdefault("SPECDEC_CONFIG_DIR", scratch)
-    os.environ.setdefault("SPECDEC_DATA_DIR", scratch)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    app, window = open_window(args.size)
 
-    from PySide6.QtWidgets import QApplication
-
-    from app import qt_compat
-    from app.main_window import MainWindow
     from tests.serving_server import FixtureServer
-
-    qt_compat.apply()
-    app = QApplication.instance() or QApplication(sys.argv[:1])
-    window = MainWindow()
-    width, height = (int(v) for v in args.size.split("x"))
-    window.resize(width, height)
-    window.models.device.setCurrentText("cpu")
-    window.show()
-    _wait(app, window.ready, 300)
 
     window.decoding.apply({**window.decoding.values(), "method": "eagle", "k": K})
     window.decoding.max_new_tokens.setValue(64)
@@ -122,13 +104,7 @@ def main() -> int:
         _wait(app, lambda n=poll: window.server.polls > n, 30)
         server.routes["/metrics"] = vllm.advance()
     _wait(app, lambda: window.server.polls > args.polls, 30)
-    for _ in range(20):  # let layouts settle
-        app.processEvents()
-        time.sleep(0.02)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    window.grab().save(str(out))
-    print(f"wrote {out} ({window.width()}x{window.height()})")
+    save_grab(app, window, Path(args.out))
     window.server.stop()
     _wait(app, lambda: not window.server.running, 30)
     server.stop()

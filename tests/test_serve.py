@@ -47,13 +47,18 @@ def _flags(words: list[str]) -> dict[str, str]:
     return flags
 
 
+def _served(engine: str, method: str, tmp_path, dtype: str) -> tuple[list[str], dict, str]:
+    """(the program's words, its flags, the draft / head) of the serve command for `method`."""
+    model = _model(method, tmp_path)
+    command = serve_command(engine, method, SETTINGS[method], "org/target", model, dtype)
+    words = shlex.split(command.command)
+    return words[:3], _flags(words[3:]), model
+
+
 @pytest.mark.parametrize("method", list(SETTINGS))
 def test_vllm_serve_command_per_method(method, tmp_path):
-    model = _model(method, tmp_path)
-    command = serve_command("vllm", method, SETTINGS[method], "org/target", model, "bfloat16")
-    words = shlex.split(command.command)
-    assert words[:3] == ["vllm", "serve", "org/target"]
-    flags = _flags(words[3:])
+    program, flags, _ = _served("vllm", method, tmp_path, "bfloat16")
+    assert program == ["vllm", "serve", "org/target"]
     assert set(flags) <= VLLM_SERVE_FLAGS and flags["--dtype"] == "bfloat16"
     spec = json.loads(flags["--speculative-config"])
     assert set(spec) <= VLLM_KEYS and spec["method"] in VLLM_METHODS
@@ -66,11 +71,8 @@ def test_vllm_serve_command_per_method(method, tmp_path):
 
 @pytest.mark.parametrize("method", list(SETTINGS))
 def test_sglang_serve_command_per_method(method, tmp_path):
-    model = _model(method, tmp_path)
-    command = serve_command("sglang", method, SETTINGS[method], "org/target", model, "float16")
-    words = shlex.split(command.command)
-    assert words[:3] == ["python", "-m", "sglang.launch_server"]
-    flags = _flags(words[3:])
+    program, flags, model = _served("sglang", method, tmp_path, "float16")
+    assert program == ["python", "-m", "sglang.launch_server"]
     assert set(flags) <= SGLANG_SERVE_FLAGS
     assert flags["--model-path"] == "org/target" and flags["--dtype"] == "float16"
     assert flags["--speculative-algorithm"] in SGLANG_ALGORITHMS
