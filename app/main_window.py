@@ -37,6 +37,7 @@ from app.menus import Actions, create_actions, create_menus, show_about, show_he
 from app.palette import REFERENCE_COLOR, method_color
 from app.reference import References, reference_key, reference_request, speedup_text
 from app.run_controller import RunController
+from app.server_controller import install as install_server
 from app.session import Activity, Session
 from app.settings import load_settings, save_settings, settings_path
 from app.sweep_controller import install as install_sweep
@@ -95,6 +96,7 @@ class MainWindow(QMainWindow):
             self,
         )
         self.sweep = install_sweep(self)  # Sweep tab and Run ▸ Tune k (app/sweep_controller.py)
+        self.server = install_server(self)  # Server tab, File ▸ Export to server…
         self._apply_settings()
         self.session.on_change(self._on_session_change)
         self._update_state("loading engine…")

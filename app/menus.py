@@ -28,6 +28,7 @@ class Actions:
     export_csv: QAction
     export_json: QAction
     export_png: QAction
+    export_server: QAction
     quit: QAction
     generate: QAction
     stop: QAction
@@ -56,6 +57,7 @@ def create_actions(window: QMainWindow) -> Actions:
         export_csv=_action(window, "Export comparison as &CSV…", "Ctrl+E"),
         export_json=_action(window, "Export comparison as &JSON…", "Ctrl+Shift+E"),
         export_png=_action(window, "Export window as &PNG…", "Ctrl+Shift+P"),
+        export_server=_action(window, "Export to &server…", "Ctrl+Shift+S"),
         quit=_action(window, "&Quit", "Ctrl+Q"),
         generate=_action(window, "&Generate", "Ctrl+Return"),
         stop=_action(window, "&Stop", "Esc"),
@@ -80,6 +82,7 @@ def create_menus(window: QMainWindow, actions: Actions) -> None:
     file_menu.addSeparator()
     for action in (actions.export_csv, actions.export_json, actions.export_png):
         file_menu.addAction(action)
+    file_menu.addAction(actions.export_server)
     file_menu.addSeparator()
     file_menu.addAction(actions.quit)
     run_menu = bar.addMenu("&Run")

@@ -47,6 +47,7 @@ DEFAULTS: dict[str, Any] = {
     "prompt": "Explain speculative decoding in three sentences.",
     "geometry": "",
     "splitter": "",
+    "server_url": "http://localhost:8000",  # the Server tab (vLLM's default port)
 }
 
 

@@ -32,13 +32,9 @@ def _wait(app, condition, timeout: float) -> None:
         time.sleep(0.01)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=str(ROOT / "docs" / "screenshot.png"))
-    parser.add_argument("--prompt", default="Explain speculative decoding in three sentences.")
-    parser.add_argument("--max-new-tokens", type=int, default=48)
-    parser.add_argument("--size", default="1600x1000")
-    args = parser.parse_args()
+def open_window(size: str, prepare=None):
+    """(app, window): the real window at `size` ("WxH") on the CPU, settings in a temporary
+    dir, `prepare(window)` applied before it shows; returns once the target is loaded."""
     scratch = tempfile.mkdtemp(prefix="specdec-shot-")
     os.environ.setdefault("SPECDEC_CONFIG_DIR", scratch)
     os.environ.setdefault("SPECDEC_DATA_DIR", scratch)
@@ -48,18 +44,45 @@ def main() -> int:
 
     from app import qt_compat
     from app.main_window import MainWindow
-    from specdec_core.resources import resource_path
 
     qt_compat.apply()
     app = QApplication.instance() or QApplication(sys.argv[:1])
     window = MainWindow()
-    width, height = (int(v) for v in args.size.split("x"))
+    width, height = (int(v) for v in size.split("x"))
     window.resize(width, height)
-    bundled_draft = (resource_path("draft") / "config.json").is_file()
-    window.models.draft.set_spec("embedded" if bundled_draft else "smollm2")
     window.models.device.setCurrentText("cpu")
+    if prepare is not None:
+        prepare(window)
     window.show()
     _wait(app, window.ready, 300)
+    return app, window
+
+
+def save_grab(app, window, out: Path) -> None:
+    """Let throttled redraws and layouts settle, then save the window as a PNG."""
+    for _ in range(20):
+        app.processEvents()
+        time.sleep(0.02)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    window.grab().save(str(out))
+    print(f"wrote {out} ({window.width()}x{window.height()})")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=str(ROOT / "docs" / "screenshot.png"))
+    parser.add_argument("--prompt", default="Explain speculative decoding in three sentences.")
+    parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--size", default="1600x1000")
+    args = parser.parse_args()
+
+    from specdec_core.resources import resource_path
+
+    bundled_draft = (resource_path("draft") / "config.json").is_file()
+    app, window = open_window(
+        args.size,
+        lambda window: window.models.draft.set_spec("embedded" if bundled_draft else "smollm2"),
+    )
 
     window.prompt.set_text(args.prompt)
     window.decoding.max_new_tokens.setValue(args.max_new_tokens)
@@ -74,13 +97,7 @@ def main() -> int:
     if window.last_error:
         print("error:", window.last_error, file=sys.stderr)
         return 1
-    for _ in range(20):  # let throttled redraws and layouts settle
-        app.processEvents()
-        time.sleep(0.02)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    window.grab().save(str(out))
-    print(f"wrote {out} ({window.width()}x{window.height()})")
+    save_grab(app, window, Path(args.out))
     window.close()
     return 0
 

@@ -13,10 +13,10 @@ import argparse
 import os
 import sys
 
-from specdec_core.cli import bench, export, generate, sweep, train
+from specdec_core.cli import bench, export, generate, sweep, train, watch
 from specdec_core.errors import SpecdecError
 
-COMMANDS = (generate, bench, sweep, export, train)
+COMMANDS = (generate, bench, sweep, export, train, watch)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,4 +1,5 @@
-"""`specdec export`: the vLLM `--speculative-config` JSON or the SGLang flags for a setting."""
+"""`specdec export`: the vLLM `--speculative-config` JSON or the SGLang flags for a setting;
+with `--serve`, the whole server command line (`specdec_core.serve`)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--at-temperature", type=float, default=None, help="with --from-sweep: best at this T"
     )
+    parser.add_argument(
+        "--serve",
+        action="store_true",
+        help="print the whole server command (vllm serve … / python -m sglang.launch_server …) "
+        "with the model, the speculative settings and --dtype",
+    )
+    parser.add_argument(
+        "--tensor-parallel-size",
+        type=int,
+        default=1,
+        metavar="N",
+        help="with --serve: GPUs to shard the target over (vLLM --tensor-parallel-size, "
+        "SGLang --tp); left out at 1",
+    )
     add_model_options(parser)
     add_decode_options(parser)
     parser.set_defaults(handler=run)
@@ -40,8 +55,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.from_sweep:
         best = best_of_sweep(args.from_sweep, args.at_temperature)
-        result = export(args.engine, best.method, best.config, best.target, best.model)
-        result.notes.insert(0, best.note)
+        setting = (best.method, best.config, best.target, best.model)
+        note = best.note
     else:
         if args.k == AUTO:
             raise SpecdecError(
@@ -50,12 +65,34 @@ def run(args: argparse.Namespace) -> int:
             )
         config = decode_config(args)
         model = args.head if METHOD_MAP[args.method][0] == "head" else args.draft
-        result = export(args.engine, args.method, config, args.target, model)
+        setting, note = (args.method, config, args.target, model), None
+    if args.serve:
+        return _serve(args, setting, note)
+    result = export(args.engine, *setting)
+    if note:
+        result.notes.insert(0, note)
     if args.json:
         print(json.dumps(asdict(result)))
         return 0
     print(result.payload)
-    for note in result.notes:
-        print(f"# {note}", file=sys.stderr)
+    for line in result.notes:
+        print(f"# {line}", file=sys.stderr)
     print(f"# example: {result.command}", file=sys.stderr)
+    return 0
+
+
+def _serve(args: argparse.Namespace, setting: tuple, note: str | None) -> int:
+    from specdec_core.serve import serve_command
+
+    command = serve_command(
+        args.engine, *setting, dtype=args.dtype, tensor_parallel_size=args.tensor_parallel_size
+    )
+    if note:
+        command.notes.insert(0, note)
+    if args.json:
+        print(json.dumps(command.to_record()))
+        return 0
+    print(command.command)
+    for line in command.notes:
+        print(f"# {line}", file=sys.stderr)
     return 0

@@ -1,0 +1,184 @@
+"""The Server tab and File ▸ Export to server…: from the tuned setting to a running server.
+
+`ServerController` polls the URL in the view on the shared `JobRunner` (`ServerWorker`), puts
+each `Interval` into the view, and words every other poll as the view's status line: an
+unreachable server or a restart is a line, never a dialog, and polling goes on. It shows
+the playground's last finished speculative run (`Session.last_results["run"]`) beside the
+server. The URL is remembered in the settings (`server_url`). `open_export` builds the vLLM
+and SGLang commands for the current model and decoding settings (`specdec_core.serve`) and
+shows them. `install(window)` adds the tab and wires the File menu action.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from PySide6.QtCore import QObject, Slot
+
+from app.jobs import JobRunner
+from app.palette import method_color
+from app.server_worker import ServerWorker
+from app.session import Session
+from app.widgets.server_export_dialog import ServerExportDialog
+from app.widgets.server_view import ServerView
+from app.worker import Job
+from specdec_core.errors import SpecdecError
+from specdec_core.server_metrics import RESET, MetricsPoller
+
+if TYPE_CHECKING:
+    from app.main_window import MainWindow
+    from specdec_core.serve import ServeCommand
+    from specdec_core.server_metrics import Poll
+
+
+class ServerController(QObject):
+    def __init__(
+        self,
+        session: Session,
+        settings: dict[str, Any],
+        jobs: JobRunner,
+        save: Callable[[], None],
+        parent: QObject | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self.session = session
+        self.settings = settings
+        self.jobs = jobs
+        self.save = save
+        self.view = ServerView()
+        self.view.url.setText(settings.get("server_url", ""))
+        self.view.url.textChanged.connect(lambda text: settings.__setitem__("server_url", text))
+        self.view.start_requested.connect(self.start)
+        self.view.stop_requested.connect(self.stop)
+        self.job: Job | None = None
+        self.polls = 0
+        self.failed = False
+        self.last_poll: Poll | None = None
+        self.export_dialog: ServerExportDialog | None = None
+        session.on_change(self._on_session_change)
+        self._on_session_change("result:run")
+
+    @property
+    def running(self) -> bool:
+        return self.job is not None
+
+    def start(self) -> bool:
+        if self.running:
+            return False
+        period = self.view.period.value()
+        try:
+            poller = MetricsPoller(self.view.url.text(), interval=period, timeout=min(3.0, period))
+        except SpecdecError as error:
+            self.view.status.setText(str(error))
+            return False
+        self.save()
+        worker = ServerWorker(poller, period)
+        worker.polled.connect(self._on_poll)
+        worker.errored.connect(self._on_error)
+        worker.done.connect(self._on_done)
+        self.polls, self.failed = 0, False
+        self.view.begin()
+        self.view.status.setText(f"polling {poller.base}/metrics every {period:g} s…")
+        self.view.set_running(True)
+        self.job = self.jobs.start(worker)
+        return True
+
+    def stop(self) -> None:
+        if self.job is not None:
+            self.job.stop()
+            self.view.status.setText("stopping…")
+
+    @Slot(object)
+    def _on_poll(self, poll: Poll) -> None:
+        self.polls += 1
+        self.last_poll = poll
+        self.view.status.setText(poll.message)
+        if poll.state == RESET:
+            self.view.restarted()
+        if poll.interval is not None:
+            self.view.add_interval(poll.interval)
+
+    @Slot(str, bool)
+    def _on_error(self, message: str, user: bool) -> None:
+        self.failed = True
+        self.view.status.setText(f"polling stopped: {message}")
+
+    @Slot()
+    def _on_done(self) -> None:
+        self.job = None
+        self.view.set_running(False)
+        if not self.failed:
+            self.view.status.setText(f"stopped after {self.polls} polls")
+
+    def _on_session_change(self, what: str) -> None:
+        """A finished speculative run is the playground's measurement to compare with (the
+        autoregressive reference that follows a Generate is not)."""
+        summary = self.session.last_results.get("run") if what == "result:run" else None
+        if summary is not None and summary.method != "ar":
+            registries = self.session.registries
+            names = [m.name for m in registries.methods] if registries else []
+            index = names.index(summary.method) if summary.method in names else 0
+            self.view.set_playground(summary, method_color(summary.method, index))
+
+
+def export_commands(
+    method: str,
+    config,
+    target: str,
+    specs: dict[str, str],
+    dtype: str,
+    device: str | None,
+) -> dict[str, ServeCommand | str]:
+    """engine -> the server command for this setting, or why it cannot be served."""
+    from specdec_core.export import ENGINES, METHOD_MAP  # imports torch: on demand
+    from specdec_core.serve import serve_command, tensor_parallel_size
+
+    needs = METHOD_MAP.get(method, (None,))[0]
+    model = specs.get(needs, "") if needs else ""
+    commands: dict[str, ServeCommand | str] = {}
+    for engine in ENGINES:
+        try:
+            commands[engine] = serve_command(
+                engine, method, config, target, model, dtype, tensor_parallel_size(device)
+            )
+        except SpecdecError as error:
+            commands[engine] = f"cannot serve this setting: {error}"
+    return commands
+
+
+def open_export(window: MainWindow) -> ServerExportDialog:
+    """Show the commands for the window's current model and decoding settings."""
+    loaded = window.session.target
+    commands = export_commands(
+        window.decoding.method_name(),
+        window.decoding.config(),
+        window.models.target.spec() or "embedded",
+        window.models.specs(),
+        window.models.dtype.currentText(),
+        loaded.device if loaded is not None else None,
+    )
+    dialog = ServerExportDialog(commands, parent=window)
+    dialog.open()
+    return dialog
+
+
+def install(window: MainWindow) -> ServerController:
+    """Add the Server tab to `window` and wire File ▸ Export to server…"""
+
+    def save() -> None:
+        from app.settings import save_settings
+
+        try:
+            save_settings(window.current_settings(), window.settings_file)
+        except OSError as error:
+            window.status.showMessage(f"could not save settings: {error}", 10000)
+
+    controller = ServerController(window.session, window.settings, window.jobs, save, parent=window)
+    window.tabs.addTab(controller.view, "Server")
+
+    def export() -> None:
+        controller.export_dialog = open_export(window)
+
+    window.actions.export_server.triggered.connect(export)
+    return controller
