@@ -11,7 +11,7 @@ from app.plot_data import Series
 class AcceptancePlot(pg.PlotWidget):
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
-        self.setTitle("Tokens per step · line: running mean τ", size="10pt")
+        self.setTitle("Tokens per step (line: mean τ)", size="10pt")
         self.setLabel("bottom", "step")
         self.setLabel("left", "tokens / step")
         self.showGrid(x=True, y=True, alpha=0.25)

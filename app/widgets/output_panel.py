@@ -41,12 +41,13 @@ class OutputPanel(QWidget):
         self.show_rejected.setToolTip("show each step's first rejected draft, struck through")
         self.summary = QLabel("")
         self.summary.setWordWrap(True)
-        legend_row = QHBoxLayout()
-        legend_row.addWidget(Legend(), 1)
-        legend_row.addWidget(self.show_rejected)
+        rejected_row = QHBoxLayout()  # on its own row: the legend alone sets the width
+        rejected_row.addStretch(1)
+        rejected_row.addWidget(self.show_rejected)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
-        layout.addLayout(legend_row)
+        layout.addWidget(Legend())
+        layout.addLayout(rejected_row)
         layout.addWidget(self.view, 1)
         layout.addWidget(self.summary)
 

@@ -8,9 +8,11 @@ runs each) and 44 / 53 / 57 with no plot updates at all (two runs); headless, 49
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Callable
 
 import pyqtgraph as pg
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 from superqt.utils import qthrottled
 
@@ -40,6 +42,7 @@ class PlotsPanel(QWidget):
         layout.addWidget(self.key)
         for plot in (self.acceptance, self.speed, self.positions, self.tree):
             plot.setMinimumHeight(150)
+            fit_width(plot)
             layout.addWidget(plot)
         self.series: dict[str, Series] = {}
         self.redraws = 0
@@ -75,6 +78,13 @@ class PlotsPanel(QWidget):
         latest = series[-1] if series else None
         self.tree.show_tree(latest.last_tree if latest else None)
         self.redraws += 1
+
+
+def fit_width(plot: pg.PlotWidget) -> None:
+    """Never narrower than its plot (title, axes) needs: a splitter then gives the plot its
+    width instead of cutting its right side off."""
+    need = plot.plotItem.effectiveSizeHint(Qt.SizeHint.MinimumSize).width()
+    plot.setMinimumWidth(math.ceil(need) + 2 * plot.frameWidth() + 2)
 
 
 def _nbsp(text: str) -> str:

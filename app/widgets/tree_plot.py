@@ -20,7 +20,7 @@ MAX_LABELS = 48
 class TreePlot(pg.PlotWidget):
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
-        self.setTitle("Last draft tree · accepted path in green", size="10pt")
+        self.setTitle("Last draft tree (accepted: green)", size="10pt")
         self.hideAxis("left")
         self.setLabel("bottom", "depth")
         self.getAxis("bottom").enableAutoSIPrefix(False)

@@ -1,0 +1,56 @@
+"""The window fits the screens users have: at 1280×800, 1600×1000 and 1920×1080 nothing is
+clipped or squeezed below its minimum (geometry checks; screenshots in docs/ show the same)."""
+
+from __future__ import annotations
+
+import pyqtgraph as pg
+import pytest
+from PySide6.QtCore import QPoint, QRect, Qt
+from PySide6.QtWidgets import QAbstractScrollArea, QWidget
+
+from tests.gui_window import make_window_fixture  # noqa: F401  (fixture)
+
+SIZES = [(1280, 800), (1600, 1000), (1920, 1080)]
+
+
+def _inside_scroll_area(widget: QWidget, window: QWidget) -> bool:
+    parent = widget.parentWidget()
+    while parent is not None and parent is not window:
+        if isinstance(parent, QAbstractScrollArea):
+            return True
+        parent = parent.parentWidget()
+    return False
+
+
+def _clipped(window: QWidget) -> list[str]:
+    """Visible widgets that reach outside the window (scroll areas clip by design)."""
+    bounds = window.rect().adjusted(-1, -1, 1, 1)
+    out = []
+    for widget in window.findChildren(QWidget):
+        if not widget.isVisible() or widget.isWindow() or _inside_scroll_area(widget, window):
+            continue
+        top_left = widget.mapTo(window, QPoint(0, 0))
+        rect = QRect(top_left, widget.size())
+        if not bounds.contains(rect):
+            out.append(f"{type(widget).__name__} {widget.objectName()} at {rect.getRect()}")
+    return out
+
+
+@pytest.mark.parametrize("width, height", SIZES)
+@pytest.mark.parametrize("tab", ["Output", "Compare", "Chat", "Sweep", "Server"])
+def test_nothing_is_clipped_at_common_screen_sizes(make_window, qtbot, width, height, tab):
+    window = make_window()
+    names = [window.tabs.tabText(i) for i in range(window.tabs.count())]
+    window.tabs.setCurrentIndex(names.index(tab))
+    window.resize(width, height)
+    qtbot.wait(50)
+    assert window.width() <= width and window.height() <= height, "minimum size too large"
+    assert _clipped(window) == []
+    for pane in (window.splitter.widget(i) for i in range(window.splitter.count())):
+        assert pane.width() >= min(pane.minimumSizeHint().width(), pane.sizeHint().width())
+    right = window.splitter.widget(window.splitter.count() - 1)
+    assert right.mapTo(window, QPoint(right.width(), 0)).x() <= window.width()
+    for plot in window.findChildren(pg.PlotWidget):  # a plot wider than its view is cut off
+        if plot.isVisible():
+            need = plot.plotItem.effectiveSizeHint(Qt.SizeHint.MinimumSize).width()
+            assert need <= plot.viewport().width() + 1, type(plot).__name__
