@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from app.engine import Progress, StopFlag
-from specdec_core.errors import SpecdecError
+from specdec_core.errors import SpecdecError, is_out_of_memory, out_of_memory
 from specdec_core.events import Event, Finished, Started, Step
 
 log = logging.getLogger(__name__)
@@ -32,6 +32,10 @@ def errors_to_signal(errored: Signal, what: str) -> Iterator[None]:
     except SpecdecError as error:
         errored.emit(str(error), True)
     except Exception as error:  # a bug or a library failure: show it, keep the window alive
+        if is_out_of_memory(error):  # the window stays usable; say what to change
+            log.warning("%s ran out of memory: %s", what, error)
+            errored.emit(str(out_of_memory(f"during the {what}")), True)
+            return
         log.error("%s failed:\n%s", what, traceback.format_exc())
         errored.emit(f"{type(error).__name__}: {error}", False)
 

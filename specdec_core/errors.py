@@ -7,3 +7,19 @@ class SpecdecError(Exception):
     The CLI prints it as one line on stderr and exits with code 2; the GUI shows it in a
     message box. The message must say what to do.
     """
+
+
+OUT_OF_MEMORY = (
+    "out of memory {what}; try a smaller dtype (--dtype bfloat16), a device map that spreads "
+    "the model (--device-map auto), or a shorter context (a shorter prompt, fewer new tokens)"
+)
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """torch's (CUDA, MPS, CPU allocator) out-of-memory errors and Python's MemoryError."""
+    return isinstance(error, MemoryError) or type(error).__name__ == "OutOfMemoryError"
+
+
+def out_of_memory(what: str) -> SpecdecError:
+    """The one-line message for running out of memory `what` ('while loading …')."""
+    return SpecdecError(OUT_OF_MEMORY.format(what=what))

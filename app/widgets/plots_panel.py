@@ -75,8 +75,8 @@ class PlotsPanel(QWidget):
         self.acceptance.sync(series)
         self.speed.sync(series)
         self.positions.sync(series)
-        latest = series[-1] if series else None
-        self.tree.show_tree(latest.last_tree if latest else None)
+        trees = [s.last_tree for s in series if s.last_tree is not None]  # not the reference's
+        self.tree.show_tree(trees[-1] if trees else None)
         self.redraws += 1
 
 

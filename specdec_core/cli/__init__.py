@@ -14,7 +14,7 @@ import os
 import sys
 
 from specdec_core.cli import bench, export, generate, sweep, train, watch
-from specdec_core.errors import SpecdecError
+from specdec_core.errors import SpecdecError, is_out_of_memory, out_of_memory
 
 COMMANDS = (generate, bench, sweep, export, train, watch)
 
@@ -34,6 +34,11 @@ def main(argv: list[str] | None = None) -> int:
         return args.handler(args)
     except SpecdecError as error:
         print(f"specdec: error: {error}", file=sys.stderr)
+        return 2
+    except Exception as error:
+        if not is_out_of_memory(error):
+            raise
+        print(f"specdec: error: {out_of_memory(f'during `{args.command}`')}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("specdec: interrupted", file=sys.stderr)
