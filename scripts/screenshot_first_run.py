@@ -29,19 +29,21 @@ def main() -> int:
     args = parser.parse_args()
     app, window = open_window(args.size)
     window.decoding.max_new_tokens.setValue(args.max_new_tokens)
-    window.generate()
-    _wait(app, lambda: not window.controller.running, 600)
-    if window.last_error:
-        print("error:", window.last_error, file=sys.stderr)
+
+    def generate(text: str | None = None) -> bool:
+        if text is not None:
+            window.prompt.set_text(text)
+        window.generate()
+        _wait(app, lambda: not window.controller.running, 600)
+        if window.last_error:
+            print("error:", window.last_error, file=sys.stderr)
+        return not window.last_error
+
+    if not generate():
         return 1
     save_grab(app, window, ROOT / "docs" / "first-run.png")
     window.tabs.setCurrentWidget(window.chat_view)
-    for text in TURNS:
-        window.prompt.set_text(text)
-        window.generate()
-        _wait(app, lambda: not window.controller.running, 600)
-    if window.last_error:
-        print("error:", window.last_error, file=sys.stderr)
+    if not all(generate(text) for text in TURNS):
         return 1
     save_grab(app, window, ROOT / "docs" / "chat.png")
     for turn in window.chat_view.turns:

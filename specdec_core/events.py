@@ -66,8 +66,25 @@ class Step:
     rejected: tuple[Token, ...] = ()  # REJECTED_DRAFT tokens, display only
 
 
+class Rates:
+    """τ and tokens/s of anything that counts `new_tokens`, `steps` and `wall_seconds`."""
+
+    new_tokens: int
+    steps: int
+    wall_seconds: float
+
+    @property
+    def mean_accept_length(self) -> float:
+        """τ = new tokens / target forwards (counts the correction or bonus token)."""
+        return self.new_tokens / self.steps if self.steps else 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.new_tokens / self.wall_seconds if self.wall_seconds > 0 else 0.0
+
+
 @dataclass(frozen=True)
-class RunSummary:
+class RunSummary(Rates):
     method: str
     policy: str
     lossy: bool
@@ -87,15 +104,6 @@ class RunSummary:
     drafted_per_position: tuple[int, ...] = ()  # drafted_per_position[i]: steps drafting > i tokens
     config: dict[str, Any] = field(default_factory=dict)
     reused_tokens: int = 0  # prompt positions taken from a conversation's cache (not prefilled)
-
-    @property
-    def mean_accept_length(self) -> float:
-        """τ = new tokens / target forwards (counts the correction or bonus token)."""
-        return self.new_tokens / self.steps if self.steps else 0.0
-
-    @property
-    def tokens_per_second(self) -> float:
-        return self.new_tokens / self.wall_seconds if self.wall_seconds > 0 else 0.0
 
     def to_record(self) -> dict[str, Any]:
         """The JSON form (`specdec generate --json`, the GUI's history): every field, with

@@ -24,6 +24,7 @@ from typing import Any
 
 from specdec_core.baselines import HF_METHODS, run_hf
 from specdec_core.config import DecodeConfig
+from specdec_core.events import Rates
 from specdec_core.fidelity import mean_logprob, prefix_agreement, token_agreement
 from specdec_core.first_difference import BUG, NEAR_TIE, FirstDifference, first_difference
 from specdec_core.models import LoadedModel
@@ -32,7 +33,7 @@ from specdec_core.runner import Extra, prepare_extra, run
 
 
 @dataclass(frozen=True)
-class Row:
+class Row(Rates):
     """One method (`method`: the entry as written, e.g. `ngram:threshold:tau=0.3`) on one
     prompt. Fidelity fields are None until `compared` with the reference output."""
 
@@ -57,14 +58,6 @@ class Row:
     reused_tokens: int = 0  # prompt positions taken from the conversation's cache
     first_difference: FirstDifference | None = None  # where it parts from the reference
     identical_to_fp32: bool | None = None  # with an fp32 reference (`bench --reference fp32`)
-
-    @property
-    def mean_accept_length(self) -> float:
-        return self.new_tokens / self.steps if self.steps else 0.0
-
-    @property
-    def tokens_per_second(self) -> float:
-        return self.new_tokens / self.wall_seconds if self.wall_seconds > 0 else 0.0
 
     def to_record(self) -> dict[str, Any]:
         """The JSON form of a bench file's `per_prompt` entry (no token ids)."""

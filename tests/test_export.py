@@ -32,7 +32,7 @@ SGLANG_FLAGS = {
 SGLANG_ALGORITHMS = {"EAGLE", "EAGLE3", "STANDALONE", "NGRAM"}
 
 
-def _head(tmp_path, architecture: str = "LlamaForCausalLM"):
+def head_dir(tmp_path, architecture: str = "LlamaForCausalLM"):
     head = tmp_path / "head"
     head.mkdir()
     (head / "config.json").write_text(json.dumps({"architectures": [architecture]}))
@@ -53,7 +53,7 @@ def sglang(method: str, config: DecodeConfig, model: str = "") -> dict[str, str]
 
 
 def test_vllm_config_per_method(tmp_path):
-    head = _head(tmp_path)
+    head = head_dir(tmp_path)
     k5 = DecodeConfig(k=5, ngram_max=4)
     assert vllm("eagle", k5, head) == {
         "method": "eagle",
@@ -76,7 +76,7 @@ def test_vllm_config_per_method(tmp_path):
 
 
 def test_sglang_flags_per_method(tmp_path):
-    head = _head(tmp_path)
+    head = head_dir(tmp_path)
     k3 = DecodeConfig(k=3, ngram_max=5)
     assert sglang("eagle", k3, head) == {
         "--speculative-algorithm": "EAGLE",
@@ -96,13 +96,13 @@ def test_sglang_flags_per_method(tmp_path):
 
 
 def test_an_eagle3_head_exports_as_eagle3(tmp_path):
-    head = _head(tmp_path, "LlamaForCausalLMEagle3")
+    head = head_dir(tmp_path, "LlamaForCausalLMEagle3")
     assert vllm("eagle", DecodeConfig(), head)["method"] == "eagle3"
     assert sglang("eagle2", DecodeConfig(), head)["--speculative-algorithm"] == "EAGLE3"
 
 
 def test_auto_tree_leaves_the_engine_to_choose_and_a_partial_tree_is_refused(tmp_path):
-    head = _head(tmp_path)
+    head = head_dir(tmp_path)
     result = export("sglang", "eagle2", DecodeConfig(), model=head)
     assert "--speculative-num-steps" not in result.payload
     assert any("auto" in note for note in result.notes)
@@ -134,7 +134,7 @@ def test_head_layout_is_read_from_the_weight_names(tmp_path):
     import torch
     from safetensors.torch import save_file
 
-    head = _head(tmp_path)  # a plain LlamaConfig: the weights decide
+    head = head_dir(tmp_path)  # a plain LlamaConfig: the weights decide
     save_file({"midlayer.self_attn.q_proj.weight": torch.zeros(2, 2)}, f"{head}/model.safetensors")
     assert vllm("eagle", DecodeConfig(), head)["method"] == "eagle3"
     save_file(

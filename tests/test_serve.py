@@ -19,7 +19,7 @@ from specdec_core.cli import main
 from specdec_core.config import DecodeConfig
 from specdec_core.errors import SpecdecError
 from specdec_core.serve import serve_command, shell_script, tensor_parallel_size, write_script
-from tests.test_export import SGLANG_ALGORITHMS, SGLANG_FLAGS, VLLM_KEYS, VLLM_METHODS, _head
+from tests.test_export import SGLANG_ALGORITHMS, SGLANG_FLAGS, VLLM_KEYS, VLLM_METHODS, head_dir
 
 SETTINGS = {
     "eagle": DecodeConfig(k=5),
@@ -33,7 +33,7 @@ SGLANG_SERVE_FLAGS = SGLANG_FLAGS | {"--model-path", "--dtype", "--tp", "--enabl
 
 def _model(method: str, tmp_path) -> str:
     if method in ("eagle", "eagle2"):
-        return _head(tmp_path)
+        return head_dir(tmp_path)
     return "org/draft" if method == "classic" else ""
 
 
@@ -102,7 +102,7 @@ def test_a_device_map_over_several_gpus_gives_the_tensor_parallel_size():
 def test_a_path_with_spaces_and_the_json_survive_the_shell(tmp_path):
     head = tmp_path / "my heads"
     head.mkdir()
-    command = serve_command("vllm", "eagle", DecodeConfig(k=2), "org/t", _head(head))
+    command = serve_command("vllm", "eagle", DecodeConfig(k=2), "org/t", head_dir(head))
     spec = json.loads(shlex.split(command.command)[4])
     assert spec["model"].endswith("my heads/head")
 
