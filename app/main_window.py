@@ -37,10 +37,10 @@ from app.menus import Actions, create_actions, create_menus, show_about, show_he
 from app.palette import REFERENCE_COLOR, method_color
 from app.reference import References, reference_key, reference_request, speedup_text
 from app.run_controller import RunController
-from app.server_controller import install as install_server
+from app.server_controller import ServerController, export_commands
 from app.session import Activity, Session
 from app.settings import load_settings, save_settings, settings_path
-from app.sweep_controller import install as install_sweep
+from app.sweep_controller import SweepController
 from app.widgets.chat_view import ChatView
 from app.widgets.compare_panel import ComparePanel
 from app.widgets.decoding_panel import DecodingPanel
@@ -49,6 +49,7 @@ from app.widgets.models_panel import ModelsPanel
 from app.widgets.output_panel import OutputPanel
 from app.widgets.plots_panel import PlotsPanel
 from app.widgets.prompt_panel import PromptPanel
+from app.widgets.server_export_dialog import ServerExportDialog
 from app.widgets.status_bar import StatusBar
 from specdec_core.errors import SpecdecError
 from specdec_core.events import RunSummary, Step
@@ -83,7 +84,7 @@ class MainWindow(QMainWindow):
         self.error_box: QMessageBox | None = None
         self._build()
         self.actions = create_actions(self)
-        create_menus(self, self.actions)
+        self.menus = create_menus(self, self.actions)
         self._connect(self.actions)
         self.chat = ChatController(
             self.session,
@@ -95,8 +96,8 @@ class MainWindow(QMainWindow):
             lambda method: (self._label(method), self._color(method)),
             self,
         )
-        self.sweep = install_sweep(self)  # Sweep tab and Run ▸ Tune k (app/sweep_controller.py)
-        self.server = install_server(self)  # Server tab, File ▸ Export to server…
+        self.sweep = self._install_sweep()  # the Sweep tab and Run ▸ Tune k
+        self.server = self._install_server()  # the Server tab, File ▸ Export to server…
         self._apply_settings()
         self.session.on_change(self._on_session_change)
         self._update_state("loading engine…")
@@ -189,6 +190,43 @@ class MainWindow(QMainWindow):
         c.queue_done.connect(self._on_queue_done)
         c.task_progress.connect(self.models.show_progress)
         c.task_failed.connect(self._on_task_failed)
+
+    def _install_sweep(self) -> SweepController:
+        sweep = SweepController(
+            self.session,
+            self.engine,
+            self.decoding,
+            self.prompt.text,
+            self.models.specs,
+            self.jobs,
+            parent=self,
+        )
+        self.tabs.addTab(sweep.view, "Sweep")
+        self.addAction(sweep.tune_action)
+        self.menus["Run"].addSeparator()
+        self.menus["Run"].addAction(sweep.tune_action)
+        return sweep
+
+    def _install_server(self) -> ServerController:
+        server = ServerController(self.session, self.settings, self.jobs, self._save, parent=self)
+        self.tabs.addTab(server.view, "Server")
+        self.actions.export_server.triggered.connect(self.open_server_export)
+        return server
+
+    def open_server_export(self) -> ServerExportDialog:
+        """The vLLM and SGLang commands for the current model and decoding settings."""
+        loaded = self.session.target
+        commands = export_commands(
+            self.decoding.method_name(),
+            self.decoding.config(),
+            self.models.target.spec() or "embedded",
+            self.models.specs(),
+            self.models.dtype.currentText(),
+            loaded.device if loaded is not None else None,
+        )
+        self.server.export_dialog = ServerExportDialog(commands, parent=self)
+        self.server.export_dialog.open()
+        return self.server.export_dialog
 
     # -- session ----------------------------------------------------------------------------
     @property

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt, QUrl, qVersion
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QMainWindow, QMessageBox
+from PySide6.QtWidgets import QMainWindow, QMenu, QMessageBox
 
 DISTRIBUTIONS = (
     "specdec-playground",
@@ -74,7 +74,8 @@ def create_actions(window: QMainWindow) -> Actions:
     return actions
 
 
-def create_menus(window: QMainWindow, actions: Actions) -> None:
+def create_menus(window: QMainWindow, actions: Actions) -> dict[str, QMenu]:
+    """File, Run, View and Help, by name (without the & of their shortcut)."""
     bar = window.menuBar()
     file_menu = bar.addMenu("&File")
     for action in (actions.load, actions.open_prompt):
@@ -95,6 +96,7 @@ def create_menus(window: QMainWindow, actions: Actions) -> None:
     help_menu = bar.addMenu("&Help")
     help_menu.addAction(actions.help)
     help_menu.addAction(actions.about)
+    return {"File": file_menu, "Run": run_menu, "View": view_menu, "Help": help_menu}
 
 
 def versions() -> dict[str, str]:

@@ -4,9 +4,9 @@
 each `Interval` into the view, and words every other poll as the view's status line: an
 unreachable server or a restart is a line, never a dialog, and polling goes on. It shows
 the playground's last finished speculative run (`Session.last_results["run"]`) beside the
-server. The URL is remembered in the settings (`server_url`). `open_export` builds the vLLM
-and SGLang commands for the current model and decoding settings (`specdec_core.serve`) and
-shows them. `install(window)` adds the tab and wires the File menu action.
+server. The URL is remembered in the settings (`server_url`). `export_commands` gives the
+vLLM and SGLang commands for the current model and decoding settings (`specdec_core.serve`);
+the window shows them (File ▸ Export to server…) and adds the tab.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from specdec_core.errors import SpecdecError
 from specdec_core.server_metrics import RESET, MetricsPoller
 
 if TYPE_CHECKING:
-    from app.main_window import MainWindow
     from specdec_core.serve import ServeCommand
     from specdec_core.server_metrics import Poll
 
@@ -145,40 +144,3 @@ def export_commands(
         except SpecdecError as error:
             commands[engine] = f"cannot serve this setting: {error}"
     return commands
-
-
-def open_export(window: MainWindow) -> ServerExportDialog:
-    """Show the commands for the window's current model and decoding settings."""
-    loaded = window.session.target
-    commands = export_commands(
-        window.decoding.method_name(),
-        window.decoding.config(),
-        window.models.target.spec() or "embedded",
-        window.models.specs(),
-        window.models.dtype.currentText(),
-        loaded.device if loaded is not None else None,
-    )
-    dialog = ServerExportDialog(commands, parent=window)
-    dialog.open()
-    return dialog
-
-
-def install(window: MainWindow) -> ServerController:
-    """Add the Server tab to `window` and wire File ▸ Export to server…"""
-
-    def save() -> None:
-        from app.settings import save_settings
-
-        try:
-            save_settings(window.current_settings(), window.settings_file)
-        except OSError as error:
-            window.status.showMessage(f"could not save settings: {error}", 10000)
-
-    controller = ServerController(window.session, window.settings, window.jobs, save, parent=window)
-    window.tabs.addTab(controller.view, "Server")
-
-    def export() -> None:
-        controller.export_dialog = open_export(window)
-
-    window.actions.export_server.triggered.connect(export)
-    return controller

@@ -27,7 +27,6 @@ from specdec_core.errors import SpecdecError
 from specdec_core.prompts import read_prompt_file
 
 if TYPE_CHECKING:  # the engine modules import torch: only when a sweep starts
-    from app.main_window import MainWindow
     from specdec_core.autotune import TuneResult
     from specdec_core.sweep import SweepProgress, SweepResult
 
@@ -227,26 +226,3 @@ class SweepController(QObject):
                 spin.setValue(float(value))
         applied = ", ".join(f"{k}={v}" for k, v in settings.items())
         self.session.report(f"applied {applied}", error=False)
-
-
-def install(window: MainWindow, backend: SweepBackend | None = None) -> SweepController:
-    """Add the Sweep tab and Run ▸ Tune k to `window` (a MainWindow); return the controller."""
-    controller = SweepController(
-        window.session,
-        window.engine,
-        window.decoding,
-        window.prompt.text,
-        window.models.specs,
-        window.jobs,
-        backend,
-        parent=window,
-    )
-    window.tabs.addTab(controller.view, "Sweep")
-    window.addAction(controller.tune_action)
-    for action in window.menuBar().actions():
-        menu = action.menu()
-        if menu is not None and action.text().replace("&", "") == "Run":
-            menu.addSeparator()
-            menu.addAction(controller.tune_action)
-            break
-    return controller

@@ -12,10 +12,10 @@ from specdec_core.eagle.head import fused_layers
 from specdec_core.eagle.train import TrainConfig, build_model, frequent_tokens
 from specdec_core.errors import SpecdecError
 from specdec_core.models import LoadedModel
+from specdec_core.training.request import TrainRequest, check_depth
 
 if TYPE_CHECKING:
     from specdec_core.eagle.head import EagleHead
-    from specdec_core.training.request import TrainRequest
 
 
 @dataclass(frozen=True)
@@ -108,17 +108,6 @@ def starting_model(
     elif missing:
         raise SpecdecError(f"the --init head lacks weights: {', '.join(missing[:4])}")
     return model, draft_ids
-
-
-def check_depth(arch: str, layers: int) -> None:
-    """Refuse a number of decoder layers the layout cannot have."""
-    if arch == "eagle3" and layers != 1:
-        raise SpecdecError(
-            "an EAGLE-3 head has exactly one decoder layer (its midlayer); drop --layers, or "
-            "use --arch eagle1 for a deeper head"
-        )
-    if layers < 1:
-        raise SpecdecError(f"--layers {layers}: a head needs at least one decoder layer")
 
 
 def resolve_layers(arch: str, init_head, layers: int | None) -> int:

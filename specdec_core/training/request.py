@@ -8,7 +8,6 @@ from pathlib import Path
 
 from specdec_core.errors import SpecdecError
 from specdec_core.training.data_sources import check_source
-from specdec_core.training.layout import check_depth
 
 TRAINS = ("eagle", "draft")
 ARCHS = ("eagle1", "eagle3")
@@ -86,3 +85,14 @@ class TrainRequest:
     @property
     def checkpoint_dir(self) -> Path:
         return Path(self.checkpoints) if self.checkpoints else Path(self.out)
+
+
+def check_depth(arch: str, layers: int) -> None:
+    """Refuse a number of decoder layers the layout cannot have."""
+    if arch == "eagle3" and layers != 1:
+        raise SpecdecError(
+            "an EAGLE-3 head has exactly one decoder layer (its midlayer); drop --layers, or "
+            "use --arch eagle1 for a deeper head"
+        )
+    if layers < 1:
+        raise SpecdecError(f"--layers {layers}: a head needs at least one decoder layer")
