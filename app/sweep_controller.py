@@ -4,7 +4,7 @@
 free? errors and notes go there, and the window shows them), the decoding panel (method,
 policy and fixed settings; a clicked cell and the tuned k go back through its public
 `values()` / `apply()`), the current prompt and model specs as callables, and the shared
-`JobRunner`. `install(window)` adds the tab and the action to a MainWindow and wires them.
+`JobRunner`. The window adds its tab and the Run ▸ Tune k action.
 """
 
 from __future__ import annotations
