@@ -37,13 +37,12 @@ import multiprocessing
 import signal
 import threading
 import traceback
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
 from app.engine import Progress, Registries, RunRequest, SpecdecEngine, StopFlag, TargetInfo
 from app.sweep_backend import EngineBackend, OnPoint
-from specdec_core.config import DecodeConfig
 from specdec_core.errors import SpecdecError
 from specdec_core.events import Event, Step
 
@@ -51,7 +50,7 @@ if TYPE_CHECKING:  # torch-heavy: the window's process imports them only to read
     from multiprocessing.synchronize import Event as SharedFlag
 
     from specdec_core.autotune import TuneResult
-    from specdec_core.sweep import Grid, SweepResult
+    from specdec_core.sweep import SweepResult
 
 log = logging.getLogger(__name__)
 
@@ -344,20 +343,9 @@ class ProcessBackend:
     def __init__(self, engine: ProcessEngine) -> None:
         self.engine = engine
 
-    def sweep(
-        self,
-        method: str,
-        grid: Grid,
-        base: DecodeConfig,
-        prompts: Sequence[str],
-        specs: dict[str, str],
-        on_point: OnPoint,
-        stop: StopFlag,
-    ) -> SweepResult:
+    def sweep(self, method, grid, base, prompts, specs, on_point, stop) -> SweepResult:
         args = (method, grid, base, list(prompts), specs)
         return self.engine._call("sweep", *args, on_point=on_point, stop=stop)
 
-    def tune(
-        self, method: str, config: DecodeConfig, specs: dict[str, str], on_point: OnPoint
-    ) -> TuneResult:
+    def tune(self, method, config, specs, on_point) -> TuneResult:
         return self.engine._call("tune", method, config, specs, on_point=on_point)
