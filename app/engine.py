@@ -102,6 +102,11 @@ class Engine(Protocol):
         inside `exclusive()` or a run."""
         ...
 
+    def close(self) -> None:
+        """Release what the engine holds (its process, if it has one); the window calls it
+        when it closes. Optional: an engine without it holds nothing to release."""
+        ...
+
 
 class SpecdecEngine:
     """specdec_core behind the `Engine` protocol; extras (drafts, heads) cached by spec."""
@@ -166,6 +171,9 @@ class SpecdecEngine:
         """Drop a conversation's cache (Clear; an edited turn reuses what still matches)."""
         with self._lock:
             self._conversations.pop(conversation, None)
+
+    def close(self) -> None:
+        """Nothing to release: the models live in this process."""
 
     def token_text(self, token_id: int) -> str:
         target = self._target

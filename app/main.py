@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -10,6 +11,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="specdec-gui", description=__doc__)
     parser.add_argument("--target", help="model spec to load instead of the saved one")
     parser.add_argument("--no-load", action="store_true", help="do not load a model at start")
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="run the engine in the window's process (also SPECDEC_IN_PROCESS=1); by default "
+        "it runs in its own, so that painting does not slow down what it measures",
+    )
     args, qt_args = parser.parse_known_args(argv if argv is not None else sys.argv[1:])
 
     from PySide6.QtWidgets import QApplication
@@ -23,12 +30,22 @@ def main(argv: list[str] | None = None) -> int:
     app = QApplication.instance() or QApplication([sys.argv[0], *qt_args])
     app.setApplicationName("specdec-playground")
     app.setOrganizationName("specdec-playground")
-    window = MainWindow(autoload=not args.no_load)
+    window = MainWindow(engine=make_engine(args.in_process), autoload=not args.no_load)
     if args.target:
         window.models.target.set_spec(args.target)
     window.show()
     _close_on_signals(window)
     return app.exec()
+
+
+def make_engine(in_process: bool = False):
+    """The engine in its own process, unless asked for in this one."""
+    from app.engine import SpecdecEngine
+    from app.process_engine import ProcessEngine
+
+    if in_process or os.environ.get("SPECDEC_IN_PROCESS", "") not in ("", "0"):
+        return SpecdecEngine()
+    return ProcessEngine()
 
 
 def _close_on_signals(window) -> None:

@@ -1,9 +1,8 @@
-"""Background sweeps and auto-tune for the GUI: a backend that measures, a worker that runs it.
+"""Background sweeps and auto-tune for the GUI: a worker that runs a backend's measurement.
 
-The backend is where the numbers come from: `MeasureBackend` runs `specdec_core.sweep.run_sweep`
-and `specdec_core.autotune.autotune_k` on any `Measure` (tests inject a fake one, so no model
-loads); `EngineBackend` builds the real `BenchMeasure` on the engine's loaded target and holds
-the engine's lock while it measures, so a sweep and a Generate never share the models.
+The backends (where the numbers come from) are Qt-free, in app/sweep_backend.py:
+`MeasureBackend` on any `Measure` (tests inject a fake one), `EngineBackend` on the engine's
+loaded target; an engine whose models live in another process brings its own backend.
 
 `SweepWorker` follows app/worker.py: a QObject moved to a QThread (via `Job`), signals out,
 errors as messages, Stop through a `threading.Event` checked between grid points. It never
@@ -12,119 +11,28 @@ touches a widget.
 
 from __future__ import annotations
 
-import contextlib
-import logging
-from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable
+from typing import Any
 
 from PySide6.QtCore import Signal
 
 from app.engine import Engine, StopFlag
+from app.sweep_backend import EngineBackend, MeasureBackend, OnPoint, SweepBackend
 from app.worker import Worker
-from specdec_core.config import DecodeConfig
 
-if TYPE_CHECKING:  # the engine modules import torch: only inside the worker thread
-    from specdec_core.autotune import TuneResult
-    from specdec_core.methods import Extra
-    from specdec_core.models import LoadedModel
-    from specdec_core.sweep import Grid, Measure, SweepProgress, SweepResult
-
-log = logging.getLogger(__name__)
-
-OnPoint = Callable[["SweepProgress"], None]
-
-
-class SweepBackend(Protocol):
-    def sweep(
-        self,
-        method: str,
-        grid: Grid,
-        base: DecodeConfig,
-        prompts: Sequence[str],
-        specs: dict[str, str],
-        on_point: OnPoint,
-        stop: StopFlag,
-    ) -> SweepResult: ...
-
-    def tune(
-        self, method: str, config: DecodeConfig, specs: dict[str, str], on_point: OnPoint
-    ) -> TuneResult: ...
-
-
-class MeasureBackend:
-    """Sweeps and tunes with a given measure factory: (method, prompts, specs) -> Measure."""
-
-    def __init__(self, make_measure: Callable[[str, Sequence[str], dict[str, str]], Measure]):
-        self.make_measure = make_measure
-
-    @contextlib.contextmanager
-    def _session(self) -> Iterator[None]:
-        yield
-
-    def sweep(self, method, grid, base, prompts, specs, on_point, stop) -> SweepResult:
-        from specdec_core.sweep import run_sweep
-
-        with self._session():
-            measure = self.make_measure(method, prompts, specs)
-            header = {"prompts": len(prompts), "source": "gui"}
-            return run_sweep(
-                method, grid, base, measure, header=header, progress=on_point, stop=stop
-            )
-
-    def tune(self, method, config, specs, on_point) -> TuneResult:
-        with self._session():
-            return self._tune(method, config, specs, on_point)
-
-    def _tune(self, method, config, specs, on_point) -> TuneResult:
-        from specdec_core.autotune import CANDIDATES, TUNING_PROMPTS, autotune_k
-
-        measure = self.make_measure(method, TUNING_PROMPTS, specs)
-        return autotune_k(method, config, measure, CANDIDATES, on_point)
-
-
-class EngineBackend(MeasureBackend):
-    """The real measurement on the engine's loaded target (and its cached extras), inside
-    `Engine.exclusive()`, so a sweep and a Generate never share the models."""
-
-    def __init__(self, engine: Engine) -> None:
-        super().__init__(self._bench_measure)
-        self.engine = engine
-        self._target: LoadedModel | None = None  # while a session holds it
-
-    @contextlib.contextmanager
-    def _session(self) -> Iterator[None]:
-        with self.engine.exclusive() as target:
-            self._target = target
-            try:
-                yield
-            finally:
-                self._target = None
-
-    def _held(self) -> LoadedModel:
-        if self._target is None:
-            raise RuntimeError("EngineBackend measures only inside its session")
-        return self._target
-
-    def _extra(self, method: str, specs: dict[str, str]) -> Extra:
-        return self.engine.extra(method, specs, lambda *_: None)
-
-    def _bench_measure(self, method: str, prompts: Sequence[str], specs: dict[str, str]):
-        from specdec_core.baselines import HF_METHODS
-        from specdec_core.sweep import BenchMeasure
-
-        # the HF baselines are not engine methods: the benchmark loads what they need
-        extras = None if method in HF_METHODS else {method: self._extra(method, specs)}
-        return BenchMeasure(self._held(), prompts, specs, raw=False, extras=extras)
-
-    def _tune(self, method, config, specs, on_point) -> TuneResult:
-        from specdec_core.autotune import tune_on_device
-
-        extra = self._extra(method, specs)
-        return tune_on_device(self._held(), method, config, specs, progress=on_point, extra=extra)
+__all__ = [
+    "EngineBackend",
+    "MeasureBackend",
+    "OnPoint",
+    "SweepBackend",
+    "SweepWorker",
+    "backend_for",
+]
 
 
 def backend_for(engine: Engine) -> SweepBackend:
-    return EngineBackend(engine)
+    own = getattr(engine, "sweep_backend", None)  # models in another process measure there
+    return own() if own is not None else EngineBackend(engine)
 
 
 class SweepWorker(Worker):
