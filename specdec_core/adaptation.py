@@ -305,3 +305,46 @@ class Adapter:
             f"τ {before:.2f} before adaptation → {latest:.2f} in the latest run "
             f"({self.steps} steps on {self.buffer.tokens} tokens of {len(self.buffer)} runs)"
         )
+
+
+class BetweenPrompts:
+    """`run_bench`'s `after_prompt` hook for `specdec bench --adapt`: after each prompt, every
+    head-drafting method's head adapts on that method's runs for `seconds`."""
+
+    def __init__(
+        self, target: LoadedModel, seconds: float, settings: AdaptSettings, source: str
+    ) -> None:
+        self.target, self.seconds, self.settings, self.source = target, seconds, settings, source
+        self.adapters: dict[str, Adapter] = {}  # method (each loads its own head) -> adapter
+        self.reports: dict[str, list[AdaptReport]] = {}
+
+    def __call__(self, ids: list[int], rows, extras: dict) -> None:
+        from specdec_core.methods import get_method
+
+        for row in rows:
+            method = row.method.partition(":")[0]
+            if method not in extras or get_method(method).needs != "head":
+                continue
+            if method not in self.adapters:
+                self.adapters[method] = Adapter(
+                    extras[method], self.target, self.settings, self.source
+                )
+            self.adapters[method].add_run(ids, row.token_ids, row.mean_accept_length)
+        for method, adapter in self.adapters.items():
+            self.reports.setdefault(method, []).append(adapter.adapt(self.seconds))
+
+    def record(self) -> dict:
+        """What `bench --json-out` records under config.adaptation."""
+        return {
+            "seconds_per_prompt": self.seconds,
+            **asdict(self.settings),
+            "methods": {
+                method: {
+                    "tau_before": adapter.tau_before(),
+                    "tau_by_prompt": [tau for _, tau in adapter.taus],
+                    "steps": adapter.steps,
+                    "buffer_tokens": adapter.buffer.tokens,
+                }
+                for method, adapter in self.adapters.items()
+            },
+        }

@@ -80,6 +80,7 @@ def run_bench(
     raw: bool = False,
     progress: Report | None = None,
     reference_model: LoadedModel | None = None,
+    after_prompt: Callable[[list[int], list[Row], dict], None] | None = None,
 ) -> BenchResult:
     report = progress or (lambda message: None)
     methods = ["ar", *[m for m in methods if m != "ar"]]
@@ -101,6 +102,8 @@ def run_bench(
             if exact is not None:
                 row = replace(row, identical_to_fp32=row.token_ids == exact)
             rows.append(row)
+        if after_prompt is not None:  # between prompts, untimed (e.g. adapting a head)
+            after_prompt(ids, [r for r in rows if r.prompt_index == index], extras)
     result = BenchResult(config={**config.as_dict(), **_describe(target, methods, specs)})
     result.config["reference"] = reference_model.dtype_name if reference_model else "same"
     result.rows = rows

@@ -136,3 +136,31 @@ def test_reset_returns_to_the_loaded_head_and_regularisation_holds_it_close(tiny
     free.reset()
     assert drift(free) == 0 and not len(free.buffer) and free.tau_line() == ""
     assert all(torch.equal(v, free.initial[n]) for n, v in free.head.state_dict().items())
+
+
+def test_bench_adapt_keeps_every_output_identical_to_ar_and_saves_the_head(tmp_path):
+    import json
+
+    from specdec_core.cli import main
+    from specdec_core.eagle.formats import save_head
+    from specdec_core.models import load_model
+    from tests.tiny import tiny_model, tiny_tokenizer
+
+    tiny_model(1).save_pretrained(tmp_path / "target")
+    tiny_tokenizer().save_pretrained(tmp_path / "target")
+    target = load_model(str(tmp_path / "target"), device="cpu", dtype="float32")
+    save_head(tiny_head(target, draft_vocab=16), tmp_path / "head")
+    lines = [json.dumps({"prompt": f"w{i} w{i + 1} w{i + 2} w4"}) for i in range(3)]
+    (tmp_path / "p.jsonl").write_text("\n".join(lines))
+    common = ["--target", str(tmp_path / "target"), "--head", str(tmp_path / "head")]
+    common += ["--prompts", str(tmp_path / "p.jsonl"), "--max-new-tokens", "16", "--raw"]
+    out, saved = tmp_path / "bench.json", tmp_path / "adapted"
+    argv = ["bench", "--methods", "ar,eagle,eagle2", *common, "--adapt", "--adapt-seconds", "0.05"]
+    assert main([*argv, "--json-out", str(out), "--save-adapted", str(saved)]) == 0
+    record = json.loads(out.read_text())
+    assert all(m["identical_to_ar"] == 1.0 for m in record["methods"].values())
+    adaptation = record["config"]["adaptation"]["methods"]
+    assert set(adaptation) == {"eagle", "eagle2"} and len(adaptation["eagle"]["tau_by_prompt"]) == 3
+    assert (saved / "specdec_card.json").is_file()
+    assert main(["bench", "--methods", "ar", *common, "--adapt"]) == 2  # no head to adapt
+    assert main(["bench", "--methods", "ar,eagle", *common, "--save-adapted", "x"]) == 2
