@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from app import history, qt_compat
+from app.adapt_controller import install as install_adapt
 from app.engine import Engine, Registries, RunRequest, SpecdecEngine, TargetInfo
 from app.export import CompareResult, write_csv, write_json
 from app.first_run import first_choice
@@ -38,6 +39,7 @@ from app.run_controller import RunController
 from app.session import Activity, Session
 from app.settings import load_settings, save_settings, settings_path
 from app.sweep_controller import install as install_sweep
+from app.widgets.adapt_panel import AdaptPanel
 from app.widgets.compare_panel import ComparePanel
 from app.widgets.decoding_panel import DecodingPanel
 from app.widgets.kind_help import KindHelp
@@ -81,6 +83,7 @@ class MainWindow(QMainWindow):
         create_menus(self, self.actions)
         self._connect(self.actions)
         self.sweep = install_sweep(self)  # Sweep tab and Run ▸ Tune k (app/sweep_controller.py)
+        self.adaptation = install_adapt(self)  # the Adaptation box (app/adapt_controller.py)
         self._apply_settings()
         self.session.on_change(self._on_session_change)
         self._update_state("loading engine…")
@@ -95,6 +98,8 @@ class MainWindow(QMainWindow):
         left_layout = QVBoxLayout(left)
         left_layout.addWidget(self.models)
         left_layout.addWidget(self.decoding)
+        self.adapt_panel = AdaptPanel()
+        left_layout.addWidget(self.adapt_panel)
         left_layout.addWidget(KindHelp())
         left_layout.addStretch(1)
         scroll = QScrollArea()
@@ -391,6 +396,8 @@ class MainWindow(QMainWindow):
                 state = "running…"
             elif activity is Activity.MEASURING:
                 state = "measuring…"
+            elif activity is Activity.ADAPTING:
+                state = "adapting the head…"
             elif activity in (Activity.LOADING, Activity.STARTING):
                 state = "loading…" if self.registries else "loading engine…"
             elif self.target is None:
