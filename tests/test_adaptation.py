@@ -138,10 +138,11 @@ def test_reset_returns_to_the_loaded_head_and_regularisation_holds_it_close(tiny
     assert all(torch.equal(v, free.initial[n]) for n, v in free.head.state_dict().items())
 
 
-def test_bench_adapt_keeps_every_output_identical_to_ar_and_saves_the_head(tmp_path):
+@pytest.fixture
+def saved(tmp_path):
+    """A tiny target and head saved as directories, and a prompt file: the CLI's options."""
     import json
 
-    from specdec_core.cli import main
     from specdec_core.eagle.formats import save_head
     from specdec_core.models import load_model
     from tests.tiny import tiny_model, tiny_tokenizer
@@ -153,14 +154,37 @@ def test_bench_adapt_keeps_every_output_identical_to_ar_and_saves_the_head(tmp_p
     lines = [json.dumps({"prompt": f"w{i} w{i + 1} w{i + 2} w4"}) for i in range(3)]
     (tmp_path / "p.jsonl").write_text("\n".join(lines))
     common = ["--target", str(tmp_path / "target"), "--head", str(tmp_path / "head")]
-    common += ["--prompts", str(tmp_path / "p.jsonl"), "--max-new-tokens", "16", "--raw"]
-    out, saved = tmp_path / "bench.json", tmp_path / "adapted"
+    return [*common, "--max-new-tokens", "16", "--raw"]
+
+
+def test_bench_adapt_keeps_every_output_identical_to_ar_and_saves_the_head(saved, tmp_path):
+    import json
+
+    from specdec_core.cli import main
+
+    common = [*saved, "--prompts", str(tmp_path / "p.jsonl")]
+    out, adapted = tmp_path / "bench.json", tmp_path / "adapted"
     argv = ["bench", "--methods", "ar,eagle,eagle2", *common, "--adapt", "--adapt-seconds", "0.05"]
-    assert main([*argv, "--json-out", str(out), "--save-adapted", str(saved)]) == 0
+    assert main([*argv, "--json-out", str(out), "--save-adapted", str(adapted)]) == 0
     record = json.loads(out.read_text())
     assert all(m["identical_to_ar"] == 1.0 for m in record["methods"].values())
     adaptation = record["config"]["adaptation"]["methods"]
     assert set(adaptation) == {"eagle", "eagle2"} and len(adaptation["eagle"]["tau_by_prompt"]) == 3
-    assert (saved / "specdec_card.json").is_file()
+    assert (adapted / "specdec_card.json").is_file()
     assert main(["bench", "--methods", "ar", *common, "--adapt"]) == 2  # no head to adapt
     assert main(["bench", "--methods", "ar,eagle", *common, "--save-adapted", "x"]) == 2
+
+
+def test_generate_adapt_saves_a_head_that_drafts_the_same_output(saved, tmp_path, capsys):
+    import json
+
+    from specdec_core.cli import main
+
+    adapted = tmp_path / "adapted"
+    argv = ["generate", "--method", "eagle", "--prompt", "w1 w2 w3", *saved, "--json"]
+    assert main([*argv, "--adapt", "--save-adapted", str(adapted)]) == 0
+    first = json.loads(capsys.readouterr().out)
+    card = json.loads((adapted / "specdec_card.json").read_text())
+    assert card["adapted_from"] == saved[3] and card["adaptation"]["steps"] >= 1
+    assert main([*argv, "--head", str(adapted)]) == 0
+    assert json.loads(capsys.readouterr().out)["token_ids"] == first["token_ids"]
