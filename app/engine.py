@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, Protocol
 from specdec_core.config import DecodeConfig
 from specdec_core.control import Progress, StopFlag
 from specdec_core.errors import SpecdecError
-from specdec_core.events import Event
+from specdec_core.events import Event, Finished
 
 if TYPE_CHECKING:  # torch-heavy: imported by the worker threads only
+    from specdec_core.adaptation import Adapter
     from specdec_core.methods import Extra
     from specdec_core.models import LoadedModel
     from specdec_core.prefix_cache import PrefixCache
@@ -107,6 +108,23 @@ class Engine(Protocol):
         when it closes. Optional: an engine without it holds nothing to release."""
         ...
 
+    def set_adapt(self, on: bool) -> None:
+        """Adapt EAGLE heads to the runs from now on (runs are kept; `adapt` trains)."""
+        ...
+
+    def adapt(self, budget_seconds: float, progress: Progress) -> str:
+        """Between runs: take the runs kept since the last call, fine-tune the head on them
+        for about `budget_seconds`; -> the τ line (before adaptation against the latest)."""
+        ...
+
+    def reset_adaptation(self) -> str:
+        """Every adapted head back to the loaded one; -> a note for the user."""
+        ...
+
+    def save_adapted(self, directory: str) -> str:
+        """Write the last adapted head to a new directory; -> a note for the user."""
+        ...
+
 
 class SpecdecEngine:
     """specdec_core behind the `Engine` protocol; extras (drafts, heads) cached by spec."""
@@ -116,6 +134,10 @@ class SpecdecEngine:
         self._extras: dict[tuple[str, str], Extra] = {}
         self._conversations: dict[str, PrefixCache] = {}  # chat caches, by conversation
         self._lock = threading.Lock()  # one load or run touches the models at a time
+        self._adapt = False
+        self._adapters: dict[str, Adapter] = {}  # head spec -> its adapter
+        self._pending: list[tuple[str, list[int], tuple[int, ...], float]] = []  # finished runs
+        self._last_adapted: str | None = None
 
     def registries(self) -> Registries:
         from specdec_core.methods import METHODS
@@ -136,6 +158,8 @@ class SpecdecEngine:
             self._target = model
             self._extras.clear()
             self._conversations.clear()
+            self._adapters.clear()  # they adapted heads bound to the old target
+            self._pending.clear()
         parameters = sum(p.numel() for p in model.model.parameters())
         dtype_name = model.dtype_name
         return TargetInfo(spec, str(model.device), dtype_name, parameters)
@@ -157,7 +181,7 @@ class SpecdecEngine:
             prefix = None
             if request.conversation:
                 prefix = self._conversations.setdefault(request.conversation, PrefixCache())
-            yield from generate(
+            stream = generate(
                 target,
                 drafter,
                 ids,
@@ -166,6 +190,62 @@ class SpecdecEngine:
                 stop=stop,
                 prefix=prefix,
             )
+            adapter = self._adapter_for(request, target, extra) if self._adapt else None
+            if adapter is None:
+                yield from stream
+                return
+            with adapter.during_run():  # no adaptation while it runs
+                for event in stream:
+                    if isinstance(event, Finished):  # kept for the next `adapt`
+                        summary = event.summary
+                        run = (adapter.source, ids, summary.token_ids, summary.mean_accept_length)
+                        self._pending.append(run)
+                    yield event
+
+    def _adapter_for(self, request: RunRequest, target: LoadedModel, extra) -> Adapter | None:
+        """The adapter of the head this run drafts with (None for a method without a head)."""
+        from specdec_core.adaptation import Adapter
+        from specdec_core.methods import get_method
+
+        if get_method(request.method).needs != "head":
+            return None
+        spec = request.specs.get("head") or "embedded"
+        if spec not in self._adapters:
+            self._adapters[spec] = Adapter(extra, target, source=spec)
+        return self._adapters[spec]
+
+    def set_adapt(self, on: bool) -> None:
+        self._adapt = on
+
+    def adapt(self, budget_seconds: float, progress: Progress) -> str:
+        with self.exclusive():
+            pending, self._pending = self._pending, []
+            for spec, ids, token_ids, tau in pending:
+                progress("adapting the head: reading the run", 0.0)
+                self._adapters[spec].add_run(ids, list(token_ids), tau)
+            for spec in dict.fromkeys(spec for spec, *_ in pending):
+                self._adapters[spec].adapt(budget_seconds)
+                self._last_adapted = spec
+            progress("adapted the head", 1.0)
+            adapter = self._adapters.get(self._last_adapted or "")
+            return adapter.tau_line() if adapter is not None else ""
+
+    def reset_adaptation(self) -> str:
+        with self.exclusive():
+            for adapter in self._adapters.values():
+                adapter.reset()
+            self._pending.clear()
+        return "the head is back to the loaded one"
+
+    def save_adapted(self, directory: str) -> str:
+        with self.exclusive():
+            adapter = self._adapters.get(self._last_adapted or "")
+            if adapter is None or not adapter.steps:
+                raise SpecdecError(
+                    "no head has adapted yet; turn on Adapt and run an EAGLE method first"
+                )
+            path = adapter.save(directory)
+        return f"saved the adapted head to {path}; load it with --head {path}"
 
     def forget(self, conversation: str) -> None:
         """Drop a conversation's cache (Clear; an edited turn reuses what still matches)."""

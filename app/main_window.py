@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from app import history, qt_compat
+from app.adapt_controller import AdaptController
 from app.chat import CONVERSATION
 from app.chat_controller import ChatController, is_chat
 from app.engine import Engine, Registries, RunRequest, SpecdecEngine, TargetInfo
@@ -41,6 +42,7 @@ from app.server_controller import ServerController, export_commands
 from app.session import Activity, Session
 from app.settings import load_settings, save_settings, settings_path
 from app.sweep_controller import SweepController
+from app.widgets.adapt_panel import AdaptPanel
 from app.widgets.chat_view import ChatView
 from app.widgets.compare_panel import ComparePanel
 from app.widgets.decoding_panel import DecodingPanel
@@ -98,6 +100,7 @@ class MainWindow(QMainWindow):
         )
         self.sweep = self._install_sweep()  # the Sweep tab and Run ▸ Tune k
         self.server = self._install_server()  # the Server tab, File ▸ Export to server…
+        self.adaptation = self._install_adaptation()  # the Adaptation box
         self._apply_settings()
         self.session.on_change(self._on_session_change)
         self._update_state("loading engine…")
@@ -112,6 +115,8 @@ class MainWindow(QMainWindow):
         left_layout = QVBoxLayout(left)
         left_layout.addWidget(self.models)
         left_layout.addWidget(self.decoding)
+        self.adapt_panel = AdaptPanel()
+        left_layout.addWidget(self.adapt_panel)
         left_layout.addWidget(KindHelp())
         left_layout.addStretch(1)
         scroll = QScrollArea()
@@ -206,6 +211,17 @@ class MainWindow(QMainWindow):
         self.menus["Run"].addSeparator()
         self.menus["Run"].addAction(sweep.tune_action)
         return sweep
+
+    def _install_adaptation(self) -> AdaptController:
+        """Wire the Adaptation box; saving an adapted head asks for a new directory."""
+
+        def ask() -> str | None:
+            path, _ = QFileDialog.getSaveFileName(self, "Save adapted head", "adapted-head")
+            return path or None
+
+        return AdaptController(
+            self.session, self.engine, self.adapt_panel, self.controller, self.jobs, ask, self
+        )
 
     def _install_server(self) -> ServerController:
         server = ServerController(self.session, self.settings, self.jobs, self._save, parent=self)
@@ -509,6 +525,8 @@ class MainWindow(QMainWindow):
                 state = "running…"
             elif activity is Activity.MEASURING:
                 state = "measuring…"
+            elif activity is Activity.ADAPTING:
+                state = "adapting the head…"
             elif activity in (Activity.LOADING, Activity.STARTING):
                 state = "loading…" if self.registries else "loading engine…"
             elif self.target is None:

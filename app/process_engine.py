@@ -104,6 +104,10 @@ class _Host:
             "load_target": self.load_target,
             "run": self.run,
             "forget": engine.forget,
+            "set_adapt": engine.set_adapt,
+            "adapt": lambda budget: engine.adapt(budget, self.progress),
+            "reset_adaptation": engine.reset_adaptation,
+            "save_adapted": engine.save_adapted,
             "sweep": self.sweep,
             "tune": self.tune,
         }
@@ -322,6 +326,19 @@ class ProcessEngine:
 
     def forget(self, conversation: str) -> None:
         self._call("forget", conversation)
+
+    def set_adapt(self, on: bool) -> None:
+        self._call("set_adapt", on)
+
+    def adapt(self, budget_seconds: float, progress: Progress) -> str:
+        """The head adapts in the engine process, where the runs were kept."""
+        return self._call("adapt", budget_seconds, progress=progress)
+
+    def reset_adaptation(self) -> str:
+        return self._call("reset_adaptation")
+
+    def save_adapted(self, directory: str) -> str:
+        return self._call("save_adapted", directory)
 
     def exclusive(self) -> contextlib.AbstractContextManager:
         raise SpecdecError(

@@ -23,6 +23,7 @@ class Activity(StrEnum):
     LOADING = "loading"  # a target model
     RUNNING = "running"  # Generate or Compare
     MEASURING = "measuring"  # a sweep or Tune
+    ADAPTING = "adapting"  # fine-tuning the EAGLE head between runs
 
 
 @dataclass(frozen=True)

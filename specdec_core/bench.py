@@ -99,6 +99,7 @@ def run_bench(
     progress: Report | None = None,
     reference_model: LoadedModel | None = None,
     multi_turn: bool = False,
+    after_prompt: Callable[[list[int], list[Row], dict], None] | None = None,
 ) -> BenchResult:
     """`prompts`: one prompt each; with `multi_turn`, each is a conversation's user turns,
     replayed turn after turn: every entry answers with its own replies as the history and
@@ -139,6 +140,8 @@ def run_bench(
                 if exact is not None:
                     row = replace(row, identical_to_fp32=row.token_ids == exact)
                 rows.append(row)
+        if after_prompt is not None:  # between prompts, untimed (e.g. adapting a head)
+            after_prompt(ids, [r for r in rows if r.prompt_index == index], extras)
     result = BenchResult(config={**config.as_dict(), **_describe(target, methods, specs)})
     result.config["reference"] = reference_model.dtype_name if reference_model else "same"
     result.rows = rows

@@ -125,6 +125,24 @@ class FakeEngine:
     def extra(self, method: str, specs: dict[str, str], progress: Progress) -> None:
         return None
 
+    # adaptation: records what was asked, and whether a run was under way meanwhile
+    adapting = False
+    adapt_calls: list[bool] = []  # per call: was a run in progress?
+
+    def set_adapt(self, on: bool) -> None:
+        self.adapting = on
+
+    def adapt(self, budget_seconds: float, progress: Progress) -> str:
+        self.adapt_calls = [*self.adapt_calls, self.produced < self.steps]
+        return f"τ 2.00 before adaptation → 2.50 in the latest run ({len(self.adapt_calls)})"
+
+    def reset_adaptation(self) -> str:
+        self.adapt_calls = []
+        return "the head is back to the loaded one"
+
+    def save_adapted(self, directory: str) -> str:
+        return f"saved the adapted head to {directory}"
+
 
 def _summary(request: RunRequest, ids: list[int], steps: int, reason: str) -> RunSummary:
     return RunSummary(

@@ -6,6 +6,8 @@ import argparse
 import sys
 
 from specdec_core.cli.options import (
+    adapt_settings,
+    add_adapt_options,
     add_decode_options,
     add_model_options,
     check_policy,
@@ -51,6 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_model_options(parser)
     add_decode_options(parser)
+    add_adapt_options(parser)
     parser.set_defaults(handler=run)
 
 
@@ -75,12 +78,18 @@ def run(args: argparse.Namespace) -> int:
         raise SpecdecError(f"unknown method(s) {', '.join(unknown)}; choose from: {known}")
     for _, variant in (parse_variant(m, config) for m in methods):
         check_policy(variant)
+    adapting = adapt_settings(args, methods)
     if args.multi_turn:
         prompts = read_conversations(args.prompts, args.limit)
     else:
         prompts = read_prompt_file(args.prompts, args.limit)
     target = load_model(args.target, args.device, args.dtype, progress=load_progress())
     config = resolve_auto_k(args, config, target, methods)
+    hook = None
+    if adapting is not None:
+        from specdec_core.adaptation import BetweenPrompts
+
+        hook = BetweenPrompts(target, args.adapt_seconds, adapting, args.head)
     exact = None
     if args.reference == "fp32" and target.dtype_name != "float32":
         exact = load_model(args.target, str(target.device), "float32", progress=load_progress())
@@ -94,7 +103,15 @@ def run(args: argparse.Namespace) -> int:
         progress=stderr_progress,
         reference_model=exact,
         multi_turn=args.multi_turn,
+        after_prompt=hook,
     )
+    if hook is not None:
+        result.config["adaptation"] = hook.record()
+        for method, adapter in hook.adapters.items():
+            print(f"\n[adapt] {method}: {adapter.tau_line()}", file=sys.stderr)
+        if args.save_adapted and hook.adapters:
+            saved = next(iter(hook.adapters.values())).save(args.save_adapted)
+            print(f"[adapt] saved to {saved}", file=sys.stderr)
     print(file=sys.stderr)
     print(format_table(result))
     write_outputs(result, args.json_out, args.csv_out)

@@ -7,6 +7,8 @@ import json
 import sys
 
 from specdec_core.cli.options import (
+    adapt_settings,
+    add_adapt_options,
     add_decode_options,
     add_model_options,
     decode_config,
@@ -27,6 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     add_model_options(parser)
     add_decode_options(parser)
+    add_adapt_options(parser)
     parser.set_defaults(handler=run)
 
 
@@ -37,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
     from specdec_core.runner import run as run_method
 
     config = decode_config(args)
+    adapting = adapt_settings(args, [args.method])
     if args.prompt is None and args.prompt_file is None:
         raise SpecdecError("no prompt; pass --prompt TEXT or --prompt-file FILE.jsonl")
     text = args.prompt if args.prompt is not None else read_prompt_file(args.prompt_file, 1)[0]
@@ -46,6 +50,8 @@ def run(args: argparse.Namespace) -> int:
     extra = prepare_extra(args.method, target, model_specs(args))
     config = resolve_auto_k(args, config, target, [args.method], extra)
     summary = run_method(target, args.method, prompt_ids, config, extra)
+    if adapting is not None:
+        _adapt(args, target, extra, adapting, prompt_ids, summary)
     if args.json:
         record = summary.to_record()
         record.update(device=str(target.device), dtype=target.dtype_name)
@@ -67,3 +73,18 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+def _adapt(args, target, head, settings, prompt_ids, summary) -> None:
+    """`--adapt`: the head learns from this run (and is saved with --save-adapted)."""
+    from specdec_core.adaptation import Adapter
+
+    adapter = Adapter(head, target, settings, source=args.head)
+    adapter.add_run(prompt_ids, summary.token_ids, summary.mean_accept_length)
+    report = adapter.adapt(args.adapt_seconds)
+    print(
+        f"[adapt] {report.steps} steps in {report.seconds:.2f}s on {report.buffer_tokens} tokens",
+        file=sys.stderr,
+    )
+    if args.save_adapted:
+        print(f"[adapt] saved to {adapter.save(args.save_adapted)}", file=sys.stderr)

@@ -1,6 +1,7 @@
 """The flags every `specdec` command shares, and their translation into engine types, once.
 
 - `add_model_options`: `--target`, `--draft`, `--head`, `--device`, `--dtype`.
+- `add_adapt_options` / `adapt_settings`: `--adapt` (generate, bench), checked early.
 - `add_decode_options`: the decoding settings. With `sweep=True` the settings a sweep can vary
   (`SWEEP_AXES`) are declared as comma-separated lists instead of single values, so `sweep`
   declares each flag once, with the meaning it has there.
@@ -106,6 +107,48 @@ def add_decode_options(parser: argparse.ArgumentParser, *, sweep: bool = False) 
         "hybrid), w (ensemble)",
     )
     parser.add_argument("--raw", action="store_true", help="do not apply the chat template")
+
+
+def add_adapt_options(parser: argparse.ArgumentParser) -> None:
+    """`--adapt` and its settings (generate, bench): fine-tune the EAGLE head between runs."""
+    parser.add_argument(
+        "--adapt",
+        action="store_true",
+        help="adapt the EAGLE head to the runs: after each run (bench: each prompt) the "
+        "target's features of its output train the head for --adapt-seconds, regularised "
+        "toward the loaded head; output stays the target's (lossless)",
+    )
+    parser.add_argument(
+        "--adapt-seconds", type=float, default=0.5, help="training time after each run"
+    )
+    parser.add_argument(
+        "--adapt-tokens", type=int, default=4096, help="buffer of recent runs, in tokens"
+    )
+    parser.add_argument(
+        "--save-adapted", default=None, metavar="DIR", help="save the adapted head to a new DIR"
+    )
+
+
+def adapt_settings(args: argparse.Namespace, methods: list[str]):
+    """The `--adapt` settings, checked before a model loads (None without --adapt)."""
+    from specdec_core.adaptation import AdaptSettings
+    from specdec_core.methods import get_method
+
+    if not args.adapt:
+        if args.save_adapted:
+            raise SpecdecError("--save-adapted saves what --adapt learned; add --adapt")
+        return None
+    if not any(get_method(m.partition(":")[0]).needs == "head" for m in methods):
+        raise SpecdecError("--adapt adapts an EAGLE head; use eagle, eagle2 or eagle2-lookup")
+    if args.adapt_seconds < 0 or args.adapt_tokens < 2:
+        raise SpecdecError("--adapt-seconds must be >= 0 and --adapt-tokens at least 2")
+    if args.save_adapted:
+        from pathlib import Path
+
+        out = Path(args.save_adapted)
+        if out.exists() and (not out.is_dir() or any(out.iterdir())):
+            raise SpecdecError(f"--save-adapted {out}: exists and is not empty; give a new DIR")
+    return AdaptSettings(cap_tokens=args.adapt_tokens)
 
 
 def k_value(text: str) -> int | str:

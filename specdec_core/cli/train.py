@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import TYPE_CHECKING
 
@@ -22,8 +23,24 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--data",
         default="self",
         help="sharegpt, self (the target's own answers to ShareGPT prompts of up to 256 "
-        "tokens), self-long (to the prompts of 257-1024 tokens), FILE.jsonl, or FILE.npz "
-        "(answers saved by scripts/gpu_distill.py); comma-separated to combine",
+        "tokens), self-long (to the prompts of 257-1024 tokens), magpie (to prompts the target "
+        "writes itself, for writing, coding, maths, extraction, role-play, summarisation and "
+        "QA), FILE.jsonl, or FILE.npz (answers saved by scripts/gpu_distill.py); "
+        "comma-separated to combine, e.g. self,magpie",
+    )
+    train.add_argument(
+        "--exclude-prompts",
+        default=os.environ.get("SPECDEC_EVAL_PROMPTS", ""),
+        help="magpie: prompt files (JSONL, comma-separated paths or globs) whose prompts a "
+        "generated prompt must never match or nearly match, e.g. your benchmark sets "
+        "(default: $SPECDEC_EVAL_PROMPTS)",
+    )
+    train.add_argument(
+        "--val-kinds",
+        type=int,
+        default=3,
+        help="held-out prompts per kind for the card's validation_by_kind table (top-1 and tau "
+        "per kind, after training; 0 = none)",
     )
     train.add_argument(
         "--tokens", default="1000000", help="token budget (one, or one per --data source)"
@@ -121,6 +138,8 @@ def request_from_args(args: argparse.Namespace) -> TrainRequest:
         device=args.device,
         feature_dtype=args.feature_dtype,
         command=command,
+        exclude_prompts=tuple(p.strip() for p in args.exclude_prompts.split(",") if p.strip()),
+        val_kinds=args.val_kinds,
     )
 
 
@@ -128,5 +147,6 @@ def run(args: argparse.Namespace) -> int:
     from specdec_core.training.driver import train_from_request
 
     card = train_from_request(request_from_args(args))
-    print(json.dumps({k: card[k] for k in ("kind", "tokens", "epochs", "validation")}))
+    keys = ("kind", "tokens", "epochs", "validation", "validation_by_kind")
+    print(json.dumps({k: card[k] for k in keys if k in card}))
     return 0

@@ -2,13 +2,16 @@
 
 Conversations are split once (seeded): 64 are held out for validation; ShareGPT answers come
 from conversations 4096..8191 of the rest, prompts for self-distillation from all the others
-(first 0..4095, then 8192 onwards), so the two sources never overlap.
+(first 0..4095, then 8192 onwards), so the two sources never overlap. `magpie` prompts are
+written by the target itself (magpie.py), never one of the `exclude` (evaluation) prompts or
+the held-out prompts per kind (kinds.py), on whose answers it validates.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,6 +26,7 @@ SHAREGPT = slice(4096, 8192)  # the conversations used as ShareGPT answers
 # also learns to attend over the distances that long-document prompts need
 SELF_PROMPTS = {"self": (1, 256), "self-long": (257, 1024)}
 FILES = (".jsonl", ".npz")
+GENERATED = ("sharegpt", *SELF_PROMPTS, "magpie")  # the sources that are not files
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,7 @@ class Collected:
     samples: list[datasets.Sample]
     held: list[datasets.Sample] = field(default_factory=list)
     held_prompts: list[list[int]] = field(default_factory=list)
+    mix: dict = field(default_factory=dict)  # what the card records beside the counts (kinds)
 
     @property
     def name(self) -> str:
@@ -45,9 +50,10 @@ def check_source(source: str) -> None:
     if source.endswith(FILES):
         if not Path(source).is_file():
             raise SpecdecError(f"--data {source}: no such file; check the path")
-    elif source not in ("sharegpt", *SELF_PROMPTS):
+    elif source not in GENERATED:
         raise SpecdecError(
-            f"unknown --data '{source}'; use sharegpt, self, self-long, FILE.jsonl or FILE.npz"
+            f"unknown --data '{source}'; use sharegpt, self, self-long, magpie, FILE.jsonl or "
+            "FILE.npz"
         )
 
 
@@ -63,14 +69,26 @@ def collect(
     max_len: int,
     seed: int,
     cached_only: bool = False,
+    exclude: Sequence[str] = (),
 ) -> Collected:
-    """Samples from one source until about `tokens` tokens; plus held-out samples / prompts."""
+    """Samples from one source until about `tokens` tokens; plus held-out samples / prompts.
+    `exclude`: prompts (evaluation sets) that generated prompts must not match (magpie)."""
     check_source(source)
     tok = target.tokenizer
     if source.endswith(".jsonl"):
         return Collected(source, _jsonl(source, target, tokens, work, max_len))
     if source.endswith(".npz"):
         return Collected(source, _answers(source, tokens, max_len))
+    if source == "magpie":
+        from specdec_core.training.magpie import magpie_samples
+        from specdec_core.training.validation import held_out_by_kind
+
+        samples, mix = magpie_samples(target, tokens, work, seed, exclude, cached_only)
+        held = list(held_out_by_kind(target, work, 3).values())
+        held_answers = [s for _, answers in held for s in answers]
+        rows = zip(*(prompts for prompts, _ in held), strict=False)  # kinds in turn
+        held_prompts = [p for row in rows for p in row]
+        return Collected(source, trimmed(samples, max_len), held_answers, held_prompts, mix)
     conversations = list(datasets.iter_sharegpt())
     rest, held = datasets.split_conversations(len(conversations), HOLDOUT, seed)
     rendered = (datasets.render_conversation(tok, conversations[i], max_len) for i in held)

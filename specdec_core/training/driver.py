@@ -9,6 +9,7 @@ answers, feature shards, and the training checkpoint (a rerun resumes).
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections.abc import Iterable, Mapping
@@ -35,8 +36,9 @@ from specdec_core.training.layout import (
     resolve_layout,
     starting_model,
 )
+from specdec_core.training.magpie import evaluation_prompts
 from specdec_core.training.request import TrainRequest
-from specdec_core.training.validation import validation_tau
+from specdec_core.training.validation import held_out_by_kind, validation_by_kind, validation_tau
 
 
 def _log(message: str) -> None:
@@ -49,9 +51,10 @@ def train_from_request(request: TrainRequest) -> dict:
     torch.manual_seed(request.seed)
     target = load_model(request.target, request.device, request.feature_dtype)
     layout = resolve_layout(request, target)  # a misfit --init is refused before any data
+    exclude = evaluation_prompts(request.exclude_prompts)
     sources = (  # collected one by one, each turned into features before the next
         collect(source, target, budget, request.work_dir, request.max_len, request.seed,
-                request.cached_only)
+                request.cached_only, exclude)
         for source, budget in zip(request.data, request.budgets, strict=True)
     )  # fmt: skip
     return train_on_samples(request, target, sources, layout=layout, started=started)
@@ -81,7 +84,7 @@ def train_on_samples(
     began, started = time.monotonic(), started or time.time()
     target.model.requires_grad_(False)
     layout = layout or resolve_layout(request, target)
-    data, held, held_prompts, labels = _features(request, target, sources, layout.fused)
+    data, held, held_prompts, mix = _features(request, target, sources, layout.fused)
     if stages is not None:
         stages["features"] = {"seconds": round(time.monotonic() - began, 1)}
     if not data:
@@ -128,7 +131,14 @@ def train_on_samples(
         _log(f"training for {config.seconds:.0f}s (at most {config.epochs} epochs)")
     training = time.monotonic()
     history = train(objective, data, config, request.checkpoint_dir, validate if held else None)
-    extra = dict(card_extra or {})
+    extra = {"data_mix": mix, **(card_extra or {})}
+    if request.val_kinds:
+        by_kind = held_out_by_kind(target, request.work_dir, request.val_kinds)
+        taken = {kind: (prompts, _featured(request, target, answers, f"kinds-heldout-{kind}",
+                                           layout.fused))
+                 for kind, (prompts, answers) in by_kind.items()}  # fmt: skip
+        extra["validation_by_kind"] = validation_by_kind(request.trains, objective, target, taken)
+        _log(f"validation by kind: {json.dumps(extra['validation_by_kind'])}")
     if stages is not None:
         stages["train"] = {
             "seconds": round(time.monotonic() - training, 1),
@@ -142,7 +152,7 @@ def train_on_samples(
     card = model_card(
         request,
         config,
-        data=labels,
+        data=list(mix["by_source"]),
         trained=data,
         draft_vocab=len(draft_ids),
         layers=head_layers(model),
@@ -155,34 +165,37 @@ def train_on_samples(
     return card
 
 
-def _features(request: TrainRequest, target: LoadedModel, sources, fused: tuple[int, ...]):
-    """-> (training features, held-out features, held-out prompts, source labels): the held-out
-    part is the first source's that has any."""
+def _featured(request: TrainRequest, target: LoadedModel, samples, name: str, fused, **kwargs):
+    """Features of `samples`, in shards WORK/features-NAME (unless `cache_features` is off)."""
     suffix = "-eagle3" if fused else ""  # EAGLE-3 shards also hold the fused layers
+    shards = request.work_dir / f"features-{name}{suffix}" if request.cache_features else None
+    return extract_features(target.model, samples, shards, layers=fused, **kwargs)
 
-    def shards(name: str) -> Path | None:
-        return request.work_dir / f"features-{name}{suffix}" if request.cache_features else None
 
+def _features(request: TrainRequest, target: LoadedModel, sources, fused: tuple[int, ...]):
+    """-> (training features, held-out features, held-out prompts, the data mix): the held-out
+    part is the first source's that has any; the mix counts sequences and tokens per source
+    (`by_source`, in order) and generated prompts per kind (`by_kind`, magpie)."""
     data: list[Featured] = []
     held: list[Featured] = []
     held_prompts: list[list[int]] = []
-    labels: list[str] = []
+    mix: dict = {"by_source": {}, "by_kind": {}}
     for source in sources:
-        labels.append(source.source)
         tokens = sum(len(s.ids) for s in source.samples)
         _log(f"{source.name}: {len(source.samples)} sequences, {tokens} tokens")
-        data += extract_features(
-            target.model,
-            source.samples,
-            shards(source.name),
+        counts = {"sequences": len(source.samples), "tokens": tokens}
+        mix["by_source"][source.source] = {**counts, **source.mix}
+        for kind, count in source.mix.get("kinds", {}).items():
+            mix["by_kind"][kind] = mix["by_kind"].get(kind, 0) + count
+        data += _featured(
+            request, target, source.samples, source.name, fused,
             batch_tokens=request.feature_batch_tokens,
             progress=lambda n, total, made: _log(f"features {n}/{total} sequences: {made} tokens"),
-            layers=fused,
-        )
+        )  # fmt: skip
         if source.held and not held:
-            held = extract_features(target.model, source.held, shards("heldout"), layers=fused)
+            held = _featured(request, target, source.held, "heldout", fused)
             held_prompts = source.held_prompts
-    return data, held, held_prompts, labels
+    return data, held, held_prompts, mix
 
 
 def save_trained(trains: str, model, target: LoadedModel, out: Path, card: dict) -> None:

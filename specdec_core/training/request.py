@@ -8,6 +8,7 @@ from pathlib import Path
 
 from specdec_core.errors import SpecdecError
 from specdec_core.training.data_sources import check_source
+from specdec_core.training.magpie import prompt_files
 
 TRAINS = ("eagle", "draft")
 ARCHS = ("eagle1", "eagle3")
@@ -44,6 +45,8 @@ class TrainRequest:
     checkpoints: str | None = None  # directory of checkpoint.pt (default: out)
     cache_features: bool = True  # feature shards under `work`, reused by a rerun
     feature_batch_tokens: int = 4096  # padded tokens per target forward for features
+    exclude_prompts: tuple[str, ...] = ()  # prompt files / globs generated prompts never match
+    val_kinds: int = 3  # held-out prompts per kind for the table by kind at the end (0 = none)
 
     def __post_init__(self) -> None:
         if self.trains not in TRAINS:
@@ -52,10 +55,14 @@ class TrainRequest:
             raise SpecdecError(f"--arch {self.arch}: use eagle1 or eagle3")
         if not self.data:
             raise SpecdecError(
-                "--data names no source; use sharegpt, self, self-long, FILE.jsonl or FILE.npz"
+                "--data names no source; use sharegpt, self, self-long, magpie, FILE.jsonl or "
+                "FILE.npz"
             )
         for source in self.data:
             check_source(source)
+        prompt_files(self.exclude_prompts)  # a pattern that matches no file is refused
+        if self.val_kinds < 0:
+            raise SpecdecError(f"--val-kinds {self.val_kinds}: give 0 (none) or more")
         if len(self.tokens) not in (1, len(self.data)):
             raise SpecdecError(
                 "--tokens takes one number, or one per --data source (comma-separated)"

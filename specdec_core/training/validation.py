@@ -1,6 +1,9 @@
-"""Validation of a model being trained by real decoding (beside the teacher-forced top-1)."""
+"""Validation of a model being trained by real decoding (beside the teacher-forced top-1), and
+both per kind of request on the held-out prompts of `kinds.HELD_OUT`."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import torch
 
@@ -38,3 +41,39 @@ def validation_tau(
                     steps += event.summary.steps
     model.train()
     return new / max(1, steps)
+
+
+def held_out_by_kind(
+    target: LoadedModel, work: Path, per_kind: int
+) -> dict[str, tuple[list[list[int]], list]]:
+    """kind -> (its first `per_kind` held-out prompts, chat-templated; the target's greedy
+    answers to them, features kept), from `kinds.HELD_OUT`; answers cached under WORK."""
+    from specdec_core.eagle import data as datasets
+    from specdec_core.training.kinds import HELD_OUT, KINDS
+
+    held = {}
+    for kind in KINDS:
+        texts = HELD_OUT[kind][:per_kind]
+        found = (datasets.first_prompt(target.tokenizer, [{"from": "human", "value": t}], 512)
+                 for t in texts)  # fmt: skip
+        prompts = [p for p in found if p]
+        answers = datasets.generate_answers(
+            target.model, target.tokenizer, prompts, 128, 32, work / "kinds-heldout" / kind
+        )
+        held[kind] = (prompts, answers)
+    return held
+
+
+def validation_by_kind(trains: str, objective, target: LoadedModel, held: dict) -> dict:
+    """{kind: {teacher_forced_top1, tau}} on `held` (`held_out_by_kind`, features taken)."""
+    from specdec_core.eagle.train import teacher_forced_agreement
+
+    lm_head = target.model.get_output_embeddings()
+    objective.eval()  # no input noise
+    table = {}
+    for kind, (prompts, featured) in held.items():
+        table[kind] = {
+            "teacher_forced_top1": round(teacher_forced_agreement(objective, featured, lm_head), 4),
+            "tau": round(validation_tau(trains, objective.model, target, prompts), 3),
+        }
+    return table

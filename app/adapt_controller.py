@@ -1,0 +1,95 @@
+"""Adapt the head to my runs: after a run queue, the engine fine-tunes the head in a worker.
+
+`AdaptController` is given the `Session` (is the engine free? notes and errors go there), the
+engine, the Adaptation box, the `RunController` (its `queue_done` starts an adaptation) and the
+shared `JobRunner`. The fine-tuning runs in a `TaskWorker` thread, never on the GUI thread,
+and inside the engine's `exclusive()`, so it cannot overlap a run; while it runs the session
+is `ADAPTING` (no run or load starts). `install(window)` wires it to a MainWindow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from PySide6.QtCore import QObject, Slot
+
+from app.engine import Engine, Progress
+from app.jobs import JobRunner
+from app.run_controller import RunController
+from app.session import Activity, Session
+from app.widgets.adapt_panel import AdaptPanel
+from app.worker import Job, TaskWorker
+
+BUDGET_SECONDS = 0.5  # fine-tuning after each run queue
+
+
+class AdaptController(QObject):
+    def __init__(
+        self,
+        session: Session,
+        engine: Engine,
+        panel: AdaptPanel,
+        runs: RunController,
+        jobs: JobRunner,
+        ask_directory: Callable[[], str | None],
+        parent: QObject | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self.session, self.engine, self.panel, self.jobs = session, engine, panel, jobs
+        self.ask_directory = ask_directory
+        self.job: Job | None = None
+        panel.toggled.connect(self._toggle)
+        panel.reset_requested.connect(self.reset)
+        panel.save_requested.connect(self.save)
+        runs.queue_done.connect(self.after_runs)
+        session.on_change(lambda what: panel.set_busy(session.busy) if what == "activity" else None)
+
+    @property
+    def running(self) -> bool:
+        return self.job is not None
+
+    @Slot(bool)
+    def _toggle(self, on: bool) -> None:
+        self.engine.set_adapt(on)
+
+    @Slot()
+    def after_runs(self) -> None:
+        if self.panel.enabled.isChecked():
+            self._start(lambda progress: self.engine.adapt(BUDGET_SECONDS, progress), self._tau)
+
+    def reset(self) -> None:
+        self._start(lambda progress: self.engine.reset_adaptation(), self._reset_done)
+
+    def save(self) -> None:
+        directory = self.ask_directory()
+        if directory:
+            self._start(lambda progress: self.engine.save_adapted(directory), self._note)
+
+    def _start(self, task: Callable[[Progress], object], on_result: Callable) -> bool:
+        if self.running or not self.session.ready():
+            self.session.report("wait until no run is in progress", error=False)
+            return False
+        worker = TaskWorker(task)
+        worker.result.connect(on_result)
+        worker.errored.connect(lambda message, user: self.session.report(message, True, user))
+        worker.done.connect(self._done)
+        self.session.begin(Activity.ADAPTING)
+        self.job = self.jobs.start(worker)
+        return True
+
+    @Slot()
+    def _done(self) -> None:
+        self.job = None
+        self.session.end()
+
+    def _tau(self, line: object) -> None:
+        if line:
+            self.panel.show_tau(str(line))
+            self.session.report(str(line), error=False)
+
+    def _reset_done(self, note: object) -> None:
+        self.panel.show_tau("")
+        self._note(note)
+
+    def _note(self, note: object) -> None:
+        self.session.report(str(note), error=False)

@@ -1,0 +1,283 @@
+"""`--data magpie`: prompts the target writes itself, for every kind of request, then answers.
+
+The Magpie trick (Xu et al. 2024, "Magpie: Alignment Data Synthesis from Scratch by Prompting
+Aligned LLMs with Nothing"): an instruction-tuned model given only its chat template up to and
+including the user role header writes a plausible user turn. Here a system prompt per kind
+(`kinds.HINTS`: writing, coding, maths, extraction, role-play, summarisation, QA) steers what
+it writes; it samples at temperature 1 until its end-of-turn token (`user_turn_opening`,
+`sampled_turns`). The prompts are then filtered (`PromptFilter`): empty, too short, too long
+or unfinished ones are dropped, so are exact duplicates (after `normalise`) and near-duplicates
+(`NEAR` of the word 3-grams of the shorter one shared, `overlap`), and so is any prompt that
+matches or nearly matches an evaluation prompt (the caller's `exclude` texts, e.g. every
+benchmark prompt file, and `kinds.HELD_OUT`). The survivors are answered greedily like
+`--data self`. Everything is cached under WORK/magpie by round, so a rerun resumes.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import re
+import sys
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from specdec_core.eagle import data as datasets
+from specdec_core.errors import SpecdecError
+from specdec_core.models import LoadedModel
+from specdec_core.training.kinds import HINTS, KINDS, held_out_prompts
+
+MARK = "\x00specdec-user-turn\x00"  # where the user's text would start in the template
+PER_HINT = 4  # prompts written per hint and round (7 kinds x 3 hints x 4 = 84 a round)
+ROUNDS = 200  # at most; a round that keeps nothing new also ends the collection
+PROMPT_TOKENS = 96  # the longest user turn written; one cut off there is dropped
+NEAR = 0.8  # share of the shorter prompt's word 3-grams found in the other: a near-duplicate
+MIN_WORDS, MAX_WORDS = 4, 300
+SHINGLE = 3
+
+
+@dataclass(frozen=True)
+class Opening:
+    """The template up to the user's text, under one hint of one kind."""
+
+    kind: str
+    hint: int  # index into HINTS[kind]
+    ids: tuple[int, ...]
+
+
+Writer = Callable[[list[Opening], int], list[tuple[Opening, "str | None"]]]
+
+
+def _log(message: str) -> None:
+    print(f"[train] {message}", file=sys.stderr, flush=True)
+
+
+# -- filtering (pure) ---------------------------------------------------------------------------
+def normalise(text: str) -> str:
+    """Lower case, letters and digits only, single spaces: what counts as the same prompt."""
+    return " ".join(re.sub(r"[^\w]+", " ", text.lower()).split())
+
+
+def shingles(text: str, n: int = SHINGLE) -> frozenset[str]:
+    """The word n-grams of the normalised text (the whole text if it is shorter)."""
+    words = normalise(text).split()
+    if len(words) <= n:
+        return frozenset([" ".join(words)]) if words else frozenset()
+    return frozenset(" ".join(words[i : i + n]) for i in range(len(words) - n + 1))
+
+
+def overlap(a: frozenset[str], b: frozenset[str]) -> float:
+    """Shared n-grams over the smaller set's size: 1 when one prompt contains the other."""
+    return len(a & b) / min(len(a), len(b)) if a and b else 0.0
+
+
+class PromptFilter:
+    """Keeps a prompt unless it is empty, too short / long, unfinished, a (near-)duplicate of
+    one kept before, or a (near-)match of an excluded (evaluation) prompt; `rejected` counts
+    the reasons."""
+
+    def __init__(
+        self,
+        exclude: Iterable[str] = (),
+        near: float = NEAR,
+        min_words: int = MIN_WORDS,
+        max_words: int = MAX_WORDS,
+    ) -> None:
+        self.near, self.min_words, self.max_words = near, min_words, max_words
+        self.rejected: Counter[str] = Counter()
+        self._exact: dict[str, bool] = {}  # normalised text -> excluded
+        self._sets: list[tuple[frozenset[str], bool]] = []  # n-grams, excluded
+        self._index: dict[str, list[int]] = {}  # n-gram -> entries holding it
+        for text in exclude:
+            self._add(text, excluded=True)
+
+    def reason(self, text: str | None) -> str | None:
+        """Why `text` would be dropped (None: it would be kept)."""
+        if text is None:
+            return "unfinished"
+        norm = normalise(text)
+        words = len(norm.split())
+        if not words:
+            return "empty"
+        if words < self.min_words:
+            return "short"
+        if words > self.max_words:
+            return "long"
+        matches = {self._exact[norm]} if norm in self._exact else set()
+        grams = shingles(text)
+        shared = Counter(e for g in grams for e in self._index.get(g, ()))
+        for entry, count in shared.items():
+            entry_grams, excluded = self._sets[entry]
+            if count / min(len(grams), len(entry_grams)) >= self.near:
+                matches.add(excluded)
+        if True in matches:
+            return "evaluation"
+        return "duplicate" if matches else None
+
+    def keep(self, text: str | None) -> bool:
+        """Keep `text` (and remember it) or count why not."""
+        why = self.reason(text)
+        if why is not None:
+            self.rejected[why] += 1
+            return False
+        self._add(text, excluded=False)
+        return True
+
+    def _add(self, text: str, excluded: bool) -> None:
+        grams = shingles(text)
+        if not grams:
+            return
+        self._exact.setdefault(normalise(text), excluded)
+        self._sets.append((grams, excluded))
+        for gram in grams:
+            self._index.setdefault(gram, []).append(len(self._sets) - 1)
+
+
+def filter_prompts(texts: Iterable[str | None], exclude: Iterable[str] = ()) -> list[str]:
+    """`texts` without the ones `PromptFilter` drops, in order."""
+    gate = PromptFilter(exclude)
+    return [text for text in texts if gate.keep(text)]
+
+
+def evaluation_prompts(patterns: Sequence[str]) -> list[str]:
+    """Every prompt (every turn) of the JSONL files matching `patterns` (paths or globs)."""
+    texts: list[str] = []
+    for path in prompt_files(patterns):
+        for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+                turns = [record["prompt"]] if "prompt" in record else list(record["turns"])
+            except (json.JSONDecodeError, KeyError, TypeError):
+                raise SpecdecError(
+                    f"{path}:{number}: expected a JSON object with 'prompt' or 'turns'"
+                ) from None
+            texts += [t for t in turns if isinstance(t, str)]
+    return texts
+
+
+def prompt_files(patterns: Sequence[str]) -> list[str]:
+    """The files `patterns` name; refuses a pattern that matches none."""
+    files: list[str] = []
+    for pattern in patterns:
+        found = sorted(glob.glob(str(Path(pattern).expanduser())))
+        if not found:
+            raise SpecdecError(f"--exclude-prompts {pattern}: no such file; check the path")
+        files += found
+    return files
+
+
+# -- generation ---------------------------------------------------------------------------------
+def user_turn_opening(tokenizer, system: str) -> list[int]:
+    """The chat template rendered with `system` up to and including the user role header."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise SpecdecError(
+            "--data magpie needs an instruction-tuned target with a chat template; this one "
+            "has none (use --data self or a JSONL file)"
+        )
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": MARK}]
+    text = tokenizer.apply_chat_template(messages, tokenize=False)
+    if MARK not in text:
+        raise SpecdecError("the chat template drops the user's text; --data magpie cannot use it")
+    return list(tokenizer(text[: text.index(MARK)], add_special_tokens=False)["input_ids"])
+
+
+def openings(tokenizer) -> list[Opening]:
+    """One opening per hint of every kind."""
+    return [
+        Opening(kind, number, tuple(user_turn_opening(tokenizer, hint)))
+        for kind in KINDS
+        for number, hint in enumerate(HINTS[kind])
+    ]
+
+
+def sampled_turns(target: LoadedModel, directory: Path) -> Writer:
+    """The default writer: the target samples each opening's user turn at temperature 1 until
+    its end-of-turn token, seeded; a turn cut off at `PROMPT_TOKENS` comes back as None."""
+    tok, eos = target.tokenizer, target.eos_ids
+
+    def write(asked: list[Opening], seed: int) -> list[tuple[Opening, str | None]]:
+        by_ids = {opening.ids: opening for opening in asked}
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            samples = datasets.generate_answers(
+                target.model, tok, [list(o.ids) for o in asked], PROMPT_TOKENS, 64,
+                directory / f"turns-{seed}", keep_features=False, temperature=1.0,
+            )  # fmt: skip
+        written = []
+        for sample in samples:
+            turn = sample.ids[sample.start :]
+            finished = bool(turn) and turn[-1] in eos
+            text = tok.decode(turn, skip_special_tokens=True).strip() if finished else None
+            written.append((by_ids[tuple(sample.ids[: sample.start])], text))
+        return written
+
+    return write
+
+
+def magpie_samples(
+    target: LoadedModel,
+    tokens: int,
+    work: Path,
+    seed: int,
+    exclude: Sequence[str] = (),
+    cached_only: bool = False,
+    write: Writer | None = None,
+    per_hint: int = PER_HINT,
+    rounds: int = ROUNDS,
+) -> tuple[list[datasets.Sample], dict]:
+    """-> (answered samples, about `tokens` tokens; the mix: kept prompts per kind, rejected
+    ones per reason). Round r writes `per_hint` prompts per hint with seed `seed`·1000 + r
+    (`write`, default `sampled_turns`), filters them against every earlier one, `exclude` and
+    the held-out prompts, and answers the survivors greedily."""
+    tok = target.tokenizer
+    directory = work / "magpie"
+    directory.mkdir(parents=True, exist_ok=True)
+    asked = [o for o in openings(tok) for _ in range(per_hint)]
+    by_key = {(o.kind, o.hint): o for o in asked}
+    write = write or sampled_turns(target, directory)
+    gate = PromptFilter([*exclude, *held_out_prompts()])
+    samples: list[datasets.Sample] = []
+    kinds: Counter[str] = Counter()
+    for number in range(rounds):
+        cache = directory / f"prompts-{number:04d}.json"
+        if cache.is_file():
+            saved = json.loads(cache.read_text())
+            written = [(by_key[(w["kind"], w["hint"])], w["text"]) for w in saved]
+        elif cached_only:
+            break
+        else:
+            written = write(asked, seed * 1000 + number)
+            saved = [{"kind": o.kind, "hint": o.hint, "text": text} for o, text in written]
+            cache.write_text(json.dumps(saved))
+        kind_of: dict[tuple[int, ...], str] = {}
+        for opening, text in written:
+            if not gate.keep(text):
+                continue
+            ids = datasets.first_prompt(tok, [{"from": "human", "value": text}], 256)
+            if ids is None:
+                gate.rejected["long"] += 1
+            else:
+                kind_of[tuple(ids)] = opening.kind
+        if not kind_of:
+            break  # nothing new: more rounds would only repeat themselves
+        digest = hashlib.sha1(repr(sorted(kind_of)).encode()).hexdigest()[:10]
+        answered = datasets.generate_answers(  # cached under the prompts it answers
+            target.model, tok, [list(ids) for ids in kind_of], 128, 64,
+            directory / f"answers-{number:04d}-{digest}",
+            budget=tokens - sum(len(s.ids) for s in samples), cached_only=cached_only,
+        )  # fmt: skip
+        samples += answered
+        kinds.update(kind_of[tuple(s.ids[: s.start])] for s in answered)
+        made = sum(len(s.ids) for s in samples)
+        _log(f"magpie round {number + 1}: {len(kind_of)} new prompts, {made} tokens")
+        if made >= tokens:
+            break
+    mix = {"kinds": {k: kinds[k] for k in KINDS}, "rejected": dict(sorted(gate.rejected.items()))}
+    return samples, mix
