@@ -163,9 +163,8 @@ def test_the_history_never_exceeds_its_cap_and_evicts_the_oldest(tiny_target):
     config = DecodeConfig(max_new_tokens=12, k=3)
     for run_index in range(30):
         ids = prompt(length=4 + run_index % 5, offset=run_index)
-        for event in generate(tiny_target, SuffixDrafter(KEY, history), ids, config):
-            assert history.tokens <= 50
-        assert isinstance(event, Finished)
+        events = list(generate(tiny_target, SuffixDrafter(KEY, history), ids, config))
+        assert isinstance(events[-1], Finished) and history.tokens <= 50
     documents = history.documents(KEY)
     assert sum(map(len, documents)) == history.tokens <= 50 and len(documents) >= 2
     history.add(KEY, list(range(3, 200)))  # longer than the cap: its newest tokens stay

@@ -37,9 +37,7 @@ def merge_tree(
     where: list[int] = []  # merged index of each added node
     for token, parent in zip(added, added_parents, strict=True):
         node = where[parent] if parent >= 0 else -1
-        match = next(
-            (c for c, p in enumerate(parents) if p == node and tokens[c] == token), None
-        )
+        match = next((c for c, p in enumerate(parents) if p == node and tokens[c] == token), None)
         if match is None:
             tokens.append(token)
             parents.append(node)
