@@ -322,14 +322,15 @@ class BetweenPrompts:
         from specdec_core.methods import get_method
 
         for row in rows:
-            method = row.method.partition(":")[0]
-            if method not in extras or get_method(method).needs != "head":
+            label = row.method  # the bench entry as written, e.g. eagle@DIR:threshold
+            method = label.partition(":")[0].partition("@")[0]
+            if label not in extras or get_method(method).needs != "head":
                 continue
-            if method not in self.adapters:
-                self.adapters[method] = Adapter(
-                    extras[method], self.target, self.settings, self.source
+            if label not in self.adapters:
+                self.adapters[label] = Adapter(
+                    extras[label], self.target, self.settings, self.source
                 )
-            self.adapters[method].add_run(ids, row.token_ids, row.mean_accept_length)
+            self.adapters[label].add_run(ids, row.token_ids, row.mean_accept_length)
         for method, adapter in self.adapters.items():
             self.reports.setdefault(method, []).append(adapter.adapt(self.seconds))
 

@@ -4,12 +4,23 @@ Methods are interleaved per prompt (prompt 1: ar, eagle, …; prompt 2: …) so 
 noisy machine hits all of them alike. `ar` always runs: it is the reference for speedup and
 for `identical_to_ar`.
 
-**Policies in one run.** A method entry may name a verification policy and its parameters:
-`METHOD[:POLICY[:NAME=VALUE[/NAME=VALUE…]]]`, e.g. `ngram:threshold:tau=0.3` or
-`classic:hybrid:ngram_tau=0.5/logit_tau=0.1`; `ngram,ngram:typical,ngram:ensemble:w=0.8` compares
-three policies in one run. A bare `METHOD` uses `--policy` / `--policy-param`; `METHOD:POLICY`
-uses that policy's defaults plus the parameters written after it. Rows and tables are keyed by
-the entry as written.
+**Entries.** Each `--methods` entry is written
+
+    ENTRY  = METHOD[@SPEC][:POLICY[:PARAM[/PARAM…]]]      PARAM = NAME=VALUE
+
+- `@SPEC` names the model the method needs besides the target, for this entry only: an EAGLE
+  head for `eagle` / `eagle2` / `eagle2-lookup` / `eagle2-suffix`, the draft for `classic` /
+  `hf-assisted`; SPEC is `embedded`, a directory or a hub id, and holds no `:`. Without it the
+  entry uses `--head` / `--draft`. Each distinct (kind, spec) loads once and is shared by the
+  entries naming it, so `eagle@OLD,eagle@NEW,eagle2@NEW` compares two heads (two loads) as
+  ratios against the same `ar` on the same prompts. A method that needs no model refuses `@`.
+- `:POLICY…` names a verification policy and its parameters, e.g. `ngram:threshold:tau=0.3`
+  or `classic:hybrid:ngram_tau=0.5/logit_tau=0.1`; `ngram,ngram:typical,ngram:ensemble:w=0.8`
+  compares three policies in one run. A bare `METHOD` uses `--policy` / `--policy-param`;
+  `METHOD:POLICY` uses that policy's defaults plus the parameters written after it.
+
+Both combine: `eagle@heads/v2:threshold:tau=0.3`. Rows and tables are keyed by the entry as
+written.
 
 **Fidelity** (`specdec_core.fidelity`): every entry also reports, against the `ar` output of
 the same prompt, `prefix_agreement` (share of tokens before the first difference) and
@@ -36,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from specdec_core.config import DecodeConfig, parse_params
+from specdec_core.errors import SpecdecError
 from specdec_core.files import write_atomic
 from specdec_core.measure import (
     Aggregate,
@@ -43,6 +55,7 @@ from specdec_core.measure import (
     aggregate,
     compared,
     explained,
+    extra_kind,
     load_extra,
     run_one,
     warm_up,
@@ -106,20 +119,20 @@ def run_bench(
     keeps its conversation cache between turns (`RunSummary.reused_tokens`)."""
     report = progress or (lambda message: None)
     methods = ["ar", *[m for m in methods if m != "ar"]]
-    variants = {label: parse_variant(label, config) for label in methods}
-    bases = {method for method, _ in variants.values()}
-    extras = {m: load_extra(m, target, specs) for m in bases}
+    entries = [parse_entry(label, config) for label in methods]
+    extras = load_extras(entries, target, specs)
     conversations = prompts if multi_turn else [[prompt] for prompt in prompts]
     first = conversations[0][0]
     warm_up(target, encode_prompt(target.tokenizer, first, raw), config.seed)
     rows: list[Row] = []
     judge = reference_model or target  # whose logits explain a difference
     for index, turns in enumerate(conversations):
-        dialogues = {label: _Dialogue() for label in variants}
+        dialogues = {entry.label: _Dialogue() for entry in entries}
         for turn, user in enumerate(turns):
             reference: tuple[int, ...] = ()
             exact = None
-            for label, (method, variant_config) in variants.items():
+            for entry in entries:
+                label = entry.label
                 where = f" turn {turn + 1}/{len(turns)}" if multi_turn else ""
                 report(f"prompt {index + 1}/{len(conversations)}{where}: {label}")
                 dialogue = dialogues[label]
@@ -129,7 +142,7 @@ def run_bench(
                     ids = encode_prompt(target.tokenizer, user, raw)
                 prefix = dialogue.prefix if multi_turn else None
                 row = run_one(
-                    method, target, ids, variant_config, extras[method], label, index, prefix
+                    entry.method, target, ids, entry.config, extras[label], label, index, prefix
                 )
                 row = replace(row, turn=turn)
                 dialogue.reply(target.tokenizer, row.token_ids)
@@ -161,14 +174,56 @@ def _fp32_reference(
     return run(model, "ar", ids, replace(config, policy="lossless", policy_params={})).token_ids
 
 
+@dataclass(frozen=True)
+class Entry:
+    """One `--methods` entry: `METHOD[@SPEC][:POLICY[:NAME=VALUE[/NAME=VALUE…]]]`."""
+
+    label: str  # as written: the key of its rows and aggregate
+    method: str
+    config: DecodeConfig  # the run's config with the entry's policy
+    spec: str | None = None  # the model after `@` (None: --head / --draft)
+
+
+def entry_method(label: str) -> str:
+    """The METHOD of an entry, without its `@SPEC` and `:POLICY…`."""
+    return label.partition(":")[0].partition("@")[0]
+
+
+def parse_entry(label: str, config: DecodeConfig) -> Entry:
+    """The entry `label` (grammar in the module docstring) over the run's `config`."""
+    name, _, rest = label.partition(":")
+    method, at, spec = name.partition("@")
+    if at and (not spec or extra_kind(method) is None):
+        what = "an empty model spec" if not spec else f"'{method}' needs no model"
+        raise SpecdecError(f"bench entry '{label}': {what}; write METHOD@SPEC for a head or draft")
+    if rest:
+        policy, _, param_text = rest.partition(":")
+        params = parse_params(filter(None, param_text.split("/")), f"'{label}'")
+        config = replace(config, policy=policy, policy_params=params)
+    return Entry(label, method, config, spec or None)
+
+
 def parse_variant(label: str, config: DecodeConfig) -> tuple[str, DecodeConfig]:
-    """`METHOD[:POLICY[:NAME=VALUE[/NAME=VALUE…]]]` -> (method, config with that policy)."""
-    method, _, rest = label.partition(":")
-    if not rest:
-        return method, config
-    policy, _, param_text = rest.partition(":")
-    params = parse_params(filter(None, param_text.split("/")), f"'{label}'")
-    return method, replace(config, policy=policy, policy_params=params)
+    """(method, config with the entry's policy) of an entry (`parse_entry`)."""
+    entry = parse_entry(label, config)
+    return entry.method, entry.config
+
+
+def load_extras(entries: list[Entry], target: LoadedModel, specs: dict[str, str]) -> dict:
+    """Entry label -> the draft / head it runs with; each (kind, spec) loaded once."""
+    loaded: dict[tuple[str, str], Any] = {}
+    extras: dict[str, Any] = {}
+    for entry in entries:
+        kind = extra_kind(entry.method)
+        if kind is None:
+            extras[entry.label] = None
+            continue
+        own = {**specs, kind: entry.spec or specs.get(kind) or "embedded"}
+        key = (kind, own[kind])
+        if key not in loaded:
+            loaded[key] = load_extra(entry.method, target, own)
+        extras[entry.label] = loaded[key]
+    return extras
 
 
 def _describe(target: LoadedModel, methods: list[str], specs: dict[str, str]) -> dict:

@@ -4,7 +4,8 @@ The one place where a run becomes a number. `specdec bench`, `specdec sweep`, `-
 the GUI's sweeps and Tune all measure through these functions, so a figure means the same in
 each of them:
 
-- `load_extra(method, target, specs)`: the draft / head a method (or an HF baseline) needs;
+- `extra_kind(method)`, `load_extra(method, target, specs)`: what a method (or an HF
+  baseline) needs besides the target, and loading it;
 - `warm_up(target, ids)`: one short run, so first-call allocation lands on no method;
 - `run_one(method, target, ids, config, extra) -> Row`: one timed run and its target log-prob;
 - `compared(row, reference) -> Row`: the row with its fidelity to the `ar` output;
@@ -27,6 +28,7 @@ from specdec_core.config import DecodeConfig
 from specdec_core.events import Rates
 from specdec_core.fidelity import mean_logprob, prefix_agreement, token_agreement
 from specdec_core.first_difference import BUG, NEAR_TIE, FirstDifference, first_difference
+from specdec_core.methods import get_method
 from specdec_core.models import LoadedModel
 from specdec_core.prefix_cache import PrefixCache
 from specdec_core.runner import Extra, prepare_extra, run
@@ -111,6 +113,14 @@ class Measurement:
 
     aggregate: Aggregate
     token_ids: tuple[tuple[int, ...], ...]
+
+
+def extra_kind(method: str) -> str | None:
+    """What `method` (ours or an HF baseline) loads besides the target: "head", "draft" or
+    None."""
+    if method in HF_METHODS:
+        return "draft" if method == "hf-assisted" else None
+    return get_method(method).needs
 
 
 def load_extra(method: str, target: LoadedModel, specs: dict[str, str]) -> Extra:

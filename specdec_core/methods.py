@@ -14,6 +14,7 @@ from specdec_core.drafters.autoregressive import AutoregressiveDrafter
 from specdec_core.drafters.base import Drafter
 from specdec_core.drafters.classic import ClassicDrafter, check_same_tokenizer
 from specdec_core.drafters.ngram import NgramDrafter
+from specdec_core.drafters.suffix import SuffixDrafter
 from specdec_core.errors import SpecdecError
 from specdec_core.models import LoadedModel
 
@@ -56,6 +57,17 @@ def _eagle2_lookup(target: LoadedModel, head: Extra) -> Drafter:
     return Eagle2LookupDrafter(head, target.model)
 
 
+def vocabulary_key(target: LoadedModel) -> tuple:
+    """What a suffix history is kept per: ids of one tokenizer mean nothing to another."""
+    return (getattr(target.tokenizer, "name_or_path", ""), target.vocab_size)
+
+
+def _eagle2_suffix(target: LoadedModel, head: Extra) -> Drafter:
+    from specdec_core.drafters.eagle2_suffix import Eagle2SuffixDrafter
+
+    return Eagle2SuffixDrafter(head, target.model, vocabulary_key(target))
+
+
 METHODS: dict[str, Method] = {
     "ar": Method("ar", "Autoregressive", None, lambda target, extra: AutoregressiveDrafter()),
     "classic": Method("classic", "Classic draft", "draft", _classic),
@@ -64,6 +76,15 @@ METHODS: dict[str, Method] = {
     "eagle2": Method("eagle2", "EAGLE-2 (tree)", "head", _eagle2, tree=True),
     "eagle2-lookup": Method(
         "eagle2-lookup", "EAGLE-2 + prompt lookup", "head", _eagle2_lookup, tree=True
+    ),
+    "suffix": Method(
+        "suffix",
+        "Suffix decoding (history)",
+        None,
+        lambda target, extra: SuffixDrafter(vocabulary_key(target)),
+    ),
+    "eagle2-suffix": Method(
+        "eagle2-suffix", "EAGLE-2 + suffix decoding", "head", _eagle2_suffix, tree=True
     ),
 }
 

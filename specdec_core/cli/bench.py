@@ -28,8 +28,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--methods",
         default="ar,classic",
         help=f"comma-separated: {','.join([*METHODS, *HF_METHODS])}; an entry "
-        "METHOD:POLICY[:NAME=VALUE[/NAME=VALUE...]] runs METHOD with that policy, so several "
-        "policies compare in one run, e.g. ar,ngram,ngram:threshold:tau=0.3,ngram:typical. "
+        "METHOD[@SPEC][:POLICY[:NAME=VALUE[/NAME=VALUE...]]] runs METHOD with its own head or "
+        "draft SPEC (embedded, a directory or a hub id; no ':') and/or that policy, so several "
+        "heads or policies compare in one run against the same ar, e.g. "
+        "ar,eagle@embedded,eagle@heads/new,ngram:threshold:tau=0.3,eagle@heads/new:typical. "
         "The table adds fidelity to ar: prefix (share of tokens before the first difference), "
         "tokens (position-wise agreement), logp (mean target log-prob per token)",
     )
@@ -60,8 +62,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from specdec_core.baselines import HF_METHODS
     from specdec_core.bench import (
+        entry_method,
         format_table,
-        parse_variant,
+        parse_entry,
         run_bench,
         stderr_progress,
         write_outputs,
@@ -72,12 +75,12 @@ def run(args: argparse.Namespace) -> int:
 
     config = decode_config(args)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    unknown = [m for m in methods if m.partition(":")[0] not in (*METHODS, *HF_METHODS)]
+    unknown = [m for m in methods if entry_method(m) not in (*METHODS, *HF_METHODS)]
     if unknown:
         known = ", ".join([*METHODS, *HF_METHODS])
         raise SpecdecError(f"unknown method(s) {', '.join(unknown)}; choose from: {known}")
-    for _, variant in (parse_variant(m, config) for m in methods):
-        check_policy(variant)
+    for entry in (parse_entry(m, config) for m in methods):
+        check_policy(entry.config)
     adapting = adapt_settings(args, methods)
     if args.multi_turn:
         prompts = read_conversations(args.prompts, args.limit)

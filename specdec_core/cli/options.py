@@ -254,9 +254,10 @@ def resolve_auto_k(
     if args.k != AUTO:
         return config
     from specdec_core.autotune import tune_on_device
+    from specdec_core.bench import entry_method
     from specdec_core.methods import is_chain
 
-    chain = [m for m in dict.fromkeys(m.partition(":")[0] for m in methods) if is_chain(m)]
+    chain = [m for m in dict.fromkeys(map(entry_method, methods)) if is_chain(m)]
     if not chain:
         raise SpecdecError("--k auto needs a speculative chain method (classic, eagle, ngram)")
     print(f"--k auto: tuning k for '{chain[0]}' on this device…", file=sys.stderr)

@@ -57,18 +57,20 @@ class EagleDrafter(Drafter):
         position = len(ids) - 1  # the pair (f̂_{n-1}, d_1) sits at position n-1
         tokens, rows = [], []
         for i in range(config.k):
-            if config.greedy:  # argmax in the draft vocabulary, then a one-hot q
+            if config.greedy:  # argmax in the draft vocabulary; q is one-hot (built once below)
                 token = int(self.head.target_ids(logits.argmax(-1)))
-                q = torch.zeros(self.head.config.vocab_size, device=logits.device)
-                q[token] = 1.0
             else:
                 q = probs(self.head.to_target(logits), config.temperature, config.top_p)  # [V]
                 token = sample(q, generator)
+                rows.append(q)
             tokens.append(token)
-            rows.append(q)
             if i + 1 < config.k:
                 out = self._step(hidden, [token], position + i)
                 hidden, logits = out.hidden[:, -1:], out.logits[0, -1]
+        if config.greedy:  # one [k, V] allocation, not k rows and a stacked copy
+            q = torch.zeros(len(tokens), self.head.config.vocab_size, device=logits.device)
+            q[torch.arange(len(tokens)), tokens] = 1.0
+            return Proposal(tokens=tokens, q=q)
         return Proposal(tokens=tokens, q=torch.stack(rows))
 
     def commit(self, ids: list[int], accepted: int, features: TargetOutput) -> None:

@@ -5,9 +5,9 @@
     walk the chain from the root: where the tree already has the chain's token among the
     current node's children, follow that node; otherwise add the token as a new child
 
-The merge is a post-processing of a proposal, pure functions of their inputs: `merge_chain`
-(tokens, parents, scores), `merge_proposal` (a whole `Proposal`, q and draws included) and
-`merge_lookup`, the hook `Eagle2Drafter(head, model, post=merge_lookup)` runs on each tree
+The merge is a post-processing of a proposal, pure functions of their inputs (`merge_chain`,
+`merge_proposal`: drafters/eagle2_merge.py, shared with `eagle2-suffix`) and `merge_lookup`,
+the hook `Eagle2Drafter(head, model, post=merge_lookup)` runs on each tree
 (`Eagle2LookupDrafter` is that drafter under its own name). The head's nodes keep their
 indices and come first; the added ones follow, parents first.
 
@@ -26,65 +26,22 @@ deterministic children tried after the drawn ones (verifiers/tree.py handles bot
 
 from __future__ import annotations
 
-import torch
-
 from specdec_core.config import DecodeConfig
 from specdec_core.drafters.base import Proposal
 from specdec_core.drafters.eagle2 import Eagle2Drafter
+from specdec_core.drafters.eagle2_merge import MERGED_SCORE, merge_chain, merge_proposal
 from specdec_core.drafters.ngram import prompt_lookup
 from specdec_core.eagle.head import EagleHead
 
-LOOKUP_SCORE = float("-inf")  # score of a node only the lookup proposed
+__all__ = ["LOOKUP_SCORE", "Eagle2LookupDrafter", "merge_chain", "merge_lookup"]
 
-
-def merge_chain(
-    tokens: list[int], parents: tuple[int, ...], scores: tuple[float, ...], chain: list[int]
-) -> tuple[list[int], tuple[int, ...], tuple[float, ...]]:
-    """The tree plus `chain` as a root-to-leaf path, sharing the nodes it already has.
-
-    New nodes are appended, so parents still come first and existing indices stay valid.
-    """
-    tokens, parents, scores = list(tokens), list(parents), list(scores)
-    node = -1
-    for token in chain:
-        match = next(
-            (c for c, parent in enumerate(parents) if parent == node and tokens[c] == token), None
-        )
-        if match is None:
-            tokens.append(token)
-            parents.append(node)
-            scores.append(LOOKUP_SCORE)
-            match = len(tokens) - 1
-        node = match
-    return tokens, tuple(parents), tuple(scores)
-
-
-def merge_proposal(tree: Proposal, chain: list[int]) -> Proposal:
-    """`tree` with `chain` merged in (`merge_chain`); `tree` itself when the chain is empty.
-
-    In a sampled tree (T > 0, `draws` set) the lookup nodes are deterministic children, tried
-    after the drawn ones, with a one-hot q row.
-    """
-    if not chain:
-        return tree
-    tokens, parents, scores = merge_chain(tree.tokens, tree.parents or (), tree.scores, chain)
-    if tree.draws is None:
-        return Proposal(tokens=tokens, parents=parents, scores=scores)
-    added = torch.tensor(tokens[len(tree.tokens) :], device=tree.q.device, dtype=torch.long)
-    one_hot = torch.nn.functional.one_hot(added, tree.q.shape[-1]).to(tree.q.dtype)
-    return Proposal(
-        tokens=tokens,
-        q=torch.cat([tree.q, one_hot]),
-        parents=parents,
-        scores=scores,
-        draws=(*tree.draws, *range(len(tree.tokens), len(tokens))),
-    )
+LOOKUP_SCORE = MERGED_SCORE  # score of a node only the lookup proposed
 
 
 def merge_lookup(ids: list[int], config: DecodeConfig, tree: Proposal) -> Proposal:
     """The post-processing `eagle2-lookup` gives `Eagle2Drafter`: the head's tree plus the
     prompt-lookup chain of the committed `ids` (up to `config.k` tokens)."""
-    return merge_proposal(tree, prompt_lookup(ids, config.k, config.ngram_max))
+    return merge_proposal(tree, Proposal(tokens=prompt_lookup(ids, config.k, config.ngram_max)))
 
 
 class Eagle2LookupDrafter(Eagle2Drafter):

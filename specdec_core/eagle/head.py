@@ -209,8 +209,10 @@ class EagleHead(nn.Module):
         emb = self.embedding(tokens).to(self.fc.weight.dtype)  # [B, n, h]
         features = features.to(self.fc.weight.dtype)
         past = kv_cache.cache_length(cache) if cache is not None else 0
-        if mask is None:
+        if mask is None and (tokens.shape[-1] > 1 or emb.device.type != "cpu"):
             mask = attention_mask.causal(tokens.shape[-1], past, emb.dtype, emb.device)
+        # one new row on the CPU sees every column: no mask (an all-zero mask gives the same
+        # bits through the CPU's attention kernel, built and added for nothing)
         rope = self.rotary(emb, positions)
         if self.kind == "eagle1":
             hidden = self.fc(torch.cat([emb, features], dim=-1))
