@@ -24,13 +24,15 @@ agree with the keys.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
 from transformers import LlamaConfig
 
+from specdec_core import hub
+from specdec_core.checkpoint import check_weights
+from specdec_core.control import Progress, StopFlag
 from specdec_core.eagle.head import EagleHead
 from specdec_core.errors import SpecdecError
 from specdec_core.models import LoadedModel, fast_cpu_paths
@@ -138,10 +140,16 @@ def head_from_state(
     return head
 
 
-def load_head(spec: str, target: LoadedModel, dtype: torch.dtype | None = None) -> EagleHead:
+def load_head(
+    spec: str,
+    target: LoadedModel,
+    dtype: torch.dtype | None = None,
+    progress: Progress | None = None,
+    stop: StopFlag | None = None,
+) -> EagleHead:
     """Load a head from a local directory or hub id, bound to `target` on its device, in
     `dtype` (default `head_dtype(target)`; training asks for float32)."""
-    directory = _resolve(spec)
+    directory = _resolve(spec, progress, stop)
     config_path = directory / "config.json"
     if not config_path.is_file():
         raise SpecdecError(f"{spec} has no config.json; is it an EAGLE head directory?")
@@ -198,29 +206,22 @@ def save_head(
 
 
 def _read_state(directory: Path, spec: str) -> dict[str, torch.Tensor]:
-    if (directory / "model.safetensors").is_file():
-        return load_file(str(directory / "model.safetensors"))
-    if (directory / "pytorch_model.bin").is_file():
-        return torch.load(directory / "pytorch_model.bin", map_location="cpu", weights_only=True)
-    raise SpecdecError(f"{spec} has no model.safetensors or pytorch_model.bin")
+    """Every weight file of the head (sharded or not), checked whole before it is read."""
+    state: dict[str, torch.Tensor] = {}
+    for path in check_weights(directory, spec):
+        if path.suffix == ".safetensors":
+            state.update(load_file(str(path)))
+        else:
+            state.update(torch.load(path, map_location="cpu", weights_only=True))
+    return state
 
 
-def _resolve(spec: str) -> Path:
+def _resolve(spec: str, progress: Progress | None = None, stop: StopFlag | None = None) -> Path:
+    """A head directory, or the hub snapshot of `owner/name[@revision]` holding only its
+    config.json and weights."""
     path = Path(spec).expanduser()
     if path.is_dir():
         return path
-    if path.exists() or spec.startswith((".", "/", "~")) or "/" not in spec:
+    if path.exists() or spec.startswith((".", "/", "~")) or not hub.is_hub_spec(spec):
         raise SpecdecError(f"EAGLE head not found: {spec}; give a head directory or a hub id")
-    from huggingface_hub import snapshot_download
-
-    try:
-        return Path(snapshot_download(spec))
-    except Exception:  # offline, missing repo, auth: the same advice for a user
-        offline = os.environ.get("HF_HUB_OFFLINE") == "1"
-        hint = (
-            "the hub is offline (HF_HUB_OFFLINE=1) and it is not in the local cache; "
-            "download it once online or pass a local directory"
-            if offline
-            else "check the id and your network, or pass a local directory"
-        )
-        raise SpecdecError(f"cannot get EAGLE head '{spec}': {hint}") from None
+    return hub.fetch(spec, what="EAGLE head", tokenizer=False, progress=progress, stop=stop)
