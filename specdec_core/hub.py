@@ -74,7 +74,7 @@ def fetch(
     repo, revision = parse_spec(spec)
     report = progress or (lambda message, fraction: None)
     report(f"looking up {spec} on the Hugging Face hub (or its local cache)", 0.02)
-    sizes, commit = _listing(repo, revision, what, spec)
+    sizes, commit, cached = _listing(repo, revision, what, spec)
     config_path = Path(_download(repo, CONFIG, commit, what, spec, None))
     try:
         config = json.loads(config_path.read_text(encoding="utf-8"))
@@ -91,6 +91,8 @@ def fetch(
         return Path(_download(repo, name, commit, what, spec, None)).read_text(encoding="utf-8")
 
     weights = weight_names(sizes, read_index)
+    if not weights and cached:  # the snapshot links complete files only
+        raise _not_here(what, spec, "its weights are")
     if not weights:
         raise SpecdecError(
             f"{what} '{spec}' has no weights the loader reads (model.safetensors, "
@@ -107,12 +109,14 @@ def fetch(
     return folder
 
 
-def _listing(repo: str, revision: str | None, what: str, spec: str) -> tuple[dict, str]:
-    """({file name: size or None}, commit) from the hub, or the cache when offline."""
+def _listing(repo: str, revision: str | None, what: str, spec: str) -> tuple[dict, str, bool]:
+    """({file name: size or None}, commit, from the cache) from the hub, or the cache when
+    offline or the hub cannot be reached."""
     if not constants.HF_HUB_OFFLINE:
         try:
             info = HfApi().model_info(repo, revision=revision, files_metadata=True)
-            return {s.rfilename: s.size for s in info.siblings or ()}, info.sha or revision
+            sizes = {s.rfilename: s.size for s in info.siblings or ()}
+            return sizes, info.sha or revision, False
         except (GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError) as error:
             raise _user_error(error, what, spec) from None
         except HFValidationError:
@@ -129,7 +133,7 @@ def _listing(repo: str, revision: str | None, what: str, spec: str) -> tuple[dic
     names = {
         str(path.relative_to(snapshot)): None for path in snapshot.rglob("*") if path.is_file()
     }
-    return names, snapshot.name
+    return names, snapshot.name, True
 
 
 def cached_snapshot(repo: str, revision: str | None = None) -> Path | None:
@@ -152,7 +156,7 @@ def _download(repo, name, commit, what, spec, bar_class) -> str:
     except HFValidationError:
         raise _invalid(spec) from None
     except (LocalEntryNotFoundError, OfflineModeIsEnabled):
-        raise _not_here(what, spec, name) from None
+        raise _not_here(what, spec, f"{name} is") from None
     except EntryNotFoundError:
         raise SpecdecError(
             f"{what} '{spec}' has no {name} on the hub though its listing names it; try again"
@@ -197,7 +201,7 @@ def _invalid(spec: str) -> SpecdecError:
 
 
 def _not_here(what: str, spec: str, name: str | None = None) -> SpecdecError:
-    part = f" ({name} is not fully downloaded)" if name else ""
+    part = f" ({name} not fully downloaded)" if name else ""
     if constants.HF_HUB_OFFLINE:
         hint = (
             "the hub is offline (HF_HUB_OFFLINE=1) and it is not in the local cache"

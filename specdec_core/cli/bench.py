@@ -10,6 +10,7 @@ from specdec_core.cli.options import (
     add_model_options,
     check_policy,
     decode_config,
+    load_options,
     load_progress,
     model_specs,
     resolve_auto_k,
@@ -70,11 +71,14 @@ def run(args: argparse.Namespace) -> int:
     for _, variant in (parse_variant(m, config) for m in methods):
         check_policy(variant)
     prompts = read_prompt_file(args.prompts, args.limit)
-    target = load_model(args.target, args.device, args.dtype, progress=load_progress())
+    options = load_options(args, prompts)
+    target = load_model(args.target, args.device, args.dtype, load_progress(), options=options)
     config = resolve_auto_k(args, config, target, methods)
     exact = None
     if args.reference == "fp32" and target.dtype_name != "float32":
-        exact = load_model(args.target, str(target.device), "float32", progress=load_progress())
+        exact = load_model(
+            args.target, str(target.device), "float32", load_progress(), options=options
+        )
     result = run_bench(
         target,
         methods,
