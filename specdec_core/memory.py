@@ -127,19 +127,13 @@ def free_bytes(device: torch.device) -> tuple[int, str]:
     return int(psutil.virtual_memory().available), "this machine's RAM"
 
 
-def budget_bytes(max_memory: dict | None) -> tuple[int, str]:
-    """What a device map may fill: the sum of `max_memory` (disk aside), else every GPU's
-    free memory plus the available RAM."""
-    if max_memory:
-        from accelerate.utils import convert_file_size_to_int
-
-        memory = {k: v for k, v in max_memory.items() if k != "disk"}
-        total = sum(convert_file_size_to_int(v) for v in memory.values())
-        return total, "--max-memory (" + ",".join(f"{k}={v}" for k, v in memory.items()) + ")"
-    total = free_bytes(torch.device("cpu"))[0]
-    for index in range(torch.cuda.device_count()):
-        total += free_bytes(torch.device("cuda", index))[0]
-    return total, "the GPUs and RAM"
+def main_device(max_memory: dict | None) -> tuple[torch.device, int | str]:
+    """Where a dispatched model computes and keeps its KV cache (accelerate's main device):
+    the first GPU `max_memory` allows, else the CPU. -> (device, its max_memory key)."""
+    gpus = [i for i in range(torch.cuda.device_count()) if not max_memory or i in max_memory]
+    if gpus:
+        return torch.device("cuda", gpus[0]), gpus[0]
+    return torch.device("cpu"), "cpu"
 
 
 def check_fits(
@@ -155,22 +149,29 @@ def check_fits(
 ) -> Estimate:
     """Refuse, in one line with the numbers and what to change, a load that cannot fit."""
     guess = estimate(config, dtype, context, on_disk, **build)
+    shorter = "a shorter context (fewer --max-new-tokens, a shorter prompt)"
     if device_map is None:
         free, where = free_bytes(device)
-        need = guess.total_bytes
-    else:
-        free, where = budget_bytes(max_memory)
-        need = guess.kv_bytes  # the weights that do not fit go to disk
-    if need <= free:
+        if guess.total_bytes <= free:
+            return guess
+        raise SpecdecError(
+            f"{spec} needs {guess.describe()} but {where} has {format_size(free)} free; use a "
+            "smaller --dtype (bfloat16 or float16 halve float32), --device-map auto "
+            f"--max-memory 0=20GiB,cpu=64GiB to split it over GPUs, the CPU and disk, or {shorter}"
+        )
+    # dispatched: what does not fit in max_memory goes to disk, but the KV cache lives on the
+    # main device beside the weights accelerate puts there
+    device, key = main_device(max_memory)
+    from accelerate.utils import convert_file_size_to_int
+
+    free, where = free_bytes(device)
+    limit = convert_file_size_to_int(max_memory[key]) if max_memory and key in max_memory else free
+    beside = min(guess.weights_bytes, limit)
+    if guess.kv_bytes <= free - beside:
         return guess
-    advice = (
-        "a smaller --dtype (bfloat16 or float16 halve float32), "
-        "--device-map auto --max-memory 0=20GiB,cpu=64GiB to split it over GPUs, the CPU "
-        "and disk, or a shorter context (fewer --max-new-tokens, a shorter prompt)"
-        if device_map is None
-        else "a shorter context (fewer --max-new-tokens, a shorter prompt), a smaller --dtype, "
-        "or more memory in --max-memory"
-    )
     raise SpecdecError(
-        f"{spec} needs {guess.describe()} but {where} has {format_size(free)} free; use {advice}"
+        f"{spec} needs {format_size(guess.kv_bytes)} of KV cache for {guess.context} tokens on "
+        f"{where} beside up to {format_size(beside)} of weights there, but it has "
+        f"{format_size(free)} free; use {shorter}, or a lower --max-memory for {key} to leave "
+        "room"
     )
