@@ -246,7 +246,8 @@ def _placement(options: LoadOptions, source: str) -> dict:
     )
     return {
         "device_map": options.device_map,
-        "max_memory": options.max_memory,
+        "max_memory": dict(options.max_memory) if options.max_memory else None,  # a copy:
+        # transformers rewrites it in place
         "offload_folder": folder,
     }
 
