@@ -34,6 +34,7 @@ from specdec_core import hub
 from specdec_core.checkpoint import check_weights
 from specdec_core.control import Progress, StopFlag
 from specdec_core.eagle.head import EagleHead
+from specdec_core.eagle.layouts import declared_kind, flat_config, layout_of
 from specdec_core.errors import SpecdecError
 from specdec_core.models import LoadedModel, fast_cpu_paths
 from specdec_core.prepacked_linear import fast_bf16
@@ -42,34 +43,13 @@ CARD = "specdec_card.json"
 
 
 def head_kind(state: dict[str, torch.Tensor]) -> str:
-    if any(key.startswith("midlayer.") for key in state):
-        return "eagle3"
-    if any(key.startswith("layers.0.") for key in state):
-        return "eagle1"
-    raise SpecdecError(
-        "this is not an EAGLE head: expected keys 'layers.0.*' (EAGLE-1/2) or 'midlayer.*' "
-        f"(EAGLE-3), found e.g. {', '.join(sorted(state)[:4])}"
-    )
-
-
-def declared_kind(config: dict) -> str | None:
-    """The layout a head config names (architectures, model type), if it names one."""
-    names = [*(config.get("architectures") or []), config.get("model_type"),
-             config.get("speculators_model_type")]  # fmt: skip
-    text = " ".join(str(name).lower() for name in names if name)
-    if "eagle3" in text:
-        return "eagle3"
-    return "eagle1" if "eagle" in text else None
-
-
-def flat_config(config: dict) -> dict:
-    """A head config with speculators' nested `transformer_layer_config` lifted to the top."""
-    layer = config.get("transformer_layer_config")
-    if not isinstance(layer, dict):
-        return config
-    outer = {k: v for k, v in config.items() if k != "transformer_layer_config" and v is not None}
-    outer.pop("model_type", None)
-    return {**layer, **outer}
+    kind = layout_of(state)
+    if kind is None:
+        raise SpecdecError(
+            "this is not an EAGLE head: expected keys 'layers.0.*' (EAGLE-1/2) or 'midlayer.*' "
+            f"(EAGLE-3), found e.g. {', '.join(sorted(state)[:4])}"
+        )
+    return kind
 
 
 def _official_names(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
