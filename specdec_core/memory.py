@@ -26,14 +26,14 @@ DEVICE_MAPS = ("auto", "balanced", "sequential")
 DEFAULT_CONTEXT = 4096  # tokens of KV cache reserved when the caller does not say
 
 
-def parse_max_memory(text: str | None) -> dict[int | str, str] | None:
+def parse_max_memory(text: str | None) -> dict[int | str, str | int] | None:
     """`DEVICE=SIZE[,DEVICE=SIZE…]` (DEVICE: a GPU index, cuda:N, cpu, mps or disk; SIZE: e.g.
-    20GiB, 500MB) -> accelerate's `max_memory`; None for an empty text."""
+    20GiB, 500MB, or bytes) -> accelerate's `max_memory`; None for an empty text."""
     if text is None or not text.strip():
         return None
     from accelerate.utils import convert_file_size_to_int
 
-    limits: dict[int | str, str] = {}
+    limits: dict[int | str, str | int] = {}
     for item in text.split(","):
         device, _, size = (part.strip() for part in item.partition("="))
         key: int | str = device.lower().removeprefix("cuda:")
@@ -44,6 +44,9 @@ def parse_max_memory(text: str | None) -> dict[int | str, str] | None:
                 f"--max-memory: '{item.strip()}' is not DEVICE=SIZE; use e.g. "
                 "0=20GiB,cpu=64GiB (DEVICE: a GPU index, cpu, mps or disk)"
             )
+        if size.isdigit():
+            limits[key] = int(size)
+            continue
         try:
             convert_file_size_to_int(size)
         except ValueError:

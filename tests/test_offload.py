@@ -53,3 +53,19 @@ def test_greedy_output_of_a_split_model_equals_the_whole_model(whole_and_split, 
     steps = [s for s in steps if isinstance(s, Step)]
     if method != "ar":  # drafts were accepted and rejected: the caches were rolled back
         assert sum(s.drafted for s in steps) > sum(s.accepted for s in steps) > 0
+
+
+def test_the_cli_splits_a_model_with_device_map_and_max_memory(capsys, tmp_path):
+    import json
+
+    from specdec_core.cli import main
+
+    tiny_model(1, layers=3).save_pretrained(tmp_path / "target")
+    tiny_tokenizer().save_pretrained(tmp_path / "target")
+    args = ["generate", "--target", str(tmp_path / "target"), "--prompt", "w3 w4 w3 w4",
+            "--raw", "--json", "--max-new-tokens", "12", "--method", "ngram"]  # fmt: skip
+    assert main(args) == 0
+    whole = json.loads(capsys.readouterr().out)
+    assert main([*args, "--device-map", "auto", "--max-memory", "cpu=90000"]) == 0
+    split = json.loads(capsys.readouterr().out)
+    assert split["token_ids"] == whole["token_ids"] and split["device"] == "cpu"
