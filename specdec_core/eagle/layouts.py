@@ -2,8 +2,8 @@
 
 The rules of docs/architecture.md#eagle-heads, shared by loading (formats.py) and by the
 listing of models on this machine (local_models.py), which reads only names and configs:
-`midlayer.*` (or speculators' `layers.0.hidden_norm`) is EAGLE-3, `layers.0.*` with an `fc` is
-EAGLE-1/2; a config may declare its layout by an architecture or model type naming EAGLE.
+`midlayer.*` (or speculators' `layers.0.hidden_norm`) is EAGLE-3, `layers.0.*` is EAGLE-1/2;
+a config may declare its layout by an architecture or model type naming EAGLE.
 """
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ from collections.abc import Iterable
 
 
 def layout_of(keys: Iterable[str]) -> str | None:
-    """'eagle3', 'eagle1' or None (not an EAGLE head) from weight names; a `model.` prefix
-    is ignored."""
-    names = {key.removeprefix("model.") for key in keys}
+    """'eagle3', 'eagle1' or None (not an EAGLE head) from weight names. A causal LM's
+    `model.layers.0.*` is not `layers.0.*`: strip a head's `model.` prefix before asking."""
+    names = set(keys)
     if any(key.startswith("midlayer.") for key in names) or "layers.0.hidden_norm.weight" in names:
         return "eagle3"
-    if "fc.weight" in names and any(key.startswith("layers.0.") for key in names):
+    if any(key.startswith("layers.0.") for key in names):
         return "eagle1"
-    return None  # a causal LM's `model.layers.0.*` has no `fc`
+    return None
 
 
 def declared_kind(config: dict) -> str | None:
