@@ -57,6 +57,16 @@ class TargetInfo:
     device: str
     dtype: str
     parameters: int
+    config: dict = field(default_factory=dict)  # its config.json (which heads / drafts fit)
+
+
+@dataclass(frozen=True)
+class LoadSettings:
+    """The Models panel's placement choices (specdec_core.models.LoadOptions, Qt-free)."""
+
+    device_map: str | None = None  # auto, balanced, sequential
+    max_memory: str = ""  # DEVICE=SIZE[,DEVICE=SIZE…]
+    trust_remote_code: bool = False
 
 
 @dataclass(frozen=True)
@@ -81,7 +91,17 @@ class RunRequest:
 class Engine(Protocol):
     def registries(self) -> Registries: ...
 
-    def load_target(self, spec: str, device: str, dtype: str, progress: Progress) -> TargetInfo: ...
+    def load_target(
+        self,
+        spec: str,
+        device: str,
+        dtype: str,
+        progress: Progress,
+        stop: StopFlag | None = None,
+        settings: LoadSettings | None = None,
+    ) -> TargetInfo:
+        """Load the target; `stop` cancels a download or load between chunks and stages."""
+        ...
 
     def events(
         self, request: RunRequest, stop: StopFlag, progress: Progress
@@ -150,19 +170,34 @@ class SpecdecEngine:
         )
         return Registries(methods, policies)
 
-    def load_target(self, spec: str, device: str, dtype: str, progress: Progress) -> TargetInfo:
-        from specdec_core.models import load_model
+    def load_target(
+        self,
+        spec: str,
+        device: str,
+        dtype: str,
+        progress: Progress,
+        stop: StopFlag | None = None,
+        settings: LoadSettings | None = None,
+    ) -> TargetInfo:
+        from specdec_core.memory import parse_max_memory
+        from specdec_core.models import LoadOptions, load_model
 
+        settings = settings or LoadSettings()
+        options = LoadOptions(
+            device_map=settings.device_map or None,
+            max_memory=parse_max_memory(settings.max_memory),
+            trust_remote_code=settings.trust_remote_code,
+        )
         with self._lock:
-            model = load_model(spec, device=device, dtype=dtype, progress=progress)
+            model = load_model(spec, device, dtype, progress, options=options, stop=stop)
             self._target = model
             self._extras.clear()
             self._conversations.clear()
             self._adapters.clear()  # they adapted heads bound to the old target
             self._pending.clear()
         parameters = sum(p.numel() for p in model.model.parameters())
-        dtype_name = model.dtype_name
-        return TargetInfo(spec, str(model.device), dtype_name, parameters)
+        config = model.model.config.to_dict()
+        return TargetInfo(spec, str(model.device), model.dtype_name, parameters, config)
 
     def events(self, request: RunRequest, stop: StopFlag, progress: Progress) -> Iterator[Event]:
         from specdec_core.decode import generate
@@ -285,6 +320,6 @@ class SpecdecEngine:
             if loader is None:
                 raise SpecdecError(f"this install cannot load a {needs} yet; choose another method")
             progress(f"loading {needs} '{spec}'", 0.0)
-            self._extras[key] = loader(spec, self._target)
+            self._extras[key] = loader(spec, self._target, progress=progress)
             progress(f"loaded {needs} '{spec}'", 1.0)
         return self._extras[key]

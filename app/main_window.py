@@ -182,6 +182,7 @@ class MainWindow(QMainWindow):
         actions.about.triggered.connect(lambda: show_about(self, str(log_path())))
         actions.help.triggered.connect(lambda: setattr(self, "help_box", show_help(self)))
         self.models.load_requested.connect(lambda *_: self.load_target())
+        self.models.cancel_requested.connect(self.controller.cancel_task)
         self.prompt.generate_requested.connect(self.generate)
         self.prompt.stop_requested.connect(self.stop)
         self.compare.run_requested.connect(self.run_compare)
@@ -297,9 +298,13 @@ class MainWindow(QMainWindow):
             return
         spec = self.models.target.spec() or "embedded"
         device, dtype = self.models.device.currentText(), self.models.dtype.currentText()
+        placement = self.models.load_settings()
         started = self.controller.run_task(
-            lambda progress: self.engine.load_target(spec, device, dtype, progress),
+            lambda progress, stop: self.engine.load_target(
+                spec, device, dtype, progress, stop, placement
+            ),
             self._on_loaded,
+            stoppable=True,
         )
         if started:  # the loaded model stays until the new one has loaded: a failure keeps it
             self.models.set_loading(True)

@@ -41,7 +41,15 @@ from collections.abc import Callable, Generator, Iterator
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
-from app.engine import Progress, Registries, RunRequest, SpecdecEngine, StopFlag, TargetInfo
+from app.engine import (
+    LoadSettings,
+    Progress,
+    Registries,
+    RunRequest,
+    SpecdecEngine,
+    StopFlag,
+    TargetInfo,
+)
 from app.sweep_backend import EngineBackend, OnPoint
 from specdec_core.errors import SpecdecError
 from specdec_core.events import Event, Step
@@ -133,8 +141,10 @@ class _Host:
         else:
             self.send("result", result)
 
-    def load_target(self, spec: str, device: str, dtype: str) -> tuple[TargetInfo, list[str]]:
-        info = self.engine.load_target(spec, device, dtype, self.progress)
+    def load_target(
+        self, spec: str, device: str, dtype: str, settings: LoadSettings | None = None
+    ) -> tuple[TargetInfo, list[str]]:
+        info = self.engine.load_target(spec, device, dtype, self.progress, self.stop, settings)
         with self.engine.exclusive() as target:  # every id the model can emit
             size = max(len(target.tokenizer), target.vocab_size)
         return info, [self.engine.token_text(token_id) for token_id in range(size)]
@@ -298,8 +308,19 @@ class ProcessEngine:
     def registries(self) -> Registries:
         return self._call("registries")
 
-    def load_target(self, spec: str, device: str, dtype: str, progress: Progress) -> TargetInfo:
-        info, texts = self._call("load_target", spec, device, dtype, progress=progress)
+    def load_target(
+        self,
+        spec: str,
+        device: str,
+        dtype: str,
+        progress: Progress,
+        stop: StopFlag | None = None,
+        settings: LoadSettings | None = None,
+    ) -> TargetInfo:
+        """Loads in the engine process; Cancel (`stop`) reaches it between loading stages."""
+        info, texts = self._call(
+            "load_target", spec, device, dtype, settings, progress=progress, stop=stop
+        )
         self._texts = texts
         return info
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from PySide6.QtCore import QObject, Signal, Slot
 
-from app.engine import Engine, Progress, RunRequest
+from app.engine import Engine, RunRequest
 from app.jobs import JobRunner
 from app.session import Activity, Session
 from app.worker import EventWorker, Job, TaskWorker
@@ -118,13 +118,15 @@ class RunController(QObject):
     # -- background tasks -----------------------------------------------------------------
     def run_task(
         self,
-        task: Callable[[Progress], object],
+        task: Callable[..., object],
         on_result: Callable,
         activity: Activity = Activity.LOADING,
+        stoppable: bool = False,
     ) -> bool:
+        """`task(progress)`, or `task(progress, stop)` when `stoppable` (`cancel_task`)."""
         if self.task_running or self.running:
             return False
-        worker = TaskWorker(task)
+        worker = TaskWorker(task, stoppable)
         self._on_result = on_result
         worker.result.connect(self._on_task_result)
         worker.progress.connect(self.task_progress)
@@ -133,6 +135,11 @@ class RunController(QObject):
         self.session.begin(activity)
         self._task_job = self.jobs.start(worker)
         return True
+
+    def cancel_task(self) -> None:
+        """Ask a stoppable task (a model load) to stop at its next check."""
+        if self._task_job is not None:
+            self._task_job.stop()
 
     @Slot(object)
     def _on_task_result(self, result: object) -> None:

@@ -30,6 +30,10 @@ DEFAULTS: dict[str, Any] = {
     "recent_target": [],
     "recent_draft": [],
     "recent_head": [],
+    "device_map": "none",  # or auto, balanced, sequential (accelerate)
+    "max_memory": "",  # DEVICE=SIZE[,…] with a device map
+    "trust_remote_code": False,
+    "model_folders": [],  # where the pickers look for .gguf files and model folders
     "method": "eagle2-lookup",  # app/first_run.py says why
     "policy": "lossless",
     "k": 4,

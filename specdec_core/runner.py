@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specdec_core.config import DecodeConfig
-from specdec_core.control import StopFlag
+from specdec_core.control import Progress, StopFlag
 from specdec_core.decode import generate
 from specdec_core.errors import SpecdecError
 from specdec_core.events import Event, Finished, RunSummary
 from specdec_core.methods import Extra, build_drafter, get_method
-from specdec_core.models import LoadedModel, load_model
+from specdec_core.models import LoadedModel, LoadOptions, load_model
 from specdec_core.prefix_cache import PrefixCache
 from specdec_core.resources import resource_path
 
@@ -25,11 +25,13 @@ if TYPE_CHECKING:
 
     from specdec_core.eagle.head import EagleHead
 
-ExtraLoader = Callable[[str, LoadedModel], "LoadedModel | EagleHead"]
+# (spec, target, progress=None) -> the draft or head; hub downloads report through progress
+ExtraLoader = Callable[..., "LoadedModel | EagleHead"]
 
 
-def load_draft(spec: str, target: LoadedModel) -> LoadedModel:
-    """`embedded` is the bundled token-level draft; anything else is a model spec."""
+def load_draft(spec: str, target: LoadedModel, progress: Progress | None = None) -> LoadedModel:
+    """`embedded` is the bundled token-level draft; anything else is a model spec, loaded
+    whole on the target's input device (trusting remote code if the target was allowed to)."""
     if spec == "embedded":
         bundled = resource_path("draft")
         if not (bundled / "config.json").is_file():
@@ -42,10 +44,17 @@ def load_draft(spec: str, target: LoadedModel) -> LoadedModel:
 
     if is_partial_draft(Path(spec)):  # layer weights only; embedding shared with the target
         return load_draft_dir(Path(spec), target)
-    return load_model(spec, device=str(target.device), dtype=target.dtype_name)
+    options = LoadOptions(trust_remote_code=target.options.trust_remote_code)
+    device, dtype = str(target.device), target.dtype_name
+    return load_model(spec, device=device, dtype=dtype, progress=progress, options=options)
 
 
-def load_head(spec: str, target: LoadedModel, dtype: torch.dtype | None = None) -> EagleHead:
+def load_head(
+    spec: str,
+    target: LoadedModel,
+    dtype: torch.dtype | None = None,
+    progress: Progress | None = None,
+) -> EagleHead:
     """`embedded` is the bundled EAGLE head for the embedded model; else a directory / hub id.
     `dtype`: the head's own weights' dtype (default: the target's)."""
     from specdec_core.eagle.formats import load_head as load_eagle_head
@@ -58,7 +67,7 @@ def load_head(spec: str, target: LoadedModel, dtype: torch.dtype | None = None) 
                 "specdec train eagle) or an EAGLE head hub id"
             )
         spec = str(bundled)
-    return load_eagle_head(spec, target, dtype)
+    return load_eagle_head(spec, target, dtype, progress=progress)
 
 
 EXTRA_LOADERS: dict[str, ExtraLoader] = {"draft": load_draft, "head": load_head}

@@ -23,6 +23,7 @@ from transformers import PreTrainedModel
 
 from specdec_core import attention_mask, kv_cache
 from specdec_core.errors import SpecdecError
+from specdec_core.models import input_device
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,7 @@ class Target:
         self.model = model
         self.feature_layers = feature_layers  # hidden states entering these layers are returned
         self.cache = kv_cache.new_cache(model.config)
-        self.device = model.device
+        self.device = input_device(model)  # the embedding's, also under a device map
         self.windows = layer_windows(model.config)
         self.softcap = getattr(
             model.config.get_text_config(decoder=True), "final_logit_softcapping", None

@@ -63,6 +63,7 @@ class FakeEngine:
         self.fail_next: Exception | None = None
         self.fail_methods: dict[str, Exception] = {}
         self.loads: list[str] = []
+        self.load_settings: list = []  # the LoadSettings of each load
         self.requests: list[RunRequest] = []
         self.summaries: list[RunSummary] = []  # of the finished runs, in order
         self.forgotten: list[str] = []  # conversations whose cache was dropped
@@ -74,9 +75,12 @@ class FakeEngine:
     def registries(self) -> Registries:
         return Registries(METHODS, POLICIES)
 
-    def load_target(self, spec: str, device: str, dtype: str, progress: Progress) -> TargetInfo:
+    def load_target(
+        self, spec: str, device: str, dtype: str, progress: Progress, stop=None, settings=None
+    ) -> TargetInfo:
         progress(f"loading {spec}", 0.5)
         self.loads.append(spec)
+        self.load_settings.append(settings)
         return TargetInfo(spec, "cpu", "float32", 135_000_000)
 
     def events(self, request: RunRequest, stop: StopFlag, progress: Progress) -> Iterator[Event]:

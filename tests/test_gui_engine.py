@@ -41,7 +41,7 @@ def test_a_run_yields_started_steps_and_finished(tiny_target):
 def test_a_draft_is_loaded_once_per_spec(tiny_target, tiny_draft, monkeypatch):
     calls = []
 
-    def loader(spec, target):
+    def loader(spec, target, progress=None):
         calls.append(spec)
         return tiny_draft
 

@@ -167,7 +167,7 @@ def test_a_failed_model_load_keeps_the_loaded_model_and_the_window_usable(make_w
     window = make_window(engine)
     loaded = window.target
 
-    def fail(spec, device, dtype, progress):
+    def fail(spec, device, dtype, progress, *placement):
         raise SpecdecError(f"model not found: {spec}; give a model directory or a .gguf file")
 
     engine.load_target = fail

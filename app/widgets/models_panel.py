@@ -1,4 +1,11 @@
-"""Models panel: target / draft / EAGLE-head pickers, device and dtype, Load with progress."""
+"""Models panel: target / draft / EAGLE-head pickers, device and dtype, placement (device map,
+max memory), trust remote code, Load with progress and Cancel.
+
+The pickers list the models on this machine (specdec_core.local_models: the Hugging Face cache
+and the folders added with Browse ▸ Add a folder…), refreshed each time a list opens (a scan
+takes milliseconds and imports no torch). Once a target has loaded, heads and drafts that fit
+it come first and the rest are greyed with the reason; a target with published EAGLE heads
+puts them at the top of the head list."""
 
 from __future__ import annotations
 
@@ -6,25 +13,34 @@ from typing import Any
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QFormLayout,
     QGroupBox,
     QHBoxLayout,
     QLabel,
+    QLineEdit,
     QProgressBar,
     QPushButton,
     QWidget,
 )
 
-from app.engine import TargetInfo
-from app.widgets.spec_picker import SpecPicker
+from app.engine import LoadSettings, TargetInfo
+from app.widgets.spec_picker import LocalEntry, SpecPicker
+from specdec_core.local_models import list_local, ranked, suggested_heads
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
+DEVICE_MAPS = ("none", "auto", "balanced", "sequential")
+TRUST_TIP = (
+    "Allow a model whose config.json names its own Python code (auto_map). That code runs "
+    "with your permissions: read it first, and tick this only for models you trust."
+)
 
 
 class ModelsPanel(QGroupBox):
     load_requested = Signal(str, str, str)  # target spec, device, dtype
+    cancel_requested = Signal()  # stop a download or load in progress
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__("Models", parent)
@@ -50,6 +66,31 @@ class ModelsPanel(QGroupBox):
         self.load_button = QPushButton("Load")
         self.load_button.setToolTip("Load the target model (Ctrl+L); drafts load on first use")
         self.load_button.clicked.connect(self._request_load)
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.setToolTip("Stop the download or load in progress (it resumes later)")
+        self.cancel_button.setEnabled(False)
+        self.cancel_button.clicked.connect(self.cancel_requested)
+        self.device_map = QComboBox()
+        self.device_map.addItems(DEVICE_MAPS)
+        self.device_map.setToolTip(
+            "none: the whole model on the device; auto / balanced / sequential: accelerate "
+            "splits a model larger than the GPU over the GPUs, then the CPU, then disk"
+        )
+        self.max_memory = QLineEdit()
+        self.max_memory.setPlaceholderText("max memory, e.g. 0=20GiB,cpu=64GiB")
+        self.max_memory.setToolTip(
+            "With a device map: the most each device may hold (DEVICE=SIZE, comma-separated; "
+            "DEVICE: a GPU index, cpu, mps or disk)"
+        )
+        self.trust_remote_code = QCheckBox("Trust remote code")
+        self.trust_remote_code.setToolTip(TRUST_TIP)
+        self.folders: list[str] = []  # where to look for .gguf files and model folders
+        self._target_config: dict = {}
+        for picker in (self.target, self.draft, self.head):
+            picker.popup_opening.connect(self.refresh_local)
+            picker.folder_added.connect(self.add_folder)
+        self._found: list = []  # the last listing (LocalModel)
+        self.target.changed.connect(lambda _: self._show_local())  # suggestions; no rescan
         self.progress = QProgressBar()
         self.progress.setRange(0, 100)
         self.progress.setTextVisible(False)
@@ -62,25 +103,79 @@ class ModelsPanel(QGroupBox):
         device_row.addWidget(self.device, 1)
         device_row.addWidget(QLabel("dtype"))
         device_row.addWidget(self.dtype, 1)
-        device_row.addWidget(self.load_button)
+        placement_row = QHBoxLayout()
+        placement_row.addWidget(self.device_map)
+        placement_row.addWidget(self.max_memory, 1)
+        load_row = QHBoxLayout()  # rows kept short: the panel must fit a 1280-pixel screen
+        load_row.addWidget(self.trust_remote_code)
+        load_row.addStretch(1)
+        load_row.addWidget(self.load_button)
+        load_row.addWidget(self.cancel_button)
         form = QFormLayout(self)
         form.addRow("Target", self.target)
         form.addRow("Draft", self.draft)
         form.addRow("EAGLE head", self.head)
         form.addRow("Device", device_row)
+        form.addRow("Split", placement_row)
+        form.addRow(load_row)
         form.addRow(self.progress)
         form.addRow(self.message)
 
     def specs(self) -> dict[str, str]:
         return {"draft": self.draft.spec(), "head": self.head.spec()}
 
+    def load_settings(self) -> LoadSettings:
+        device_map = self.device_map.currentText()
+        return LoadSettings(
+            device_map=None if device_map == "none" else device_map,
+            max_memory=self.max_memory.text().strip(),
+            trust_remote_code=self.trust_remote_code.isChecked(),
+        )
+
+    def add_folder(self, folder: str) -> None:
+        if folder and folder not in self.folders:
+            self.folders.append(folder)
+        self.refresh_local()
+
+    def refresh_local(self) -> None:
+        """List the models on this machine in the pickers, ranked for the loaded target."""
+        self._found = list_local(self.folders)
+        self._show_local()
+
+    def _show_local(self) -> None:
+        lms = [m for m in self._found if m.kind == "causal-lm"]
+        heads = [m for m in self._found if m.kind in ("eagle1", "eagle3")]
+        config, spec = self._target_config, self.target.spec()
+
+        def entries(models, fit: bool = True, target: str = "") -> list[LocalEntry]:
+            if not (fit and config):  # nothing loaded yet: nothing to fit against
+                return [(m.spec, m.label, None) for m in models]
+            return [(m.spec, m.label, why) for m, why in ranked(config, models, target)]
+
+        self.target.set_local(entries(lms, fit=False))
+        self.draft.set_local(entries(lms))
+        self.head.set_local(self._with_suggested(spec, entries(heads, target=spec)))
+
+    @staticmethod
+    def _with_suggested(target: str, entries: list[LocalEntry]) -> list[LocalEntry]:
+        """The heads published for `target` on top, downloaded or not."""
+        known = [s.lower() for s in suggested_heads(target)]
+        here = [e for e in entries if e[0].lower() in known and e[2] is None]
+        note = "published for this target, downloads on first use"
+        present = {e[0].lower() for e in entries}
+        missing = [(s, note, None) for s in suggested_heads(target) if s.lower() not in present]
+        return [*here, *missing, *(e for e in entries if e not in here)]
+
     def set_loading(self, loading: bool) -> None:
         self.load_button.setEnabled(not loading)
+        self.cancel_button.setEnabled(loading)
         if loading:
             self.progress.setValue(0)
 
     def set_busy(self, busy: bool) -> None:
         self.load_button.setEnabled(not busy)
+        if not busy:
+            self.cancel_button.setEnabled(False)
 
     def show_progress(self, message: str, fraction: float) -> None:
         self.message.setText(message)
@@ -94,6 +189,8 @@ class ModelsPanel(QGroupBox):
         )
         self.message.setText(self._loaded)
         self.target.remember(info.spec)
+        self._target_config = dict(info.config)
+        self.refresh_local()
 
     def show_extra_progress(self, message: str, fraction: float) -> None:
         """Progress of a draft / head loading for a run; the target line stays on top."""
@@ -114,6 +211,10 @@ class ModelsPanel(QGroupBox):
             "recent_target": self.target.recent(),
             "recent_draft": self.draft.recent(),
             "recent_head": self.head.recent(),
+            "device_map": self.device_map.currentText(),
+            "max_memory": self.max_memory.text(),
+            "trust_remote_code": self.trust_remote_code.isChecked(),
+            "model_folders": list(self.folders),
         }
 
     def apply(self, values: dict[str, Any]) -> None:
@@ -123,9 +224,14 @@ class ModelsPanel(QGroupBox):
         self.target.set_spec(values["target"])
         self.draft.set_spec(values["draft"])
         self.head.set_spec(values["head"])
-        for combo, key in ((self.device, "device"), (self.dtype, "dtype")):
+        for combo, key in (
+            (self.device, "device"), (self.dtype, "dtype"), (self.device_map, "device_map")
+        ):  # fmt: skip
             if combo.findText(values[key]) >= 0:
                 combo.setCurrentText(values[key])
+        self.max_memory.setText(values["max_memory"])
+        self.trust_remote_code.setChecked(values["trust_remote_code"])
+        self.folders = [f for f in values["model_folders"] if isinstance(f, str)]
 
     def _request_load(self) -> None:
         self.load_requested.emit(

@@ -12,6 +12,7 @@ from specdec_core.cli.options import (
     add_model_options,
     check_policy,
     decode_config,
+    load_options,
     load_progress,
     model_specs,
     resolve_auto_k,
@@ -84,9 +85,11 @@ def run(args: argparse.Namespace) -> int:
     adapting = adapt_settings(args, methods)
     if args.multi_turn:
         prompts = read_conversations(args.prompts, args.limit)
+        texts = ["".join(turns) for turns in prompts]  # a whole conversation in the context
     else:
-        prompts = read_prompt_file(args.prompts, args.limit)
-    target = load_model(args.target, args.device, args.dtype, progress=load_progress())
+        prompts = texts = read_prompt_file(args.prompts, args.limit)
+    options = load_options(args, texts)
+    target = load_model(args.target, args.device, args.dtype, load_progress(), options=options)
     config = resolve_auto_k(args, config, target, methods)
     hook = None
     if adapting is not None:
@@ -95,7 +98,9 @@ def run(args: argparse.Namespace) -> int:
         hook = BetweenPrompts(target, args.adapt_seconds, adapting, args.head)
     exact = None
     if args.reference == "fp32" and target.dtype_name != "float32":
-        exact = load_model(args.target, str(target.device), "float32", progress=load_progress())
+        exact = load_model(
+            args.target, str(target.device), "float32", load_progress(), options=options
+        )
     result = run_bench(
         target,
         methods,

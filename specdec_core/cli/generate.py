@@ -12,6 +12,7 @@ from specdec_core.cli.options import (
     add_decode_options,
     add_model_options,
     decode_config,
+    load_options,
     load_progress,
     model_specs,
     resolve_auto_k,
@@ -45,7 +46,9 @@ def run(args: argparse.Namespace) -> int:
         raise SpecdecError("no prompt; pass --prompt TEXT or --prompt-file FILE.jsonl")
     text = args.prompt if args.prompt is not None else read_prompt_file(args.prompt_file, 1)[0]
     check_prompt_text(text)  # before minutes of model loading
-    target = load_model(args.target, args.device, args.dtype, progress=load_progress(args.json))
+    options = load_options(args, [text])
+    progress = load_progress(args.json)
+    target = load_model(args.target, args.device, args.dtype, progress, options=options)
     prompt_ids = encode_prompt(target.tokenizer, text, args.raw)
     extra = prepare_extra(args.method, target, model_specs(args))
     config = resolve_auto_k(args, config, target, [args.method], extra)

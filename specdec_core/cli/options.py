@@ -1,6 +1,8 @@
 """The flags every `specdec` command shares, and their translation into engine types, once.
 
-- `add_model_options`: `--target`, `--draft`, `--head`, `--device`, `--dtype`.
+- `add_model_options`: `--target`, `--draft`, `--head`, `--device`, `--dtype`, and how the
+  target is placed and trusted: `--device-map`, `--max-memory`, `--trust-remote-code`;
+  `load_options` turns those into a `LoadOptions`.
 - `add_adapt_options` / `adapt_settings`: `--adapt` (generate, bench), checked early.
 - `add_decode_options`: the decoding settings. With `sweep=True` the settings a sweep can vary
   (`SWEEP_AXES`) are declared as comma-separated lists instead of single values, so `sweep`
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +25,7 @@ from specdec_core.config import MAX_K, DecodeConfig, parse_params
 from specdec_core.errors import SpecdecError
 
 if TYPE_CHECKING:
-    from specdec_core.models import LoadedModel
+    from specdec_core.models import LoadedModel, LoadOptions
     from specdec_core.sweep import SweepProgress
 
 AUTO = "auto"
@@ -57,6 +60,42 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"])
     parser.add_argument(
         "--dtype", default="auto", choices=["auto", "float32", "float16", "bfloat16"]
+    )
+    parser.add_argument(
+        "--device-map",
+        default=None,
+        choices=["auto", "balanced", "sequential"],
+        help="split a model larger than the GPU over the GPUs, then the CPU, then disk "
+        "(accelerate); --device is then not used",
+    )
+    parser.add_argument(
+        "--max-memory",
+        default=None,
+        metavar="DEVICE=SIZE[,...]",
+        help="with --device-map: the most each device may hold, e.g. 0=20GiB,cpu=64GiB",
+    )
+    parser.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="allow a model that runs its own Python code (config.json auto_map); read it first",
+    )
+
+
+def load_options(args: argparse.Namespace, prompts: Sequence[str] = ()) -> LoadOptions:
+    """The placement flags as a checked `LoadOptions` (before any model loads). The memory
+    check reserves KV cache for the longest of `prompts` (at most a token per character) and
+    --max-new-tokens. Downloads draw tqdm bars on stderr."""
+    from specdec_core.memory import parse_max_memory
+    from specdec_core.models import LoadOptions
+
+    if args.max_memory and args.device_map is None:
+        raise SpecdecError("--max-memory needs --device-map (e.g. --device-map auto)")
+    return LoadOptions(
+        device_map=args.device_map,
+        max_memory=parse_max_memory(args.max_memory),
+        trust_remote_code=args.trust_remote_code,
+        context=max(map(len, prompts), default=0) + args.max_new_tokens + 256,
+        bars=True,
     )
 
 

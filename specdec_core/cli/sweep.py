@@ -12,6 +12,7 @@ from specdec_core.cli.options import (
     add_decode_options,
     add_model_options,
     decode_config,
+    load_options,
     model_specs,
     progress_line,
     show,
@@ -66,7 +67,8 @@ def run(args: argparse.Namespace) -> int:
     if json_out is None:
         print("note: without --json-out an interrupted sweep cannot resume", file=sys.stderr)
     prompts = read_prompt_file(args.prompts, args.limit)
-    target = load_model(args.target, args.device, args.dtype)
+    options = load_options(args, prompts)
+    target = load_model(args.target, args.device, args.dtype, options=options)
     header = {
         "target": target.spec,
         "device": str(target.device),

@@ -179,7 +179,7 @@ def generate_answers(
     for number, batch in enumerate(batches):
         shard = shard_dir / f"gen-{number:05d}.pt"
         if shard.is_file():
-            samples.extend(Sample(**s) for s in torch.load(shard))
+            samples.extend(Sample(**s) for s in torch.load(shard, weights_only=True))
         elif cached_only:
             continue
         else:

@@ -56,7 +56,9 @@ def extract_features(
     for number, first in enumerate(range(0, len(samples), shard_samples)):
         shard = shard_dir / f"feat-{number:05d}.pt" if shard_dir is not None else None
         chunk = samples[first : first + shard_samples]
-        made: list[dict] = torch.load(shard) if shard is not None and shard.is_file() else []
+        made: list[dict] = (
+            torch.load(shard, weights_only=True) if shard is not None and shard.is_file() else []
+        )
         made = made[: _matching(made, chunk, layers)]  # a shard of other samples is redone
         todo = chunk[len(made) :]  # a shard saved under a smaller budget is extended
         if todo:

@@ -24,14 +24,17 @@ agree with the keys.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
 from transformers import LlamaConfig
 
+from specdec_core import hub
+from specdec_core.checkpoint import check_weights
+from specdec_core.control import Progress, StopFlag
 from specdec_core.eagle.head import EagleHead
+from specdec_core.eagle.layouts import declared_kind, flat_config, layout_of
 from specdec_core.errors import SpecdecError
 from specdec_core.models import LoadedModel, fast_cpu_paths
 from specdec_core.prepacked_linear import fast_bf16
@@ -40,34 +43,13 @@ CARD = "specdec_card.json"
 
 
 def head_kind(state: dict[str, torch.Tensor]) -> str:
-    if any(key.startswith("midlayer.") for key in state):
-        return "eagle3"
-    if any(key.startswith("layers.0.") for key in state):
-        return "eagle1"
-    raise SpecdecError(
-        "this is not an EAGLE head: expected keys 'layers.0.*' (EAGLE-1/2) or 'midlayer.*' "
-        f"(EAGLE-3), found e.g. {', '.join(sorted(state)[:4])}"
-    )
-
-
-def declared_kind(config: dict) -> str | None:
-    """The layout a head config names (architectures, model type), if it names one."""
-    names = [*(config.get("architectures") or []), config.get("model_type"),
-             config.get("speculators_model_type")]  # fmt: skip
-    text = " ".join(str(name).lower() for name in names if name)
-    if "eagle3" in text:
-        return "eagle3"
-    return "eagle1" if "eagle" in text else None
-
-
-def flat_config(config: dict) -> dict:
-    """A head config with speculators' nested `transformer_layer_config` lifted to the top."""
-    layer = config.get("transformer_layer_config")
-    if not isinstance(layer, dict):
-        return config
-    outer = {k: v for k, v in config.items() if k != "transformer_layer_config" and v is not None}
-    outer.pop("model_type", None)
-    return {**layer, **outer}
+    kind = layout_of(state)
+    if kind is None:
+        raise SpecdecError(
+            "this is not an EAGLE head: expected keys 'layers.0.*' (EAGLE-1/2) or 'midlayer.*' "
+            f"(EAGLE-3), found e.g. {', '.join(sorted(state)[:4])}"
+        )
+    return kind
 
 
 def _official_names(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -138,10 +120,16 @@ def head_from_state(
     return head
 
 
-def load_head(spec: str, target: LoadedModel, dtype: torch.dtype | None = None) -> EagleHead:
+def load_head(
+    spec: str,
+    target: LoadedModel,
+    dtype: torch.dtype | None = None,
+    progress: Progress | None = None,
+    stop: StopFlag | None = None,
+) -> EagleHead:
     """Load a head from a local directory or hub id, bound to `target` on its device, in
     `dtype` (default `head_dtype(target)`; training asks for float32)."""
-    directory = _resolve(spec)
+    directory = _resolve(spec, progress, stop)
     config_path = directory / "config.json"
     if not config_path.is_file():
         raise SpecdecError(f"{spec} has no config.json; is it an EAGLE head directory?")
@@ -198,29 +186,22 @@ def save_head(
 
 
 def _read_state(directory: Path, spec: str) -> dict[str, torch.Tensor]:
-    if (directory / "model.safetensors").is_file():
-        return load_file(str(directory / "model.safetensors"))
-    if (directory / "pytorch_model.bin").is_file():
-        return torch.load(directory / "pytorch_model.bin", map_location="cpu", weights_only=True)
-    raise SpecdecError(f"{spec} has no model.safetensors or pytorch_model.bin")
+    """Every weight file of the head (sharded or not), checked whole before it is read."""
+    state: dict[str, torch.Tensor] = {}
+    for path in check_weights(directory, spec):
+        if path.suffix == ".safetensors":
+            state.update(load_file(str(path)))
+        else:
+            state.update(torch.load(path, map_location="cpu", weights_only=True))
+    return state
 
 
-def _resolve(spec: str) -> Path:
+def _resolve(spec: str, progress: Progress | None = None, stop: StopFlag | None = None) -> Path:
+    """A head directory, or the hub snapshot of `owner/name[@revision]` holding only its
+    config.json and weights."""
     path = Path(spec).expanduser()
     if path.is_dir():
         return path
-    if path.exists() or spec.startswith((".", "/", "~")) or "/" not in spec:
+    if path.exists() or spec.startswith((".", "/", "~")) or not hub.is_hub_spec(spec):
         raise SpecdecError(f"EAGLE head not found: {spec}; give a head directory or a hub id")
-    from huggingface_hub import snapshot_download
-
-    try:
-        return Path(snapshot_download(spec))
-    except Exception:  # offline, missing repo, auth: the same advice for a user
-        offline = os.environ.get("HF_HUB_OFFLINE") == "1"
-        hint = (
-            "the hub is offline (HF_HUB_OFFLINE=1) and it is not in the local cache; "
-            "download it once online or pass a local directory"
-            if offline
-            else "check the id and your network, or pass a local directory"
-        )
-        raise SpecdecError(f"cannot get EAGLE head '{spec}': {hint}") from None
+    return hub.fetch(spec, what="EAGLE head", tokenizer=False, progress=progress, stop=stop)

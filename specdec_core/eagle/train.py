@@ -275,7 +275,7 @@ def train(
     state = {"epoch": 0, "step": 0, "history": [], "plan": plan}
     checkpoint = out / "checkpoint.pt"
     if checkpoint.is_file():
-        saved = torch.load(checkpoint, weights_only=False, map_location="cpu")
+        saved = torch.load(checkpoint, weights_only=True, map_location="cpu")
         if saved["state"].get("plan", plan) != plan:
             raise SpecdecError(
                 f"{checkpoint} is from a run on other data or batches ({saved['state']['plan']}; "
