@@ -21,6 +21,7 @@ from specdec_core.errors import SpecdecError
 from specdec_core.events import Event, Finished
 
 if TYPE_CHECKING:  # torch-heavy: imported by the worker threads only
+    from app.sweep_backend import SweepBackend
     from specdec_core.adaptation import Adapter
     from specdec_core.methods import Extra
     from specdec_core.models import LoadedModel
@@ -125,7 +126,12 @@ class Engine(Protocol):
 
     def close(self) -> None:
         """Release what the engine holds (its process, if it has one); the window calls it
-        when it closes. Optional: an engine without it holds nothing to release."""
+        when it closes."""
+        ...
+
+    def sweep_backend(self) -> SweepBackend | None:
+        """Where sweeps and Tune measure when the models are not in this process (None: here,
+        inside `exclusive()`)."""
         ...
 
     def set_adapt(self, on: bool) -> None:
@@ -289,6 +295,10 @@ class SpecdecEngine:
 
     def close(self) -> None:
         """Nothing to release: the models live in this process."""
+
+    def sweep_backend(self) -> None:
+        """None: sweeps measure here, inside `exclusive()`."""
+        return None
 
     def token_text(self, token_id: int) -> str:
         target = self._target

@@ -627,5 +627,5 @@ class MainWindow(QMainWindow):
         self.hide()  # a model load cannot be interrupted: do not look frozen while it ends
         if not self.controller.shutdown(SHUTDOWN_MS):
             log.warning("a worker thread did not end within %d s", SHUTDOWN_MS // 1000)
-        getattr(self.engine, "close", lambda: None)()  # an engine process ends with the window
+        self.engine.close()  # an engine process ends with the window
         super().closeEvent(event)

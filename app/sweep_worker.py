@@ -31,8 +31,7 @@ __all__ = [
 
 
 def backend_for(engine: Engine) -> SweepBackend:
-    own = getattr(engine, "sweep_backend", None)  # models in another process measure there
-    return own() if own is not None else EngineBackend(engine)
+    return engine.sweep_backend() or EngineBackend(engine)  # another process measures there
 
 
 class SweepWorker(Worker):

@@ -119,6 +119,12 @@ class FakeEngine:
     def token_text(self, token_id: int) -> str:
         return f"t{token_id}"
 
+    def close(self) -> None:
+        self.closed = True
+
+    def sweep_backend(self) -> None:
+        return None
+
     def forget(self, conversation: str) -> None:
         self.forgotten.append(conversation)
         self.cached.pop(conversation, None)
