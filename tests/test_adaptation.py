@@ -87,7 +87,7 @@ def test_adaptation_is_refused_while_a_run_holds_the_adapter(tiny_target):
 
 def test_the_engine_adapts_only_after_the_run_has_ended(tiny_target, monkeypatch):
     head = tiny_head(tiny_target, draft_vocab=16)
-    monkeypatch.setitem(runner.EXTRA_LOADERS, "head", lambda spec, target: head)
+    monkeypatch.setitem(runner.EXTRA_LOADERS, "head", lambda spec, target, **options: head)
     engine = SpecdecEngine(tiny_target)
     engine.set_adapt(True)
     request = RunRequest("eagle", "w1 w2 w3", CONFIG, raw=True, specs={"head": "tiny"})
