@@ -183,3 +183,15 @@ def test_thresholds_need_a_lossy_policy(sweep_window):
     sweep_window.sweep.view.thresholds.setText("0.1")
     assert not sweep_window.sweep.run_sweep()
     assert "lossy policy" in sweep_window.last_error
+
+
+def test_closing_the_window_mid_sweep_leaves_no_live_thread(qtbot, sweep_window):
+    sweep_window.sweep.measure.gate.clear()  # the sweep waits inside its first measurement
+    view = sweep_window.sweep.view
+    view.k_values.setText("1,2,3")
+    view.temperatures.setText("0")
+    assert sweep_window.sweep.run_sweep()
+    qtbot.waitUntil(lambda: sweep_window.jobs.live_threads() == 1, timeout=5000)
+    sweep_window.sweep.measure.gate.set()  # a measurement in flight ends; Stop ends the rest
+    sweep_window.close()
+    assert sweep_window.jobs.live_threads() == 0

@@ -105,3 +105,23 @@ def test_an_engine_error_mid_run_leaves_the_window_usable(make_window, qtbot):
     window.generate()
     wait_idle(qtbot, window)
     assert "out of memory" in window.last_error and window.ready()
+
+
+def test_closing_the_window_mid_load_leaves_no_live_thread(make_window, qtbot):
+    import threading
+
+    window = make_window()
+    started, release = threading.Event(), threading.Event()
+    load = window.engine.load_target
+
+    def slow(*args, **kwargs):
+        started.set()
+        release.wait(5)
+        return load(*args, **kwargs)
+
+    window.engine.load_target = slow
+    window.load_target()
+    assert started.wait(5) and window.jobs.live_threads() == 1
+    release.set()  # a load cannot be interrupted mid-file: closing waits for it to end
+    window.close()
+    assert window.jobs.live_threads() == 0
