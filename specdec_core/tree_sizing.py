@@ -2,9 +2,9 @@
 
 A tree step costs one target forward over the tree, `depth` head steps over the top-k beam and
 one head step over the accepted path (the commit), and gains the expected number of accepted
-tokens. Both costs are measured on this device, once per process and model (`measure_target`,
-`measure_head`, cached); the gain comes from an acceptance prior: the head's rank-r token is
-the target's with probability π_r, where the chance that one of its top-k is right is
+tokens. Both costs are measured on this device, once per process and model
+(`forward_costs.measure_target`, `measure_head`, cached); the gain comes from an acceptance
+prior: the head's rank-r token is the target's with probability π_r, where the chance that one of its top-k is right is
 α(k) = 1 − (1 − α₁)·k^(−1/2) (α₁ = top-1 acceptance). Under that prior `expected_tau` runs
 the same beam search the drafter runs (drafters/eagle2_growth.py: top-k by cumulative
 probability, best `total_tokens − 1` nodes) and sums the nodes' path probabilities:
@@ -26,18 +26,11 @@ root, one fewer); `total_tokens` counts the root (the pending token), as EAGLE's
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
-from specdec_core.target import Target
-
-TARGET_SIZES = (1, 2, 4, 8, 16, 32, 60)  # tokens per measured target forward
-HEAD_ROWS = (1, 2, 4, 7, 10)  # beam widths per measured head step
 MAX_DEPTH, MAX_TOPK, MAX_TOKENS = 8, 10, 60  # EAGLE: 60 tokens, top-k 10
-PREFIX = 128  # cached tokens under the measured forwards (a short chat prompt)
 ALPHA1 = 0.6  # prior top-1 acceptance of a trained head
 PRIOR_TRIALS, MEMORY_TRIALS = 8, 128  # weight of the prior α₁; most weight the past gets
 
@@ -152,91 +145,6 @@ def observe(key: tuple, trials: int, hits: int) -> float:
     new = (old * weight + hits) / (weight + trials)
     _ALPHA1[key] = (new, min(weight + trials, MEMORY_TRIALS))
     return new
-
-
-_TARGET_COSTS: dict[tuple, dict[int, float]] = {}
-_HEAD_COSTS: dict[tuple, dict[int, float]] = {}
-
-
-def measure_target(model) -> dict[int, float]:
-    """Seconds per target forward over n tree tokens after a cached prefix (cached per process)."""
-    key = _model_key(model)
-    if key not in _TARGET_COSTS:
-        _TARGET_COSTS[key] = _measure_target(model)
-    return _TARGET_COSTS[key]
-
-
-def measure_head(key: tuple, step: Callable[[int], None]) -> dict[int, float]:
-    """Seconds per head step over k rows; `step(k)` runs one (cached per process under `key`)."""
-    if key not in _HEAD_COSTS:
-        runs = {k: (lambda k=k: step(k)) for k in HEAD_ROWS}
-        _HEAD_COSTS[key] = monotone(fastest(runs))
-    return _HEAD_COSTS[key]
-
-
-@torch.inference_mode()
-def _measure_target(model) -> dict[int, float]:
-    runner = Target(model)
-    vocab = int(model.config.vocab_size)
-    prefix = min(PREFIX, int(getattr(model.config, "max_position_embeddings", 2048)) // 2)
-    runner.prefill([i % vocab for i in range(prefix)])
-    sizes = [n for n in TARGET_SIZES if prefix + n < 2 * prefix]
-
-    def forward(n: int) -> None:
-        chain = tuple(range(-1, n - 2))  # a chain through the tree path: same cost as a tree
-        runner.forward([7 % vocab] * n, chain if n > 1 else None)
-        runner.keep(prefix, [])
-
-    return monotone(fastest({n: (lambda n=n: forward(n)) for n in sizes}))
-
-
-def fastest(
-    runs: dict[int, Callable[[], None]], repeats: int = 4, clock=time.perf_counter
-) -> dict[int, float]:
-    """Seconds of the fastest of `repeats` runs of each of `runs`: other processes only ever
-    add time (a busy shared CPU). The repeats go round all the sizes in turn, so a burst of
-    load inflates one round of every size, not every run of the sizes it falls on. (Timed
-    size by size, such a burst once made a benchmark run choose trees several times larger
-    than the fastest size; docs/benchmarks.md.)"""
-    for run in runs.values():
-        run()  # warm-up
-    best = dict.fromkeys(runs, float("inf"))
-    for _ in range(repeats):
-        for n, run in runs.items():
-            _sync()
-            start = clock()
-            run()
-            _sync()
-            best[n] = min(best[n], clock() - start)
-    return best
-
-
-def monotone(costs: dict[int, float]) -> dict[int, float]:
-    """Costs that never fall with size: more tokens (or rows) never cost less, so a size timed
-    above a larger one was slowed by something else and takes the larger one's time."""
-    out, lowest = {}, float("inf")
-    for n in sorted(costs, reverse=True):
-        lowest = min(lowest, costs[n])
-        out[n] = lowest
-    return dict(sorted(out.items()))
-
-
-def _sync() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-
-
-def _model_key(model) -> tuple:
-    config = model.config
-    return (
-        getattr(config, "_name_or_path", ""),
-        config.hidden_size,
-        config.num_hidden_layers,
-        config.vocab_size,
-        str(model.device),
-        str(model.dtype),
-        id(model),
-    )
 
 
 def _rank_probs(k: int, alpha1: float) -> torch.Tensor:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specdec_core import tree_sizing
+from specdec_core import forward_costs, tree_sizing
 from specdec_core.config import DecodeConfig
 from specdec_core.decode import generate, select_rows, verify_proposal
 from specdec_core.drafters.eagle2 import Eagle2Drafter
@@ -188,14 +188,14 @@ def test_a_burst_of_load_slows_one_timing_round_not_the_sizes_it_falls_on():
     def run() -> None:
         now[0] += 0.010 if now[0] < 0.090 else 0.001
 
-    timed = tree_sizing.fastest({n: run for n in (1, 4, 8, 16, 32)}, repeats=3, clock=clock)
+    timed = forward_costs.fastest({n: run for n in (1, 4, 8, 16, 32)}, repeats=3, clock=clock)
     assert timed == pytest.approx(dict.fromkeys((1, 4, 8, 16, 32), 0.001))
 
 
 def test_measured_costs_never_fall_with_size():
     """A small forward timed above a larger one was slowed by something else."""
     measured = {1: 0.021, 4: 0.035, 8: 0.024, 16: 0.040, 32: 0.039, 60: 0.060}
-    fixed = tree_sizing.monotone(measured)
+    fixed = forward_costs.monotone(measured)
     assert fixed == {1: 0.021, 4: 0.024, 8: 0.024, 16: 0.039, 32: 0.039, 60: 0.060}
     cpu = Costs(target=fixed, head={1: 0.0007, 10: 0.0009})
     assert choose(cpu, alpha1=0.6).shape.total_tokens <= 16

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from specdec_core import kv_cache, tree_sizing
+from specdec_core import forward_costs, kv_cache, tree_sizing
 from specdec_core.config import DecodeConfig
 from specdec_core.drafters.eagle2_growth import beam_step
 from specdec_core.eagle.head import EagleHead
@@ -51,8 +51,8 @@ class TreeSizer:
                 self._choices[key] = Choice(shape, tree_sizing.expected_tau(shape), None, reason)
             else:
                 costs = tree_sizing.Costs(
-                    target=tree_sizing.measure_target(self.target_model),
-                    head=tree_sizing.measure_head(self.head_key(), self.time_head_step),
+                    target=forward_costs.measure_target(self.target_model),
+                    head=forward_costs.measure_head(self.head_key(), self.time_head_step),
                 )
                 alpha1 = tree_sizing.acceptance(self.acceptance_key(config))
                 self._choices[key] = tree_sizing.choose(costs, alpha1, *key)
