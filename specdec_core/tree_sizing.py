@@ -5,8 +5,8 @@ one head step over the accepted path (the commit), and gains the expected number
 tokens. Both costs are measured on this device, once per process and model
 (`forward_costs.measure_target`, `measure_head`, cached); the gain comes from an acceptance
 prior: the head's rank-r token is the target's with probability π_r, where the chance that
-one of its top-k is right is α(k) = 1 − (1 − α₁)·k^(−1/2) (α₁ = top-1 acceptance). Under that prior `expected_tau` runs
-the same beam search the drafter runs (drafters/eagle2_growth.py: top-k by cumulative
+one of its top-k is right is α(k) = 1 − (1 − α₁)·k^(−1/2) (α₁ = top-1 acceptance). Under that
+prior `expected_tau` runs the same beam search the drafter runs (drafters/eagle2_growth.py: top-k by cumulative
 probability, best `total_tokens − 1` nodes) and sums the nodes' path probabilities:
 E[τ] = 1 + Σ P(node on the accepted path). `choose` takes the shape with the most tokens per second.
 The prior α₁ = 0.6 is only the start: `observe` counts how often the target accepted the
