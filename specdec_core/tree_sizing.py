@@ -1,18 +1,17 @@
 """EAGLE-2 tree size for this device: `--tree-tokens auto` (docs/architecture.md).
 
-A tree step costs one target forward over the tree, `depth` head steps over the top-k beam and
-one head step over the accepted path (the commit), and gains the expected number of accepted
-tokens. Both costs are measured on this device, once per process and model
-(`forward_costs.measure_target`, `measure_head`, cached); the gain comes from an acceptance
-prior: the head's rank-r token is the target's with probability π_r, where the chance that
-one of its top-k is right is α(k) = 1 − (1 − α₁)·k^(−1/2) (α₁ = top-1 acceptance). Under that
-prior `expected_tau` runs the same beam search the drafter runs (drafters/eagle2_growth.py: top-k by cumulative
-probability, best `total_tokens − 1` nodes) and sums the nodes' path probabilities:
-E[τ] = 1 + Σ P(node on the accepted path). `choose` takes the shape with the most tokens per second.
-The prior α₁ = 0.6 is only the start: `observe` counts how often the target accepted the
-head's top-1 child at each verified tree level (measured directly, whatever the tree shape, so
-a small tree does not lock itself in), blended with what was known before and kept per head
-for the rest of the process, so the size follows the head in use.
+A tree step costs one target forward over the tree, `depth` head steps over the top-k beam and one
+head step over the accepted path (the commit), and gains the expected number of accepted tokens.
+Both costs are measured on this device, once per process and model (`forward_costs.measure_target`,
+`measure_head`, cached); the gain comes from an acceptance prior: the head's rank-r token is the
+target's with probability π_r, where the chance that one of its top-k is right is α(k) = 1 − (1 −
+α₁)·k^(−1/2) (α₁ = top-1 acceptance). Under that prior `expected_tau` runs the same beam search the
+drafter runs (drafters/eagle2_growth.py: top-k by cumulative probability, best `total_tokens − 1`
+nodes) and sums the nodes' path probabilities: E[τ] = 1 + Σ P(node on the accepted path). `choose`
+takes the shape with the most tokens per second. The prior α₁ = 0.6 is only the start: `observe`
+counts how often the target accepted the head's top-1 child at each verified tree level (measured
+directly, whatever the tree shape, so a small tree does not lock itself in), blended with what was
+known before and kept per head for the rest of the process, so the size follows the head in use.
 
 On a GPU a forward over 60 tokens costs about as much as over one, so this lands on EAGLE's
 defaults (60 tokens, depth 6, top-k 10); on a CPU every verified token adds to the forward
