@@ -53,16 +53,10 @@ class Chat:
         last.reply, last.summary = summary.text, summary
 
     def take_last(self) -> str:
-        """Remove the last turn (Edit last turn) and return its user message."""
+        """Remove the last turn (Edit last turn, Regenerate) and return its user message."""
         if not self.turns:
             raise SpecdecError("the chat is empty; there is no turn to edit")
         return self.turns.pop().user
-
-    def unanswer(self) -> str:
-        """Drop the last reply (Regenerate) and return the message to answer again."""
-        if not self.turns:
-            raise SpecdecError("the chat is empty; send a message first")
-        return self.take_last()
 
     def to_record(self) -> dict:
         return {"turns": [t.user for t in self.turns], "replies": [t.reply for t in self.turns]}

@@ -108,7 +108,7 @@ class ChatController(QObject):
 
     def regenerate(self, method: str) -> bool:
         try:
-            text = self.chat.unanswer()
+            text = self.chat.take_last()
         except SpecdecError as error:
             self.session.report(str(error))
             return False
