@@ -69,7 +69,7 @@ class AdaptController(QObject):
         if self.running or not self.session.ready():
             self.session.report("wait until no run is in progress", error=False)
             return False
-        worker = TaskWorker(task)
+        worker = TaskWorker(task, what="adaptation")
         worker.result.connect(on_result)
         worker.errored.connect(lambda message, user: self.session.report(message, True, user))
         worker.done.connect(self._done)

@@ -18,6 +18,8 @@ from app.session import Activity, Session
 from app.worker import EventWorker, Job, TaskWorker
 from specdec_core.events import Finished
 
+TASK_NAMES = {Activity.STARTING: "engine start", Activity.LOADING: "model load"}
+
 
 class RunController(QObject):
     run_begun = Signal(object)  # RunRequest
@@ -126,7 +128,7 @@ class RunController(QObject):
         """`task(progress)`, or `task(progress, stop)` when `stoppable` (`cancel_task`)."""
         if self.task_running or self.running:
             return False
-        worker = TaskWorker(task, stoppable)
+        worker = TaskWorker(task, stoppable, TASK_NAMES.get(activity, "task"))
         self._on_result = on_result
         worker.result.connect(self._on_task_result)
         worker.progress.connect(self.task_progress)

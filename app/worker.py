@@ -118,10 +118,13 @@ class TaskWorker(Worker):
     progress = Signal(str, float)
     what = "task"
 
-    def __init__(self, task: Callable[..., object], stoppable: bool = False) -> None:
+    def __init__(
+        self, task: Callable[..., object], stoppable: bool = False, what: str = "task"
+    ) -> None:
         super().__init__()
         self._task = task
         self._stoppable = stoppable
+        self.what = what  # "model load", "adaptation": names the task in messages and the log
 
     def _run(self) -> None:
         args = (self.progress.emit, self.stop_flag) if self._stoppable else (self.progress.emit,)

@@ -279,3 +279,41 @@ def test_feature_shards_of_other_samples_are_redone_not_reused(tiny_target, tmp_
         assert a.ids.tolist() == b.ids.tolist() and torch.equal(a.hidden, b.hidden)
     again = extract_features(model, later, tmp_path / "shards", layers=(1, 1, 1))
     assert all(item.fused is not None for item in again)  # EAGLE-1 shards lack the layers
+
+
+@pytest.mark.parametrize("kind", ["eagle", "draft"])
+def test_an_interrupted_training_run_resumes_from_its_last_checkpoint(
+    tiny_dir, tmp_path, capsys, monkeypatch, kind
+):
+    """Cut off mid-epoch, the same command resumes at the step saved and ends with exactly the
+    weights of a run that was never cut off (same batch order, same feature noise)."""
+    from safetensors.torch import load_file
+
+    common = ["train", kind, *_tiny_run(tiny_dir, tokens=800, epochs=2), "--save-every", "1"]
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    assert main([*common, "--out", str(whole)]) == 0
+    steps = json.loads((whole / "specdec_card.json").read_text())["history"][-1]["step"]
+    step, calls = torch.optim.AdamW.step, []
+
+    def interrupt_mid_run(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == steps // 2 + 2:  # past the first epoch's end: mid-epoch
+            raise KeyboardInterrupt
+        return step(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", interrupt_mid_run)
+    assert main([*common, "--out", str(cut)]) == 130
+    assert "run the same command again to resume" in capsys.readouterr().err
+    saved = torch.load(cut / "checkpoint.pt", weights_only=True)["state"]["step"]
+    assert 0 < saved < steps
+    monkeypatch.setattr(torch.optim.AdamW, "step", step)
+    assert main([*common, "--out", str(cut)]) == 0
+    name = "model.safetensors"
+    a, b = load_file(whole / name), load_file(cut / name)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_save_every_below_one_is_refused(tiny_dir, tmp_path, capsys):
+    argv = ["train", "eagle", *_tiny_run(tiny_dir, 800, 1), "--save-every", "0"]
+    assert main([*argv, "--out", str(tmp_path / "x")]) == 2
+    assert "--save-every 0" in capsys.readouterr().err

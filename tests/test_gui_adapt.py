@@ -37,3 +37,26 @@ def test_save_asks_for_a_directory_and_reports_where_it_went(make_window, qtbot,
     window.adapt_panel.save.click()
     _adapted(qtbot, window)
     assert str(tmp_path / "mine") in window.status.currentMessage()
+
+
+def test_closing_the_window_mid_adaptation_ends_it_and_leaves_no_live_thread(make_window, qtbot):
+    import threading
+    import time
+
+    engine = FakeEngine(steps=3)
+    started = threading.Event()
+    adapt = engine.adapt
+
+    def within_its_budget(budget_seconds, progress):
+        started.set()
+        time.sleep(budget_seconds)  # the engine's fine-tuning stops at its time budget
+        return adapt(budget_seconds, progress)
+
+    engine.adapt = within_its_budget
+    window = make_window(engine)
+    window.adapt_panel.enabled.setChecked(True)
+    window.generate()
+    wait_idle(qtbot, window)
+    assert started.wait(5) and window.adaptation.running
+    window.close()
+    assert window.controller.live_threads() == 0

@@ -125,3 +125,33 @@ def test_closing_the_window_mid_load_leaves_no_live_thread(make_window, qtbot):
     release.set()  # a load cannot be interrupted mid-file: closing waits for it to end
     window.close()
     assert window.jobs.live_threads() == 0
+
+
+def test_closing_the_window_mid_download_cancels_it_and_leaves_no_live_thread(
+    qtbot, tmp_path, monkeypatch
+):
+    """The first load is a hub model still downloading: closing the window stops the download
+    between chunks (long before it would end), no thread is left and no half file is kept."""
+    import time
+
+    from app.engine import SpecdecEngine
+    from app.main_window import MainWindow
+    from tests.hub_cache import FakeHub, tiny_repo, use_cache
+
+    monkeypatch.setenv("SPECDEC_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.setenv("SPECDEC_DATA_DIR", str(tmp_path / "data"))
+    use_cache(monkeypatch, tmp_path / "cache", offline=False)
+    served = tmp_path / "served"
+    hub = FakeHub(tiny_repo(tmp_path / "source"), served, chunks=40, delay=0.25)
+    hub.install(monkeypatch)  # the weights take 10 s to arrive
+    settings = tmp_path / "settings.json"
+    settings.write_text(json.dumps({"target": "owner/tiny", "device": "cpu", "dtype": "float32"}))
+    window = MainWindow(engine=SpecdecEngine(), settings_file=settings)
+    qtbot.addWidget(window)
+    window.show()
+    qtbot.waitUntil(lambda: "model.safetensors" in hub.asked, timeout=60_000)
+    began = time.monotonic()
+    window.close()
+    assert time.monotonic() - began < 5.0
+    assert window.controller.live_threads() == 0
+    assert not list(served.rglob("model.safetensors"))  # the cut-off file was never finished

@@ -97,3 +97,35 @@ def test_two_hundred_generations_do_not_grow_memory(tiny_target):
     grown = (process.memory_info().rss - before) / 2**20
     print(f"RSS growth over 180 more generations: {grown:.1f} MiB")
     assert grown < 64
+
+
+def test_running_out_of_memory_in_a_load_keeps_the_model_loaded_before(make_window, qtbot):
+    window = make_window()
+    kept = window.session.target.spec
+
+    def oom(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 16.00 GiB")
+
+    window.engine.load_target = oom
+    window.models.target.set_spec("owner/bigger-model")
+    window.load_target()
+    qtbot.waitUntil(lambda: window.last_error is not None and window.ready(), timeout=5000)
+    assert "out of memory during the model load" in window.last_error
+    assert "--dtype bfloat16" in window.last_error
+    assert f"{kept} is still loaded" in window.last_error
+    window.generate()
+    wait_idle(qtbot, window)
+    assert window.token_view.tokens and window.session.target.spec == kept
+
+
+def test_running_out_of_memory_while_loading_in_the_cli_says_what_to_change(capsys, monkeypatch):
+    from specdec_core import models
+
+    def oom(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 16.00 GiB")
+
+    monkeypatch.setattr(models, "load_model", oom)
+    code = main(["generate", "--prompt", "w1 w2", "--raw"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert "out of memory during `generate`" in err and "--device-map auto" in err

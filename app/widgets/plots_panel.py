@@ -1,9 +1,11 @@
-"""The four live plots; step data accumulates per run and redraws are throttled (4 Hz).
+"""The four live plots; step data accumulates per run and redraws are throttled (1 Hz).
 
-The window shares the CPU with the engine, and painting the plots is most of what it adds:
-on the 2-core development machine (96 tokens, Compare of ar / eagle / eagle2, offscreen) the
-engine ran at 34 / 45 / 46 tok/s with redraws at 10 Hz, 37 / 48 / 50 at 4 Hz (means of four
-runs each) and 44 / 53 / 57 with no plot updates at all (two runs); headless, 49 / 53 / 57."""
+The window shares the CPU with the engine, and painting the plots is most of what it adds (the
+axes' text most of all): a redraw repaints all four. At 4 Hz the window's run ran at 82 % of
+the same run headless on the 2-core development machine, at 1 Hz within a few per cent (and
+with no plot updates at all, about the same); the final redraw at the end of a run shows
+every step. Numbers, date and command: docs/benchmarks.md, "The window against a headless run".
+"""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from collections.abc import Callable
 
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QGraphicsItem, QLabel, QVBoxLayout, QWidget
 from superqt.utils import qthrottled
 
 from app.plot_data import Series
@@ -23,7 +25,7 @@ from app.widgets.speed_plot import SpeedPlot
 from app.widgets.tree_plot import TreePlot
 from specdec_core.events import Step
 
-REDRAW_MS = 250
+REDRAW_MS = 1000
 
 
 class PlotsPanel(QWidget):
@@ -43,6 +45,7 @@ class PlotsPanel(QWidget):
         for plot in (self.acceptance, self.speed, self.positions, self.tree):
             plot.setMinimumHeight(150)
             fit_width(plot)
+            cache_axes(plot)
             layout.addWidget(plot)
         self.series: dict[str, Series] = {}
         self.redraws = 0
@@ -85,6 +88,13 @@ def fit_width(plot: pg.PlotWidget) -> None:
     width instead of cutting its right side off."""
     need = plot.plotItem.effectiveSizeHint(Qt.SizeHint.MinimumSize).width()
     plot.setMinimumWidth(math.ceil(need) + 2 * plot.frameWidth() + 2)
+
+
+def cache_axes(plot: pg.PlotWidget) -> None:
+    """Paint each axis from a pixmap until its ticks change: a redraw that only moves a curve
+    then does not draw the axes' text again (drawing text is most of a plot's paint)."""
+    for axis in plot.plotItem.axes.values():
+        axis["item"].setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
 
 
 def _nbsp(text: str) -> str:

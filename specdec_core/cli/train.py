@@ -90,6 +90,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "eagle3 has only the token loss)",
     )
     train.add_argument("--seed", type=int, default=0)
+    train.add_argument(
+        "--save-every",
+        type=int,
+        default=100,
+        help="optimiser steps between checkpoints (one also ends each epoch); an interrupted "
+        "run given the same command resumes from its last checkpoint",
+    )
     train.add_argument("--val-prompts", type=int, default=4, help="held-out prompts for tau")
     train.add_argument("--device", default="cpu", choices=["auto", "cpu", "cuda", "mps"])
     train.add_argument(
@@ -135,6 +142,7 @@ def request_from_args(args: argparse.Namespace) -> TrainRequest:
         ce_weight=args.ce_weight,
         seed=args.seed,
         val_prompts=args.val_prompts,
+        save_every=args.save_every,
         device=args.device,
         feature_dtype=args.feature_dtype,
         command=command,
@@ -146,7 +154,18 @@ def request_from_args(args: argparse.Namespace) -> TrainRequest:
 def run(args: argparse.Namespace) -> int:
     from specdec_core.training.driver import train_from_request
 
-    card = train_from_request(request_from_args(args))
+    request = request_from_args(args)
+    try:
+        card = train_from_request(request)
+    except KeyboardInterrupt:
+        checkpoint = request.checkpoint_dir / "checkpoint.pt"
+        where = (
+            f"run the same command again to resume from {checkpoint}"
+            if checkpoint.is_file()
+            else "no checkpoint was written yet; run the same command again to start over"
+        )
+        print(f"specdec: training interrupted; {where}", file=sys.stderr)
+        return 130
     keys = ("kind", "tokens", "epochs", "validation", "validation_by_kind")
     print(json.dumps({k: card[k] for k in keys if k in card}))
     return 0

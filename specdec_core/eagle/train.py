@@ -249,6 +249,22 @@ def train_step(objective: Objective, items, optimizer, params, ce_weight: float)
     return feature, ce, agree
 
 
+def noise_state() -> dict:
+    """The random state the input-feature noise draws from (torch's default generators)."""
+    state = {"cpu": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_noise_state(state: dict | None) -> None:
+    if state is None:  # a checkpoint from before the noise state was kept
+        return
+    torch.set_rng_state(state["cpu"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
 def train(
     objective: Objective,
     data: list[Featured],
@@ -285,7 +301,9 @@ def train(
         objective.model.load_state_dict(saved["model"], strict=False)
         optimizer.load_state_dict(saved["optimizer"])
         generator.set_state(saved["generator"])
+        set_noise_state(saved.get("noise"))
         state = saved["state"]
+    epoch_start = generator.get_state()  # a checkpoint mid-epoch redraws the same batch order
 
     def save() -> None:
         own = objective.model.state_dict()
@@ -295,7 +313,8 @@ def train(
             {
                 "model": own,
                 "optimizer": optimizer.state_dict(),
-                "generator": generator.get_state(),
+                "generator": epoch_start,
+                "noise": noise_state(),
                 "state": state,
             },
             checkpoint,
@@ -311,6 +330,7 @@ def train(
         return min(1.0, done)
 
     while state["epoch"] < config.epochs and not state.get("out_of_time"):
+        epoch_start = generator.get_state()
         plan = batches(data, config.batch_tokens, generator)
         done_in_epoch = state["step"] - state["epoch"] * steps_per_epoch
         objective.train()
@@ -340,6 +360,7 @@ def train(
             record = {"epoch": round(state["step"] / steps_per_epoch, 2), "stopped": "time"}
         else:
             state["epoch"] += 1
+            epoch_start = generator.get_state()
             record = {"epoch": state["epoch"]}
         record.update(step=state["step"], time=time.time())
         if validate is not None:

@@ -61,6 +61,8 @@ class TrainRequest:
         for source in self.data:
             check_source(source)
         prompt_files(self.exclude_prompts)  # a pattern that matches no file is refused
+        if self.save_every < 1:
+            raise SpecdecError(f"--save-every {self.save_every}: give 1 or more optimiser steps")
         if self.val_kinds < 0:
             raise SpecdecError(f"--val-kinds {self.val_kinds}: give 0 (none) or more")
         if len(self.tokens) not in (1, len(self.data)):
