@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from app.plot_data import Series, node_depths
-from app.widgets.plots_panel import PlotsPanel
+from app.widgets.plots_panel import REDRAW_MS, PlotsPanel
 from tests.gui_fake import TREE, fake_step
 
 
@@ -83,3 +83,17 @@ def test_redraws_are_throttled(panel, qtbot):
     qtbot.wait(150)
     assert panel.redraws <= 3
     assert len(panel.acceptance.items["Autoregressive"][0].getData()[0]) == 200
+
+
+def test_a_slow_redraw_spaces_the_next_ones_to_keep_painting_under_a_twentieth(panel, qtbot):
+    import time
+
+    panel.begin_series("Autoregressive", "#6b6b6b")
+    panel.add_step("Autoregressive", fake_step(0, "ar"))
+    panel.redraw()
+    assert panel.request_redraw.timeout() == REDRAW_MS  # a fast redraw: once a second
+    sync = panel.acceptance.sync
+    panel.acceptance.sync = lambda series: (time.sleep(0.1), sync(series))
+    panel.redraw()
+    assert panel.redraw_seconds >= 0.1
+    assert panel.request_redraw.timeout() >= 20 * 100  # 0.1 s of every 2 s at most

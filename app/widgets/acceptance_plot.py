@@ -6,9 +6,10 @@ import pyqtgraph as pg
 from PySide6.QtGui import QColor
 
 from app.plot_data import Series
+from app.widgets.timed_plot import TimedPlot
 
 
-class AcceptancePlot(pg.PlotWidget):
+class AcceptancePlot(TimedPlot):
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
         self.setTitle("Tokens per step (line: mean τ)", size="10pt")

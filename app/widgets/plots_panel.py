@@ -1,16 +1,18 @@
-"""The four live plots; step data accumulates per run and redraws are throttled (1 Hz).
+"""The four live plots; step data accumulates per run and redraws are throttled.
 
 The window shares the CPU with the engine, and painting the plots is most of what it adds (the
-axes' text most of all): a redraw repaints all four. At 4 Hz the window's run ran at 82 % of
-the same run headless on the 2-core development machine, at 1 Hz within a few per cent (and
-with no plot updates at all, about the same); the final redraw at the end of a run shows
-every step. Numbers, date and command: docs/benchmarks.md, "The window against a headless run".
+axes' text and grids most of all). A redraw updates the four plots at once; the next one waits
+at least a second and at least 20 times as long as the last one took, painting included, so
+redrawing takes at most 5 % of one core on any machine; the final redraw at the end of a run
+shows every step. Measured (window against headless, 4 Hz before, this after):
+docs/benchmarks.md, "The window against a headless run".
 """
 
 from __future__ import annotations
 
 import html
 import math
+import time
 from collections.abc import Callable
 
 import pyqtgraph as pg
@@ -25,7 +27,8 @@ from app.widgets.speed_plot import SpeedPlot
 from app.widgets.tree_plot import TreePlot
 from specdec_core.events import Step
 
-REDRAW_MS = 1000
+REDRAW_MS = 1000  # the shortest interval between redraws during a run
+PAINT_SHARE = 0.05  # of one core, at most, for redrawing the plots
 
 
 class PlotsPanel(QWidget):
@@ -39,16 +42,19 @@ class PlotsPanel(QWidget):
         self.key = QLabel("")  # one colour per run, shared by all plots
         self.key.setContentsMargins(6, 2, 6, 2)
         self.key.setWordWrap(True)  # many runs wrap instead of widening the window
+        self.plots = (self.acceptance, self.speed, self.positions, self.tree)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.key)
-        for plot in (self.acceptance, self.speed, self.positions, self.tree):
+        for plot in self.plots:
             plot.setMinimumHeight(150)
             fit_width(plot)
             cache_axes(plot)
             layout.addWidget(plot)
         self.series: dict[str, Series] = {}
         self.redraws = 0
+        self.redraw_seconds = 0.0  # the last redraw's: updating the plots and painting them
+        self._painted = 0.0  # the plots' paint seconds up to the last redraw
         self.request_redraw = qthrottled(self.redraw, timeout=REDRAW_MS, leading=False, parent=self)
 
     def set_labeler(self, labeler: Callable[[int], str]) -> None:
@@ -57,7 +63,7 @@ class PlotsPanel(QWidget):
     def reset(self) -> None:
         self.series.clear()
         self.key.setText("")
-        for plot in (self.acceptance, self.speed, self.positions, self.tree):
+        for plot in self.plots:
             plot.reset()
 
     def begin_series(self, name: str, color: str) -> None:
@@ -74,13 +80,19 @@ class PlotsPanel(QWidget):
         self.request_redraw()
 
     def redraw(self) -> None:
+        began = time.perf_counter()
         series = list(self.series.values())
         self.acceptance.sync(series)
         self.speed.sync(series)
         self.positions.sync(series)
         trees = [s.last_tree for s in series if s.last_tree is not None]  # not the reference's
         self.tree.show_tree(trees[-1] if trees else None)
+        painted = sum(plot.paint_seconds for plot in self.plots)  # the last redraw's paints
         self.redraws += 1
+        self.redraw_seconds = time.perf_counter() - began + painted - self._painted
+        self._painted = painted
+        wait = max(REDRAW_MS, math.ceil(1000 * self.redraw_seconds / PAINT_SHARE))
+        self.request_redraw.setTimeout(wait)
 
 
 def fit_width(plot: pg.PlotWidget) -> None:

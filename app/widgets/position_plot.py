@@ -5,11 +5,12 @@ from __future__ import annotations
 import pyqtgraph as pg
 
 from app.plot_data import Series
+from app.widgets.timed_plot import TimedPlot
 
 GROUP_WIDTH = 0.8
 
 
-class PositionPlot(pg.PlotWidget):
+class PositionPlot(TimedPlot):
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
         self.setTitle("Acceptance rate by draft position", size="10pt")

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pyqtgraph as pg
 
 from app.plot_data import Series
+from app.widgets.timed_plot import TimedPlot
 
 
-class SpeedPlot(pg.PlotWidget):
+class SpeedPlot(TimedPlot):
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
         self.setTitle("Tokens per second over time", size="10pt")

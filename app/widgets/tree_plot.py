@@ -10,6 +10,7 @@ from collections.abc import Callable
 import pyqtgraph as pg
 
 from app.plot_data import node_depths
+from app.widgets.timed_plot import TimedPlot
 from specdec_core.events import DraftTree
 
 ACCEPTED = "#009E73"
@@ -17,7 +18,7 @@ OTHER = "#9a9a9a"
 MAX_LABELS = 48
 
 
-class TreePlot(pg.PlotWidget):
+class TreePlot(TimedPlot):
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
         self.setTitle("Last draft tree (accepted: green)", size="10pt")
