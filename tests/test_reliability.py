@@ -44,6 +44,9 @@ def _one_line_error(capsys, argv) -> str:
         (["--prompt", "hi", "--k", "-1"], "--k"),
         (["--prompt", "hi", "--k", "1000"], "--k"),
         (["--prompt", "hi", "--temperature", "-0.5"], "--temperature"),
+        (["--prompt", "hi", "--temperature", "nan"], "--temperature"),
+        (["--prompt", "hi", "--temperature", "inf"], "--temperature"),
+        (["--prompt", "hi", "--top-p", "nan"], "--top-p"),
         (["--prompt", "hi", "--top-p", "0"], "--top-p"),
         (["--prompt", "hi", "--top-p", "1.5"], "--top-p"),
         (["--prompt", "hi", "--policy", "nonsense"], "unknown policy"),
@@ -155,3 +158,81 @@ def test_closing_the_window_mid_download_cancels_it_and_leaves_no_live_thread(
     assert time.monotonic() - began < 5.0
     assert window.controller.live_threads() == 0
     assert not list(served.rglob("model.safetensors"))  # the cut-off file was never finished
+
+
+@pytest.mark.parametrize("method", ["ar", "ngram", "classic"])
+def test_a_huge_max_new_tokens_stops_at_the_context_identical_to_ar(tiny_target, method):
+    from specdec_core.config import DecodeConfig
+    from specdec_core.runner import run
+
+    ids = [1, 5, 9, 4, 7, 8]
+    huge = DecodeConfig(max_new_tokens=10**9, k=3)
+    summary = run(tiny_target, method, ids, huge, tiny_target if method == "classic" else None)
+    assert summary.stop_reason in ("context", "eos")
+    assert len(ids) + len(summary.token_ids) <= tiny_target.context_length
+    assert summary.token_ids == run(tiny_target, "ar", ids, huge).token_ids
+
+
+@pytest.mark.parametrize("method", ["classic", "eagle"])
+def test_k_zero_drafts_nothing_and_decodes_like_ar(tiny_target, method):
+    from specdec_core.config import DecodeConfig
+    from specdec_core.runner import run
+    from tests.eagle_tiny import tiny_head
+
+    extra = tiny_target if method == "classic" else tiny_head(tiny_target)
+    ids, config = [1, 5, 9, 4], DecodeConfig(max_new_tokens=12, k=0)
+    summary = run(tiny_target, method, ids, config, extra)
+    assert summary.token_ids == run(tiny_target, "ar", ids, config).token_ids
+    assert summary.stop_reason in ("max_tokens", "eos")
+
+
+@pytest.mark.parametrize("method", ["ar", "ngram", "classic", "eagle2"])
+def test_a_huge_temperature_samples_without_error(tiny_target, method):
+    """At T = 1e6 every distribution is nearly uniform: sampling and the acceptance ratios
+    stay finite and the run ends normally."""
+    from specdec_core.config import DecodeConfig
+    from specdec_core.runner import run
+    from tests.eagle_tiny import tiny_head
+
+    extra = {"classic": tiny_target, "eagle2": tiny_head(tiny_target)}.get(method)
+    config = DecodeConfig(max_new_tokens=16, k=3, temperature=1e6, seed=3)
+    summary = run(tiny_target, method, [1, 5, 9, 4], config, extra)
+    assert 0 < len(summary.token_ids) <= 16 and summary.stop_reason in ("max_tokens", "eos")
+
+
+def test_an_unexpected_error_goes_to_the_log_file_whose_path_about_shows(
+    make_window, qtbot, tmp_path, monkeypatch
+):
+    import logging.handlers
+    import sys
+
+    from PySide6.QtWidgets import QMessageBox
+
+    from app.logs import log_path, setup_logging
+
+    monkeypatch.setenv("SPECDEC_LOG_DIR", str(tmp_path / "logs"))
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)  # setup_logging routes it to the log
+    level = logging.getLogger().level
+    path = setup_logging()
+    handlers = list(logging.getLogger().handlers)
+    try:
+        window = make_window()
+        window.engine.fail_next = RuntimeError("a bug in a library")
+        window.generate()
+        wait_idle(qtbot, window)
+        assert window.last_error == "RuntimeError: a bug in a library"  # one line, no trace
+        for handler in handlers:
+            handler.flush()
+        logged = path.read_text()
+        assert "Traceback" in logged and "RuntimeError: a bug in a library" in logged
+        shown = []
+        monkeypatch.setattr(QMessageBox, "about", lambda parent, title, text: shown.append(text))
+        window.actions.about.trigger()
+        assert path == log_path() and str(path) in shown[0]
+    finally:
+        root = logging.getLogger()
+        root.setLevel(level)
+        for handler in root.handlers[:]:
+            if isinstance(handler, logging.handlers.RotatingFileHandler):
+                root.removeHandler(handler)
+                handler.close()

@@ -16,6 +16,7 @@ Nothing past the CLI sees an argparse namespace: commands turn it into these typ
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -206,8 +207,8 @@ def decode_config(args: argparse.Namespace, *, sweep: bool = False) -> DecodeCon
     fields: dict[str, Any] = {}
     if not sweep:
         k = DecodeConfig.k if args.k == AUTO else args.k  # auto: tuned once models are loaded
-        if args.temperature < 0:
-            raise SpecdecError(f"--temperature must be >= 0 (got {args.temperature})")
+        if not math.isfinite(args.temperature) or args.temperature < 0:
+            raise SpecdecError(f"--temperature must be a number >= 0 (got {args.temperature})")
         if not 0 <= k <= MAX_K:
             raise SpecdecError(f"--k must be between 0 and {MAX_K} (got {k}), or auto")
         tree_tokens = None if args.tree_tokens == AUTO else _int(args.tree_tokens, "--tree-tokens")
