@@ -54,3 +54,17 @@ def test_nothing_is_clipped_at_common_screen_sizes(make_window, qtbot, width, he
         if plot.isVisible():
             need = plot.plotItem.effectiveSizeHint(Qt.SizeHint.MinimumSize).width()
             assert need <= plot.viewport().width() + 1, type(plot).__name__
+
+
+@pytest.mark.parametrize("width, height", SIZES)
+def test_comparing_every_method_scrolls_sideways_instead_of_widening_the_window(
+    make_window, qtbot, width, height
+):
+    window = make_window()
+    window.tabs.setCurrentIndex(1)
+    for index in range(8):  # as many columns as the Compare tab offers methods
+        window.compare.columns.add_column(f"m{index}", f"EAGLE-2 + suffix decoding {index}", "#000")
+    window.resize(width, height)
+    qtbot.wait(50)
+    assert window.width() <= width and window.height() <= height
+    assert _clipped(window) == []

@@ -1,18 +1,31 @@
-"""Side-by-side token views, one coloured column per compared method."""
+"""Side-by-side token views, one coloured column per compared method.
+
+The columns share the width they are given; when more methods are compared than fit (each
+column keeps its minimum), they scroll sideways instead of widening the window past the
+screen."""
 
 from __future__ import annotations
 
-from PySide6.QtWidgets import QHBoxLayout, QWidget
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QScrollArea, QWidget
 
 from app.widgets.compare_column import CompareColumn
 from specdec_core.events import Step
 
 
-class CompareColumns(QWidget):
+class CompareColumns(QScrollArea):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self._layout = QHBoxLayout(self)
+        self.setWidgetResizable(True)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
+        self.setVerticalScrollBarPolicy(
+            Qt.ScrollBarPolicy.ScrollBarAlwaysOff
+        )  # each column scrolls
+        inner = QWidget()
+        self._layout = QHBoxLayout(inner)
         self._layout.setContentsMargins(0, 0, 0, 0)
+        self.setWidget(inner)
         self.columns: dict[str, CompareColumn] = {}
         self.show_rejected = False
 
