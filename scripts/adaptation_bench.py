@@ -4,8 +4,13 @@ For each prompt file F: `specdec bench --methods eagle --adapt --save-adapted HE
 first `--adapt-prompts` prompts (the head adapts after each one). Then, for each file G, one
 `specdec bench` on G's next `--measure-prompts` prompts with `eagle@embedded` (the loaded
 head: τ before) and `eagle@HEAD_F` for every F (τ after adapting on F), so every τ of a file
-comes from the same prompts in the same run. Greedy; the output is the target's either way.
-Results: docs/benchmarks.md, section "Online adaptation by kind".
+comes from the same prompts in the same run. Last, for each F, τ on F's own first prompts
+again (the runs it adapted on) with the loaded and the adapted head: what a user who reruns
+the same prompts gains; and τ of the adapting run's prompts 2.. (each new to a head adapted
+on the prompts before it) against the loaded head's on them. Greedy; the output is the
+target's either way. A rerun with the same `--work` reuses every bench whose JSON is already
+there. Results: docs/benchmarks.md, section
+"Online adaptation by kind".
 
     python scripts/adaptation_bench.py --data ../shared/data \
         --out docs/bench/adaptation-by-kind.json
@@ -36,6 +41,8 @@ def options(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def bench(args: argparse.Namespace, methods: str, prompts: Path, out: Path, *extra: str) -> dict:
+    if out.is_file():  # finished in an earlier run with this --work
+        return json.loads(out.read_text())
     command = [sys.executable, "-m", "specdec_core.cli", "bench", "--methods", methods]
     command += ["--prompts", str(prompts), "--max-new-tokens", str(args.max_new_tokens)]
     command += ["--k", str(args.k), "--temperature", "0", "--device", "cpu"]
@@ -83,6 +90,23 @@ def main(argv: list[str] | None = None) -> int:
         row |= {other: taus[f"eagle@{head}"] for other, head in heads.items()}
         table[kind] = row
 
+    seen: dict[str, dict] = {}  # adapted kind -> bench on the prompts it adapted on
+    for kind, (adapt, _) in slices.items():
+        methods = f"eagle@embedded,eagle@{heads[kind]}"
+        seen[kind] = bench(args, methods, adapt, work / f"seen-{kind}.json")
+        taus = {name: row["mean_accept_length"] for name, row in seen[kind]["methods"].items()}
+        table[kind]["seen_before"] = taus["eagle@embedded"]
+        table[kind]["seen_after"] = taus[f"eagle@{heads[kind]}"]
+        # online: each prompt met for the first time by the head adapted on the ones before it
+        online = adapted[kind]["config"]["adaptation"]["methods"]["eagle"]["tau_by_prompt"][1:]
+        loaded = {
+            row["prompt_index"]: row["mean_accept_length"]
+            for row in seen[kind]["per_prompt"]
+            if row["method"] == "eagle@embedded"
+        }
+        table[kind]["online_before"] = sum(loaded[i] for i in range(1, first)) / (first - 1)
+        table[kind]["online_after"] = sum(online) / len(online)
+
     kinds = list(slices)
     print("\nτ on each file's measured prompts (rows), before and after adapting on (columns):")
     print(f"{'measured on':12} {'before':>7} " + " ".join(f"{k:>10}" for k in kinds))
@@ -94,9 +118,17 @@ def main(argv: list[str] | None = None) -> int:
     others = [table[g][f] - table[g]["before"] for f in kinds for g in kinds if g != f]
     print(f"same kind: mean {sum(same) / len(same):+.3f} τ, min {min(same):+.3f}")
     print(f"other kinds: mean {sum(others) / len(others):+.3f} τ, min {min(others):+.3f}")
+    print("\nτ on the prompts each head adapted on, again (loaded head → adapted head):")
+    for kind in kinds:
+        row = table[kind]
+        print(f"{kind:12} {row['seen_before']:.2f} → {row['seen_after']:.2f}")
+    print("\nτ of prompts 2.. of each adapting run, each new to the head (loaded → adapting):")
+    for kind in kinds:
+        row = table[kind]
+        print(f"{kind:12} {row['online_before']:.2f} → {row['online_after']:.2f}")
     if args.out:
         report = {"settings": {k: str(v) for k, v in vars(args).items() if k != "out"}}
-        report |= {"table": table, "adapted": adapted, "measured": measured}
+        report |= {"table": table, "adapted": adapted, "measured": measured, "seen": seen}
         args.out.write_text(json.dumps(report, indent=2))
     return 0
 
