@@ -9,7 +9,10 @@ TIP = (
     "After each EAGLE run (eagle, eagle2, eagle2-lookup) the head is fine-tuned for about half "
     "a second on that run's target features, between runs and never during one, regularised "
     "toward the loaded head so it does not forget. Output stays the target's: the verifier "
-    "decides every token, whatever the head learns."
+    "decides every token, whatever the head learns. It learns the runs themselves: prompts "
+    "you run again, or that share their text, draft better; new prompts of the same kind gain "
+    "little (docs/benchmarks.md). Turn it off to compare settings on one prompt: the head "
+    "changes between those runs."
 )
 
 
