@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -14,6 +15,16 @@ import torch  # noqa: E402
 from tests.tiny import perturbed, tiny_loaded  # noqa: E402
 
 torch.set_num_threads(1)  # tiny models: threads only add overhead and contention
+
+
+@pytest.fixture(autouse=True)
+def qt_garbage_dies_in_the_gui_thread(request):
+    """After a test with Qt widgets, collect its garbage here, in the GUI thread. Left to the
+    collector, a dropped Qt object can be destroyed in a later test's worker thread while the
+    GUI thread deletes another: each then waits for the lock the other holds (Qt's, the GIL)."""
+    yield
+    if "qtbot" in request.fixturenames:
+        gc.collect()
 
 
 @pytest.fixture(scope="session")
