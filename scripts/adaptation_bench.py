@@ -8,8 +8,8 @@ comes from the same prompts in the same run. Last, for each F, τ on F's own fir
 again (the runs it adapted on) with the loaded and the adapted head: what a user who reruns
 the same prompts gains; and τ of the adapting run's prompts 2.. (each new to a head adapted
 on the prompts before it) against the loaded head's on them. Greedy; the output is the
-target's either way. A rerun with the same `--work` reuses every bench whose JSON is already
-there. Results: docs/benchmarks.md, section
+target's either way. A rerun with the same `--work` and settings reuses every bench whose
+JSON is already there (other settings are refused). Results: docs/benchmarks.md, section
 "Online adaptation by kind".
 
     python scripts/adaptation_bench.py --data ../shared/data \
@@ -56,6 +56,11 @@ def main(argv: list[str] | None = None) -> int:
     args = options(argv)
     work = args.work or Path(tempfile.mkdtemp(prefix="adaptation-bench-"))
     work.mkdir(parents=True, exist_ok=True)
+    settings = {k: str(v) for k, v in vars(args).items() if k not in ("out", "work")}
+    recorded = work / "settings.json"
+    if recorded.is_file() and json.loads(recorded.read_text()) != settings:
+        raise SystemExit(f"{work} holds benches run with other settings; pass another --work")
+    recorded.write_text(json.dumps(settings, indent=2))
     files = sorted(args.data.glob("*.jsonl"))
     if not files:
         raise SystemExit(f"no *.jsonl prompt files in {args.data}")
@@ -118,14 +123,14 @@ def main(argv: list[str] | None = None) -> int:
     others = [table[g][f] - table[g]["before"] for f in kinds for g in kinds if g != f]
     print(f"same kind: mean {sum(same) / len(same):+.3f} τ, min {min(same):+.3f}")
     print(f"other kinds: mean {sum(others) / len(others):+.3f} τ, min {min(others):+.3f}")
-    print("\nτ on the prompts each head adapted on, again (loaded head → adapted head):")
+    print("\nloaded head → adapted head: on the prompts it adapted on, run again; and on prompts")
+    print("2.. of the adapting run, each new to the head when it came:")
     for kind in kinds:
         row = table[kind]
-        print(f"{kind:12} {row['seen_before']:.2f} → {row['seen_after']:.2f}")
-    print("\nτ of prompts 2.. of each adapting run, each new to the head (loaded → adapting):")
-    for kind in kinds:
-        row = table[kind]
-        print(f"{kind:12} {row['online_before']:.2f} → {row['online_after']:.2f}")
+        print(
+            f"{kind:12} again {row['seen_before']:.2f} → {row['seen_after']:.2f}, "
+            f"as they came {row['online_before']:.2f} → {row['online_after']:.2f}"
+        )
     if args.out:
         report = {"settings": {k: str(v) for k, v in vars(args).items() if k != "out"}}
         report |= {"table": table, "adapted": adapted, "measured": measured, "seen": seen}
