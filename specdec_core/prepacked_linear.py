@@ -42,7 +42,7 @@ def _has_ops() -> bool:
 
 
 @functools.cache
-def _native_bf16() -> bool:
+def native_bf16() -> bool:
     """Does this CPU multiply bf16 natively (AVX-512 BF16, AMX) through oneDNN?"""
     try:
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
@@ -55,7 +55,7 @@ def enabled(device: torch.device, dtype: torch.dtype) -> bool:
     or bfloat16 where the CPU multiplies it natively (elsewhere bf16 stays on torch's path)."""
     return (
         device.type == "cpu"
-        and (dtype == torch.float32 or (dtype == torch.bfloat16 and _native_bf16()))
+        and (dtype == torch.float32 or (dtype == torch.bfloat16 and native_bf16()))
         and torch.backends.mkldnn.is_available()
         and _has_ops()
         and os.environ.get("SPECDEC_PREPACK", "1") != "0"

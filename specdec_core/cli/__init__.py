@@ -13,10 +13,10 @@ import argparse
 import os
 import sys
 
-from specdec_core.cli import bench, export, generate, sweep, train, watch
+from specdec_core.cli import bench, data, export, generate, sweep, train, watch
 from specdec_core.errors import SpecdecError, is_out_of_memory, out_of_memory
 
-COMMANDS = (generate, bench, sweep, export, train, watch)
+COMMANDS = (generate, bench, sweep, export, train, data, watch)
 
 
 def build_parser() -> argparse.ArgumentParser:

