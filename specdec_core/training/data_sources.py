@@ -41,19 +41,27 @@ class Collected:
 
     @property
     def name(self) -> str:
-        """The source's name in cache directories (a file's stem)."""
+        """The source's name in cache directories (a file's stem; a job's folder name and the
+        size of what was taken, since a job grows between runs)."""
+        if "generated" in self.mix:
+            tokens = sum(len(s.ids) for s in self.samples)
+            return f"job-{Path(self.source).name}-{len(self.samples)}-{tokens}"
         return Path(self.source).stem if self.source.endswith(FILES) else self.source
 
 
 def check_source(source: str) -> None:
     """Refuse a --data source that names no source or a file that is not there."""
+    from specdec_core.training.generation_job import is_job
+
+    if is_job(source):
+        return
     if source.endswith(FILES):
         if not Path(source).is_file():
             raise SpecdecError(f"--data {source}: no such file; check the path")
     elif source not in GENERATED:
         raise SpecdecError(
-            f"unknown --data '{source}'; use sharegpt, self, self-long, magpie, FILE.jsonl or "
-            "FILE.npz"
+            f"unknown --data '{source}'; use sharegpt, self, self-long, magpie, FILE.jsonl, "
+            "FILE.npz or the folder of a `specdec data` job"
         )
 
 
@@ -73,17 +81,24 @@ def collect(
 ) -> Collected:
     """Samples from one source until about `tokens` tokens; plus held-out samples / prompts.
     `exclude`: prompts (evaluation sets) that generated prompts must not match (magpie)."""
+    from specdec_core.training.generation_job import is_job
+
     check_source(source)
     tok = target.tokenizer
     if source.endswith(".jsonl"):
         return Collected(source, _jsonl(source, target, tokens, work, max_len))
     if source.endswith(".npz"):
         return Collected(source, _answers(source, tokens, max_len))
-    if source == "magpie":
+    if source == "magpie" or is_job(source):
+        from specdec_core.training.generation_job import load_samples
         from specdec_core.training.magpie import magpie_samples
         from specdec_core.training.validation import held_out_by_kind
 
-        samples, mix = magpie_samples(target, tokens, work, seed, exclude, cached_only)
+        if source == "magpie":
+            samples, mix = magpie_samples(target, tokens, work, seed, exclude, cached_only)
+        else:  # a `specdec data` job: what it generated so far
+            samples, generated = load_samples(Path(source), tokens)
+            mix = {"generated": generated}
         held = list(held_out_by_kind(target, work, 3).values())
         held_answers = [s for _, answers in held for s in answers]
         rows = zip(*(prompts for prompts, _ in held), strict=False)  # kinds in turn

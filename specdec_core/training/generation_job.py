@@ -165,16 +165,18 @@ def read_shards(work: Path, source: str) -> Iterator[dict]:
         number += 1
 
 
-def load_samples(work: Path) -> tuple[list[datasets.Sample], dict]:
-    """Every answered turn of the job in WORK, the sources interleaved batch by batch (so a
-    budget smaller than the whole takes every source alike); -> (samples, the mix: answer
-    tokens and samples per source and per kind, and what the filter dropped)."""
+def load_samples(work: Path, tokens: int | None = None) -> tuple[list[datasets.Sample], dict]:
+    """The answered turns of the job in WORK, the sources interleaved batch by batch (so a
+    budget smaller than the whole takes every source alike), until `tokens` tokens (prompts
+    included; all without); -> (samples, the mix of those: samples and answer tokens per
+    source, answer tokens per kind, and what the filter dropped)."""
     if not (work / "job.json").is_file():
         raise SpecdecError(f"{work} holds no generation job (no job.json); see specdec data start")
     streams = [read_shards(work, source) for source in SOURCES]
     samples: list[datasets.Sample] = []
     mix: dict = {"sources": {}, "kinds": {}, "rejected": {}}
-    while streams:
+    taken, budget = 0, tokens if tokens is not None else float("inf")
+    while streams and taken < budget:
         still = []
         for stream in streams:
             shard = next(stream, None)
@@ -183,7 +185,10 @@ def load_samples(work: Path) -> tuple[list[datasets.Sample], dict]:
             still.append(stream)
             entry = mix["sources"].setdefault(shard["source"], {"samples": 0, "answer_tokens": 0})
             for sample in shard["samples"]:
+                if taken >= budget:
+                    break
                 samples.append(datasets.Sample(sample["ids"], sample["start"]))
+                taken += len(sample["ids"])
                 made = len(sample["ids"]) - sample["start"]
                 entry["samples"] += 1
                 entry["answer_tokens"] += made
@@ -192,6 +197,11 @@ def load_samples(work: Path) -> tuple[list[datasets.Sample], dict]:
                 mix["rejected"][reason] = mix["rejected"].get(reason, 0) + count
         streams = still
     return samples, mix
+
+
+def is_job(source: str) -> bool:
+    """Does `source` name a generation job's folder (a --data source)?"""
+    return (Path(source) / "job.json").is_file()
 
 
 # -- the lock ----------------------------------------------------------------------------------

@@ -1,0 +1,238 @@
+"""`specdec data`: the generation job resumes after a kill without duplicate or lost samples,
+never lets an evaluation prompt in, reports progress per source and kind, and `specdec train
+--data WORK` trains on it with the mix in the card."""
+
+import gzip
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from specdec_core.cli import main
+from specdec_core.errors import SpecdecError
+from specdec_core.models import load_model
+from specdec_core.training import generation_job as job
+from specdec_core.training.generation_job import JobPlan, load_samples, run_job
+from specdec_core.training.kinds import held_out_prompts
+from specdec_core.training.magpie import normalise
+from specdec_core.training.request_streams import conversation_requests
+from tests.tiny import VOCAB, tiny_model, tiny_tokenizer
+
+TEMPLATE = (
+    "{% for m in messages %}<s> {{ m['content'] }} </s> {% endfor %}"
+    "{% if add_generation_prompt %}<s> {% endif %}"
+)
+EVALUATION = "w1 w2 w3 w4 w5 w6 w7 w8"
+
+
+def _words(rng: random.Random, n: int) -> str:
+    return " ".join(f"w{rng.randrange(3, VOCAB - 3)}" for _ in range(n))
+
+
+def _conversation(rng: random.Random, index: int) -> dict:
+    turns = [{"from": "human", "value": _words(rng, 6)}, {"from": "gpt", "value": _words(rng, 9)}]
+    if index % 3 == 0:
+        turns += [{"from": "human", "value": _words(rng, 5)}, {"from": "gpt", "value": "w3"}]
+    if index % 7 == 0:
+        turns[0]["value"] = "write python code " + _words(rng, 5)
+    if index % 4 == 0:  # an article to summarise (the `long` source)
+        turns[1]["value"] = _words(rng, 160)
+    if index % 11 == 0:
+        turns[0]["value"] = EVALUATION  # an evaluation prompt, word for word
+    if index % 13 == 0:
+        turns[0]["value"] = "please " + EVALUATION.upper() + " thanks"  # one nearly like it
+    return {"conversations": turns}
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("datagen")
+    tokenizer = tiny_tokenizer()
+    tokenizer.chat_template = TEMPLATE
+    tiny_model(1).save_pretrained(root / "target")
+    tokenizer.save_pretrained(root / "target")
+    rng = random.Random(0)
+    chats = [_conversation(rng, i) for i in range(400)]
+    (root / "chats.json").write_text(json.dumps(chats))
+    (root / "eval.jsonl").write_text(json.dumps({"turns": [EVALUATION]}) + "\n")
+    return root
+
+
+def _plan(setup, tokens=1200, **changes) -> JobPlan:
+    settings = {
+        "target": str(setup / "target"),
+        "dtype": "float32",
+        "tokens": tokens,
+        "batch": 6,
+        "long_batch": 3,
+        "max_new_tokens": 12,
+        "exclude": (str(setup / "eval.jsonl"),),
+        "conversations": str(setup / "chats.json"),
+    }
+    return JobPlan(**{**settings, **changes})
+
+
+def _shards(work: Path) -> dict[str, list[dict]]:
+    found: dict[str, list[dict]] = {}
+    for path in sorted((work / "shards").glob("*/*.json.gz")):
+        shard = json.loads(gzip.decompress(path.read_bytes()))
+        shard.pop("seconds")
+        found.setdefault(path.parent.name, []).append(shard)
+    return found
+
+
+def test_a_job_killed_mid_batch_resumes_without_duplicate_or_lost_samples(setup, tmp_path):
+    plan = _plan(setup)
+    target = load_model(plan.target, "cpu", "float32")
+    whole = run_job(tmp_path / "whole", plan, target)
+    assert whole["state"] == "finished"
+    assert all(s["answer_tokens"] >= s["budget"] for s in whole["sources"].values())
+
+    calls = {"n": 0}
+    generate = target.model.generate
+
+    def killed_on_the_ninth_call(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 9:  # in the middle of a batch: its shard is never written
+            raise KeyboardInterrupt
+        return generate(*args, **kwargs)
+
+    target.model.generate = killed_on_the_ninth_call
+    with pytest.raises(KeyboardInterrupt):
+        run_job(tmp_path / "cut", plan, target)
+    target.model.generate = generate
+    cut = json.loads((tmp_path / "cut" / "status.json").read_text())
+    assert cut["state"] == "stopped" and 0 < cut["answer_tokens"] < whole["answer_tokens"]
+    assert not list((tmp_path / "cut").rglob("*.part"))  # no half-written shard left behind
+    resumed = run_job(tmp_path / "cut", plan, target)
+
+    assert _shards(tmp_path / "cut") == _shards(tmp_path / "whole")
+    assert resumed["answer_tokens"] == whole["answer_tokens"]
+    samples, _ = load_samples(tmp_path / "cut")
+    ids = [tuple(s.ids) for s in samples]
+    assert len(ids) == len(set(ids)) == sum(s["samples"] for s in whole["sources"].values())
+
+
+def test_no_evaluation_or_held_out_prompt_enters_the_data(setup, tmp_path):
+    plan = _plan(setup, tokens=2500)
+    final = run_job(tmp_path / "work", plan)
+    samples, mix = load_samples(tmp_path / "work")
+    tok = tiny_tokenizer()
+    asked = {normalise(tok.decode(s.ids[: s.start])) for s in samples}
+    assert not any(normalise(EVALUATION) in text for text in asked)
+    assert not any(normalise(text) in a for text in held_out_prompts() for a in asked)
+    assert mix["rejected"]["evaluation"] >= 2 == len(["exact", "near"])  # both were seen
+    assert final["sources"]["sharegpt-first"]["rejected"]["evaluation"] >= 1
+    # the held-out conversations of `specdec train` are never asked either
+    chats = [c["conversations"] for c in json.loads((setup / "chats.json").read_text())]
+    every = {r.turns[0] for s in ("sharegpt-first", "sharegpt-later", "long", "code")
+             for r in conversation_requests(chats, s, plan.seed)}  # fmt: skip
+    assert len(every) < len({c[0]["value"] for c in chats})
+
+
+def test_second_turns_are_answered_with_the_first_answer_in_context(setup, tmp_path):
+    run_job(tmp_path / "work", _plan(setup, mix={"sharegpt-later": 1.0}, tokens=300))
+    samples, mix = load_samples(tmp_path / "work")
+    firsts = [s for s in samples if s.ids.count(2) == 1]  # prompt </s>, then the answer
+    seconds = [s for s in samples if s.ids[: s.start].count(2) >= 2]
+    assert firsts and seconds and set(mix["kinds"]) == {"chat", "chat-turn2"}
+    # every second turn's prompt holds some first turn and the target's answer to it
+    tok = tiny_tokenizer()
+
+    def text(ids):
+        return tok.decode(ids, skip_special_tokens=True)
+
+    answered = [(text(f.ids[: f.start]), text(f.ids[f.start :])) for f in firsts]
+    for second in seconds:
+        prompt = text(second.ids[: second.start])
+        assert any(prompt.startswith(f"{asked} {answer} ") for asked, answer in answered)
+
+
+def test_status_reports_tokens_rate_and_eta_per_source_and_kind(setup, tmp_path, capsys):
+    work = tmp_path / "work"
+    run_job(work, _plan(setup), stop=lambda: (work / "shards" / "code").is_dir())
+    assert main(["data", "status", "--work", str(work)]) == 0
+    out = capsys.readouterr().out
+    assert "not running (stopped)" in out and "specdec data start" in out
+    for source in ("magpie", "sharegpt-first", "sharegpt-later", "long", "code"):
+        assert source in out
+    assert "answer tokens by kind:" in out and "chat " in out
+    report = json.loads((work / "status.json").read_text())
+    code = report["sources"]["code"]
+    assert code["tokens_per_s"] > 0 and code["answer_tokens"] > 0 and not code["done"]
+    assert code["eta_s"] is not None and report["eta_s"] >= code["eta_s"] >= 0
+
+
+def test_a_job_refuses_other_settings_in_its_folder_but_takes_a_new_budget(setup, tmp_path):
+    work = tmp_path / "work"
+    job.prepare(work, _plan(setup))
+    job.prepare(work, _plan(setup, tokens=99_000))  # only the budget changed
+    with pytest.raises(SpecdecError, match="other settings .*max_new_tokens"):
+        job.prepare(work, _plan(setup, max_new_tokens=64))
+    with pytest.raises(SpecdecError, match="unknown source.*poems"):
+        _plan(setup, mix={"poems": 1.0})
+    assert main(["data", "status", "--work", str(tmp_path / "none")]) == 2
+
+
+def test_start_detaches_refuses_a_second_job_and_stop_then_start_resumes(setup, tmp_path):
+    work = tmp_path / "work"
+    argv = [
+        *("--work", str(work), "--target", str(setup / "target"), "--dtype", "float32"),
+        *("--tokens", "50M", "--batch", "6", "--long-batch", "3", "--max-new-tokens", "12"),
+        *("--conversations", str(setup / "chats.json"), "--nice", "0"),
+    ]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    start = [sys.executable, "-m", "specdec_core.cli", "data", "start", *argv]
+    done = subprocess.run(start, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    try:
+        for _ in range(600):  # the first shards arrive
+            if len(list((work / "shards").glob("*/*.json.gz"))) >= 3:
+                break
+            time.sleep(0.1)
+        again = subprocess.run(start, env=env, capture_output=True, text=True, timeout=120)
+        assert again.returncode == 2 and "already running" in again.stderr
+    finally:
+        assert main(["data", "stop", "--work", str(work)]) == 0
+    first = len(list((work / "shards").glob("*/*.json.gz")))
+    assert job.running_pid(work) is None
+    done = subprocess.run(start, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    try:
+        for _ in range(600):
+            if len(list((work / "shards").glob("*/*.json.gz"))) > first + 2:
+                break
+            time.sleep(0.1)
+    finally:
+        main(["data", "stop", "--work", str(work)])
+    assert "resuming after" in (work / "job.log").read_text()
+    # the stopped and resumed job made exactly the batches one uninterrupted run makes
+    made = len(list((work / "shards").glob("*/*.json.gz")))
+    reference = tmp_path / "reference"
+    plan = _plan(setup, tokens=50_000_000, exclude=())
+    run_job(reference, plan, stop=lambda: len(list(reference.glob("shards/*/*.gz"))) >= made)
+    assert _shards(work) == _shards(reference)
+
+
+def test_training_on_a_job_records_its_mix_by_source_and_kind(setup, tmp_path):
+    work = tmp_path / "work"
+    run_job(work, _plan(setup, tokens=1500))
+    out = tmp_path / "head"
+    argv = [
+        *("train", "eagle", "--target", str(setup / "target"), "--data", str(work)),
+        *("--tokens", "100000", "--epochs", "1", "--draft-vocab", "16"),
+        *("--batch-tokens", "512", "--feature-dtype", "float32", "--val-prompts", "1"),
+        *("--val-kinds", "0", "--out", str(out)),
+    ]
+    assert main(argv) == 0
+    card = json.loads((out / "specdec_card.json").read_text())
+    generated = card["data_mix"]["by_source"][str(work)]
+    _, mix = load_samples(work)
+    assert generated["generated"]["sources"] == mix["sources"]
+    assert generated["generated"]["kinds"] == mix["kinds"]
+    assert set(mix["sources"]) == {"magpie", "sharegpt-first", "sharegpt-later", "long", "code"}
