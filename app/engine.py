@@ -23,6 +23,7 @@ from specdec_core.events import Event, Finished
 if TYPE_CHECKING:  # torch-heavy: imported by the worker threads only
     from app.sweep_backend import SweepBackend
     from specdec_core.adaptation import Adapter
+    from specdec_core.drafters.suffix import History
     from specdec_core.methods import Extra
     from specdec_core.models import LoadedModel
     from specdec_core.prefix_cache import PrefixCache
@@ -87,6 +88,10 @@ class RunRequest:
     # the last user message), and the name of the conversation whose cache it reuses
     messages: tuple[ChatMessage, ...] = ()
     conversation: str = ""
+    # the Compare this run is part of (an id): a suffix method drafts from the suffix history
+    # as it was when the Compare began and adds nothing to it, so no method of the Compare
+    # drafts from another's output of the same prompt ("": the window's history, recorded)
+    comparison: str = ""
 
 
 class Engine(Protocol):
@@ -164,6 +169,7 @@ class SpecdecEngine:
         self._adapters: dict[str, Adapter] = {}  # head spec -> its adapter
         self._pending: list[tuple[str, list[int], tuple[int, ...], float]] = []  # finished runs
         self._last_adapted: str | None = None
+        self._comparison: tuple[str, History] | None = None  # a Compare's id, history at its start
 
     def registries(self) -> Registries:
         from specdec_core.methods import METHODS
@@ -218,7 +224,7 @@ class SpecdecEngine:
             else:
                 ids = encode_prompt(target.tokenizer, request.prompt, request.raw)
             extra = self.extra(request.method, request.specs, progress)
-            drafter = build_drafter(request.method, target, extra)
+            drafter = build_drafter(request.method, target, extra, self._history(request))
             prefix = None
             if request.conversation:
                 prefix = self._conversations.setdefault(request.conversation, PrefixCache())
@@ -242,6 +248,17 @@ class SpecdecEngine:
                         run = (adapter.source, ids, summary.token_ids, summary.mean_accept_length)
                         self._pending.append(run)
                     yield event
+
+    def _history(self, request: RunRequest) -> History | None:
+        """The suffix history a run drafts from: the process's (None), or in a Compare a
+        copy of the history as the Compare began, its own (drafters/suffix.py)."""
+        if not request.comparison:
+            return None
+        from specdec_core.drafters.suffix import HISTORY
+
+        if self._comparison is None or self._comparison[0] != request.comparison:
+            self._comparison = (request.comparison, HISTORY.snapshot())
+        return self._comparison[1].snapshot()
 
     def _adapter_for(self, request: RunRequest, target: LoadedModel, extra) -> Adapter | None:
         """The adapter of the head this run drafts with (None for a method without a head)."""

@@ -10,6 +10,7 @@ the method / policy registries, then loads the target model (the embedded one by
 from __future__ import annotations
 
 import logging
+import uuid
 from pathlib import Path
 
 from PySide6.QtCore import QByteArray, Qt, QTimer
@@ -328,13 +329,14 @@ class MainWindow(QMainWindow):
     def ready(self) -> bool:
         return self.session.ready()
 
-    def _request(self, method: str) -> RunRequest:
+    def _request(self, method: str, comparison: str = "") -> RunRequest:
         return RunRequest(
             method=method,
             prompt=self.prompt.text(),
             config=self.decoding.config(),
             raw=self.prompt.raw.isChecked(),
             specs=self.models.specs(),
+            comparison=comparison,
         )
 
     def _prompt_given(self) -> bool:
@@ -377,7 +379,8 @@ class MainWindow(QMainWindow):
         self.compare.begin()
         self.plots.reset()
         self.tabs.setCurrentIndex(1)
-        requests = [self._request(m) for m in self.compare.selected()]
+        comparison = uuid.uuid4().hex  # suffix methods draft from the history as it began
+        requests = [self._request(m, comparison) for m in self.compare.selected()]
         # one failing method skips only itself
         self.controller.run_queue(requests, keep_going=True, compare=True)
 

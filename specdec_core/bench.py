@@ -33,6 +33,14 @@ margin there in a one-token and a multi-row forward, and the label float near-ti
 aggregate counts both. With `reference_model` (`--reference fp32`: the target again in float32)
 `ar` also runs once per prompt in float32 (not timed), every row records `identical_to_fp32`,
 and the margins are measured in float32: a half-precision run checked against exact arithmetic.
+
+**Suffix history** (`suffix`, `eagle2-suffix`: drafters/suffix.py). By default (`own`) every
+entry drafts from a history of its own, empty when the bench begins: its runs of the earlier
+prompts (turns), as a user of that method alone would have, never another entry's output of
+the same prompt. `shared` (`--suffix-history shared`) keeps one history for all entries, the
+agent-loop case where one method's output is the next one's input: a suffix entry then also
+drafts from the entries run before it on the same prompt, which flatters it. The mode is in
+the JSON `config` and in every suffix entry's record and table note.
 """
 
 from __future__ import annotations
@@ -47,6 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from specdec_core.config import DecodeConfig, parse_params
+from specdec_core.drafters.suffix import History
 from specdec_core.errors import SpecdecError
 from specdec_core.files import write_atomic
 from specdec_core.measure import (
@@ -60,12 +69,18 @@ from specdec_core.measure import (
     run_one,
     warm_up,
 )
+from specdec_core.methods import uses_history
 from specdec_core.models import LoadedModel
 from specdec_core.prefix_cache import PrefixCache
 from specdec_core.prompts import encode_chat, encode_prompt
 from specdec_core.runner import run
 
 Report = Callable[[str], None]  # a progress line
+SUFFIX_HISTORIES = ("own", "shared")  # one suffix history per entry, or one for all entries
+SUFFIX_NOTES = {
+    "own": "own suffix history (its earlier prompts)",
+    "shared": "SHARED suffix history (drafts from earlier entries' output of the same prompt)",
+}
 
 
 @dataclass
@@ -77,12 +92,24 @@ class BenchResult:
     rows: list[Row] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
-        """The bench JSON file: `config`, `methods` (entry -> aggregate), `per_prompt`."""
+        """The bench JSON file: `config`, `methods` (entry -> aggregate; a suffix entry also
+        names its `suffix_history`), `per_prompt`."""
         return {
             "config": self.config,
-            "methods": {name: m.to_record() for name, m in self.methods.items()},
+            "methods": {name: self._record(name, m) for name, m in self.methods.items()},
             "per_prompt": [row.to_record() for row in self.rows],
         }
+
+    def suffix_history(self, name: str) -> str | None:
+        """The suffix history mode entry `name` drafted with (None: it drafts from none)."""
+        if not uses_history(entry_method(name)):
+            return None
+        return self.config.get("suffix_history", "own")
+
+    def _record(self, name: str, aggregate: Aggregate) -> dict[str, Any]:
+        record = aggregate.to_record()
+        mode = self.suffix_history(name)
+        return record if mode is None else {**record, "suffix_history": mode}
 
 
 class _Dialogue:
@@ -113,13 +140,16 @@ def run_bench(
     reference_model: LoadedModel | None = None,
     multi_turn: bool = False,
     after_prompt: Callable[[list[int], list[Row], dict], None] | None = None,
+    suffix_history: str = "own",
 ) -> BenchResult:
     """`prompts`: one prompt each; with `multi_turn`, each is a conversation's user turns,
     replayed turn after turn: every entry answers with its own replies as the history and
-    keeps its conversation cache between turns (`RunSummary.reused_tokens`)."""
+    keeps its conversation cache between turns (`RunSummary.reused_tokens`).
+    `suffix_history`: 'own' or 'shared' (module docstring)."""
     report = progress or (lambda message: None)
     methods = ["ar", *[m for m in methods if m != "ar"]]
     entries = [parse_entry(label, config) for label in methods]
+    histories = suffix_histories(entries, suffix_history)
     extras = load_extras(entries, target, specs)
     conversations = prompts if multi_turn else [[prompt] for prompt in prompts]
     first = conversations[0][0]
@@ -142,7 +172,15 @@ def run_bench(
                     ids = encode_prompt(target.tokenizer, user, raw)
                 prefix = dialogue.prefix if multi_turn else None
                 row = run_one(
-                    entry.method, target, ids, entry.config, extras[label], label, index, prefix
+                    entry.method,
+                    target,
+                    ids,
+                    entry.config,
+                    extras[label],
+                    label,
+                    index,
+                    prefix,
+                    histories[label],
                 )
                 row = replace(row, turn=turn)
                 dialogue.reply(target.tokenizer, row.token_ids)
@@ -157,12 +195,24 @@ def run_bench(
             after_prompt(ids, [r for r in rows if r.prompt_index == index], extras)
     result = BenchResult(config={**config.as_dict(), **_describe(target, methods, specs)})
     result.config["reference"] = reference_model.dtype_name if reference_model else "same"
+    result.config["suffix_history"] = suffix_history
     result.rows = rows
     ar = aggregate([r for r in rows if r.method == "ar"])
     for method in methods:
         summary = aggregate([r for r in rows if r.method == method])
         result.methods[method] = summary.against(ar.tokens_per_second)
     return result
+
+
+def suffix_histories(entries: list[Entry], mode: str) -> dict[str, History]:
+    """Entry label -> the suffix history it drafts from: one each ('own') or one for all
+    ('shared'); empty when the bench begins, whatever ran before in this process."""
+    if mode not in SUFFIX_HISTORIES:
+        raise SpecdecError(
+            f"unknown suffix history '{mode}'; choose one of: {', '.join(SUFFIX_HISTORIES)}"
+        )
+    shared = History()
+    return {entry.label: shared if mode == "shared" else History() for entry in entries}
 
 
 def _fp32_reference(
@@ -251,21 +301,24 @@ def format_table(result: BenchResult) -> str:
             _cell(m.token_agreement, 8, ".2f"),
             _cell(m.mean_logprob, 8, ".3f"),
         ]
+        note = _note(m, result.suffix_history(name))
         lines.append(
             f"{name:<{width}}{m.tokens_per_second:>8.1f}{m.speedup_vs_ar or 0.0:>8.2f}x"
-            f"{m.mean_accept_length:>7.2f}{''.join(cells)}  {_note(m)}"
+            f"{m.mean_accept_length:>7.2f}{''.join(cells)}  {note}"
         )
     return "\n".join(lines)
 
 
-def _note(m: Aggregate) -> str:
+def _note(m: Aggregate, suffix_history: str | None = None) -> str:
     tree = f"tree {m.tree} (tokens/depth/top-k)" if m.tree else ""
     ties = f"{m.near_ties} float near-tie(s)" if m.near_ties else ""
     bugs = f"{m.bugs} DIFFERENCE(S) NOT EXPLAINED BY ROUNDING" if m.bugs and not m.lossy else ""
     exact = (
         f"identical to fp32 ar {m.identical_to_fp32:.2f}" if m.identical_to_fp32 is not None else ""
     )
-    return " ".join(filter(None, ["LOSSY" if m.lossy else "", tree, ties, bugs, exact]))
+    history = SUFFIX_NOTES[suffix_history] if suffix_history else ""
+    notes = ["LOSSY" if m.lossy else "", tree, ties, bugs, exact, history]
+    return " ".join(filter(None, notes))
 
 
 def _cell(value: float | None, width: int, spec: str) -> str:

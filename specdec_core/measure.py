@@ -21,7 +21,7 @@ hold (the key names are the CLI contract: `docs/architecture.md`).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specdec_core.baselines import HF_METHODS, run_hf
 from specdec_core.config import DecodeConfig
@@ -32,6 +32,9 @@ from specdec_core.methods import get_method
 from specdec_core.models import LoadedModel
 from specdec_core.prefix_cache import PrefixCache
 from specdec_core.runner import Extra, prepare_extra, run
+
+if TYPE_CHECKING:
+    from specdec_core.drafters.suffix import History
 
 
 @dataclass(frozen=True)
@@ -144,9 +147,11 @@ def run_one(
     label: str | None = None,
     prompt_index: int = 0,
     prefix: PrefixCache | None = None,
+    history: History | None = None,
 ) -> Row:
     """One timed run of `method` (ours or an HF baseline) on `ids`; `label` names the row
-    (default: the method); `prefix`: a conversation's cache to reuse and update (ours only).
+    (default: the method); `prefix`: a conversation's cache to reuse and update (ours only);
+    `history`: the suffix history a suffix method drafts from (None: the process's).
     The target log-prob is one extra forward, after the timing."""
     name = label or method
     if method in HF_METHODS:
@@ -162,7 +167,7 @@ def run_one(
             mean_logprob=mean_logprob(target.model, ids, hf.token_ids),
             prompt_index=prompt_index,
         )
-    summary = run(target, method, ids, config, extra, prefix=prefix)
+    summary = run(target, method, ids, config, extra, prefix=prefix, history=history)
     return Row(
         method=name,
         token_ids=summary.token_ids,

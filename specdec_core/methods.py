@@ -1,7 +1,9 @@
 """Method name -> drafter, from a registry (not an if/elif chain).
 
 Each entry says which extra model it needs ("draft" for a classic draft LM, "head" for an
-EAGLE head, nothing for n-gram / autoregressive) so the CLI and GUI load exactly that.
+EAGLE head, nothing for n-gram / autoregressive) so the CLI and GUI load exactly that. A
+builder is given the suffix history the run drafts from (drafters/suffix.py; None: the
+process's `HISTORY`); only the suffix methods use it.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from specdec_core.drafters.autoregressive import AutoregressiveDrafter
 from specdec_core.drafters.base import Drafter
 from specdec_core.drafters.classic import ClassicDrafter, check_same_tokenizer
 from specdec_core.drafters.ngram import NgramDrafter
-from specdec_core.drafters.suffix import SuffixDrafter
+from specdec_core.drafters.suffix import History, SuffixDrafter
 from specdec_core.errors import SpecdecError
 from specdec_core.models import LoadedModel
 
@@ -22,6 +24,7 @@ if TYPE_CHECKING:
     from specdec_core.eagle.head import EagleHead
 
 Extra: TypeAlias = "LoadedModel | EagleHead | None"  # what a method needs besides the target
+Builder: TypeAlias = Callable[[LoadedModel, Extra, "History | None"], Drafter]
 
 
 @dataclass(frozen=True)
@@ -29,29 +32,30 @@ class Method:
     name: str
     label: str  # for menus and tables
     needs: str | None  # "draft", "head" or None
-    build: Callable[[LoadedModel, Extra], Drafter]
+    build: Builder
     tree: bool = False  # drafts a tree (tree settings apply, no chain length k to tune)
+    history: bool = False  # drafts from the suffix history of earlier runs
 
 
-def _classic(target: LoadedModel, draft: Extra) -> Drafter:
+def _classic(target: LoadedModel, draft: Extra, history: History | None) -> Drafter:
     assert isinstance(draft, LoadedModel)
     check_same_tokenizer(target.tokenizer, draft.tokenizer, draft.spec)
     return ClassicDrafter(draft.model, target.vocab_size)
 
 
-def _eagle(target: LoadedModel, head: Extra) -> Drafter:
+def _eagle(target: LoadedModel, head: Extra, history: History | None) -> Drafter:
     from specdec_core.drafters.eagle import EagleDrafter
 
     return EagleDrafter(head, target.model.config.num_hidden_layers)
 
 
-def _eagle2(target: LoadedModel, head: Extra) -> Drafter:
+def _eagle2(target: LoadedModel, head: Extra, history: History | None) -> Drafter:
     from specdec_core.drafters.eagle2 import Eagle2Drafter
 
     return Eagle2Drafter(head, target.model)
 
 
-def _eagle2_lookup(target: LoadedModel, head: Extra) -> Drafter:
+def _eagle2_lookup(target: LoadedModel, head: Extra, history: History | None) -> Drafter:
     from specdec_core.drafters.eagle2_lookup import Eagle2LookupDrafter
 
     return Eagle2LookupDrafter(head, target.model)
@@ -62,29 +66,33 @@ def vocabulary_key(target: LoadedModel) -> tuple:
     return (getattr(target.tokenizer, "name_or_path", ""), target.vocab_size)
 
 
-def _eagle2_suffix(target: LoadedModel, head: Extra) -> Drafter:
+def _eagle2_suffix(target: LoadedModel, head: Extra, history: History | None) -> Drafter:
     from specdec_core.drafters.eagle2_suffix import Eagle2SuffixDrafter
 
-    return Eagle2SuffixDrafter(head, target.model, vocabulary_key(target))
+    return Eagle2SuffixDrafter(head, target.model, vocabulary_key(target), history)
+
+
+def _suffix(target: LoadedModel, extra: Extra, history: History | None) -> Drafter:
+    return SuffixDrafter(vocabulary_key(target), history)
 
 
 METHODS: dict[str, Method] = {
-    "ar": Method("ar", "Autoregressive", None, lambda target, extra: AutoregressiveDrafter()),
+    "ar": Method("ar", "Autoregressive", None, lambda *_: AutoregressiveDrafter()),
     "classic": Method("classic", "Classic draft", "draft", _classic),
-    "ngram": Method("ngram", "N-gram lookup", None, lambda target, extra: NgramDrafter()),
+    "ngram": Method("ngram", "N-gram lookup", None, lambda *_: NgramDrafter()),
     "eagle": Method("eagle", "EAGLE (chain)", "head", _eagle),
     "eagle2": Method("eagle2", "EAGLE-2 (tree)", "head", _eagle2, tree=True),
     "eagle2-lookup": Method(
         "eagle2-lookup", "EAGLE-2 + prompt lookup", "head", _eagle2_lookup, tree=True
     ),
-    "suffix": Method(
-        "suffix",
-        "Suffix decoding (history)",
-        None,
-        lambda target, extra: SuffixDrafter(vocabulary_key(target)),
-    ),
+    "suffix": Method("suffix", "Suffix decoding (history)", None, _suffix, history=True),
     "eagle2-suffix": Method(
-        "eagle2-suffix", "EAGLE-2 + suffix decoding", "head", _eagle2_suffix, tree=True
+        "eagle2-suffix",
+        "EAGLE-2 + suffix decoding",
+        "head",
+        _eagle2_suffix,
+        tree=True,
+        history=True,
     ),
 }
 
@@ -101,6 +109,12 @@ def is_chain(name: str) -> bool:
     return method is not None and method.name != "ar" and not method.tree
 
 
+def uses_history(name: str) -> bool:
+    """Does method `name` draft from the suffix history? (False outside the registry.)"""
+    method = METHODS.get(name)
+    return method is not None and method.history
+
+
 def get_method(name: str) -> Method:
     try:
         return METHODS[name]
@@ -110,8 +124,11 @@ def get_method(name: str) -> Method:
         ) from None
 
 
-def build_drafter(name: str, target: LoadedModel, extra: Extra = None) -> Drafter:
+def build_drafter(
+    name: str, target: LoadedModel, extra: Extra = None, history: History | None = None
+) -> Drafter:
+    """The drafter of method `name`; a suffix method drafts from `history` (None: `HISTORY`)."""
     method = get_method(name)
     if method.needs and extra is None:
         raise SpecdecError(f"method '{name}' needs a {method.needs}; pass --{method.needs} SPEC")
-    return method.build(target, extra)
+    return method.build(target, extra, history)

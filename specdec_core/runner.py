@@ -23,6 +23,7 @@ from specdec_core.resources import resource_path
 if TYPE_CHECKING:
     import torch
 
+    from specdec_core.drafters.suffix import History
     from specdec_core.eagle.head import EagleHead
 
 # (spec, target, progress=None) -> the draft or head; hub downloads report through progress
@@ -91,9 +92,11 @@ def run(
     stop: StopFlag | None = None,
     on_event: Callable[[Event], None] | None = None,
     prefix: PrefixCache | None = None,
+    history: History | None = None,
 ) -> RunSummary:
-    """Run `method` to the end; with `prefix`, reuse and then update a conversation's cache."""
-    drafter = build_drafter(method, target, extra)
+    """Run `method` to the end; with `prefix`, reuse and then update a conversation's cache;
+    a suffix method drafts from and records into `history` (None: the process's)."""
+    drafter = build_drafter(method, target, extra, history)
     events = generate(target, drafter, prompt_ids, config, method=method, stop=stop, prefix=prefix)
     for event in events:
         if on_event is not None:

@@ -14,7 +14,9 @@ measured with the same method, target, prompts and fixed settings (otherwise a `
 
 The loop only needs a `Measure` (method, config, reference token ids -> bench-style metrics);
 `BenchMeasure` is the real one, built on the benchmark's own per-prompt runner, so whatever
-the benchmark reports per method (fidelity numbers included) lands in each point.
+the benchmark reports per method (fidelity numbers included) lands in each point. A suffix
+method drafts from a history of the point's own (drafters/suffix.py), empty when the point
+begins: no point drafts from another point's output of the same prompt.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import Any, Protocol
 
 from specdec_core.config import DecodeConfig
 from specdec_core.control import StopFlag
+from specdec_core.drafters.suffix import History
 from specdec_core.errors import SpecdecError
 from specdec_core.files import write_atomic
 from specdec_core.measure import Measurement, aggregate, compared, load_extra, run_one, warm_up
@@ -231,7 +234,8 @@ class BenchMeasure:
         if method not in self.extras:
             self.extras[method] = load_extra(method, self.target, self.specs)
         rows = []
+        history = History()  # this point's own: its runs of the earlier prompts
         for index, ids in enumerate(self.encoded):
-            row = run_one(method, self.target, ids, config, self.extras[method])
+            row = run_one(method, self.target, ids, config, self.extras[method], history=history)
             rows.append(compared(row, row.token_ids if reference is None else reference[index]))
         return Measurement(aggregate(rows), tuple(row.token_ids for row in rows))

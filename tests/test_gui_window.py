@@ -83,6 +83,8 @@ def test_compare_gives_one_column_per_method_and_a_filled_table(make_window, qtb
     window.compare.checks["eagle2"].setChecked(True)
     window.run_compare()
     wait_idle(qtbot, window)
+    comparisons = {request.comparison for request in window.engine.requests}
+    assert len(comparisons) == 1 and "" not in comparisons  # one suffix history snapshot
     assert list(window.compare.columns.columns) == ["ar", "classic", "eagle2"]
     colors = {c.color for c in window.compare.columns.columns.values()}
     assert len(colors) == 3

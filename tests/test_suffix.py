@@ -185,3 +185,75 @@ def test_events_show_the_drafts_came_from_the_history(tiny_target):
     steps = [e for e in generate(tiny_target, build_drafter("suffix", tiny_target), ids, config)
              if isinstance(e, Step)]  # fmt: skip
     assert steps[0].drafted == 4 and steps[0].accepted == 4  # the first step already drafts
+
+
+# -- fair comparisons: no method drafts from another method's output of the same prompt -----------
+FAIR_PROMPTS = ["w3 w4 w5 w6", "w3 w4 w5 w6 w7"]  # the second can draft from the first
+
+
+def _bench_tau(target, methods, specs=None, **options) -> tuple[float, dict, str]:
+    from specdec_core.bench import format_table, run_bench
+
+    config = DecodeConfig(max_new_tokens=30, k=4)
+    result = run_bench(target, methods, FAIR_PROMPTS, config, specs or {}, raw=True, **options)
+    record = result.as_dict()["methods"]["suffix"]
+    return record["mean_accept_length"], record, format_table(result)
+
+
+@pytest.fixture
+def saved_head(tiny_target, tmp_path):
+    from specdec_core.eagle.formats import save_head
+
+    return str(save_head(tiny_head(tiny_target, seed=3), tmp_path / "head", dtype=torch.float32))
+
+
+def test_a_bench_suffix_entry_has_the_same_tau_after_another_suffix_entry_as_alone(
+    tiny_target, saved_head
+):
+    alone, record, _ = _bench_tau(tiny_target, ["suffix"])
+    after, record, table = _bench_tau(tiny_target, [f"eagle2-suffix@{saved_head}", "suffix"])
+    assert after == alone
+    assert record["suffix_history"] == "own"
+    assert "own suffix history" in table.splitlines()[-1]
+    assert HISTORY.tokens == 0  # a bench leaves the process's history alone
+
+
+def test_a_shared_suffix_history_drafts_from_the_entry_before_and_is_marked(
+    tiny_target, saved_head
+):
+    alone, _, _ = _bench_tau(tiny_target, ["suffix"], suffix_history="shared")
+    methods = [f"eagle2-suffix@{saved_head}", "suffix"]
+    after, record, table = _bench_tau(tiny_target, methods, suffix_history="shared")
+    assert after > alone  # it copied the output of the entry run before it
+    assert record["suffix_history"] == "shared"
+    assert "SHARED suffix history" in table.splitlines()[-1]
+
+
+def test_each_sweep_point_drafts_only_from_its_own_runs(tiny_target):
+    from specdec_core.sweep import BenchMeasure
+
+    measure = BenchMeasure(tiny_target, FAIR_PROMPTS, {}, raw=True)
+    config = DecodeConfig(max_new_tokens=30, k=4)
+    first = measure("suffix", config, None).aggregate.mean_accept_length
+    assert measure("suffix", config, None).aggregate.mean_accept_length == first
+
+
+def test_in_a_compare_no_method_drafts_from_another_methods_output(tiny_target):
+    import threading
+
+    from app.engine import RunRequest, SpecdecEngine
+
+    engine = SpecdecEngine(tiny_target)
+    config = DecodeConfig(max_new_tokens=30, k=4)
+
+    def tau(comparison: str, text: str = FAIR_PROMPTS[0]) -> float:
+        request = RunRequest("suffix", text, config, raw=True, comparison=comparison)
+        events = list(engine.events(request, threading.Event(), lambda *_: None))
+        return events[-1].summary.mean_accept_length
+
+    generated = tau("")  # a Generate run: recorded in the window's history
+    before = HISTORY.snapshot().documents(vocabulary_key(tiny_target))
+    new = FAIR_PROMPTS[1]
+    assert tau("compare-1", new) == tau("compare-1", new)  # neither drafts from the other
+    assert HISTORY.snapshot().documents(vocabulary_key(tiny_target)) == before  # adds nothing
+    assert tau("compare-2") > generated  # a Compare drafts from the history as it began

@@ -54,6 +54,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         "identical_to_fp32 and measure every first difference in float32: checks a bf16 / "
         "fp16 run against exact arithmetic",
     )
+    parser.add_argument(
+        "--suffix-history",
+        default="own",
+        choices=["own", "shared"],
+        help="what the suffix methods (suffix, eagle2-suffix) draft from: own (default, fair): "
+        "each entry's own runs of the earlier prompts; shared: one history for all entries, so "
+        "a suffix entry also copies the output of the entries run before it on the same prompt "
+        "(an agent loop); the table and JSON say which",
+    )
     add_model_options(parser)
     add_decode_options(parser)
     add_adapt_options(parser)
@@ -112,6 +121,7 @@ def run(args: argparse.Namespace) -> int:
         reference_model=exact,
         multi_turn=args.multi_turn,
         after_prompt=hook,
+        suffix_history=args.suffix_history,
     )
     if hook is not None:
         result.config["adaptation"] = hook.record()

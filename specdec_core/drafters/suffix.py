@@ -29,8 +29,13 @@ default cap, plus the one open record (the running drafter's own ids). An index 
 when a run begins after its documents changed: O(n log² n) numpy sorts, tens of
 milliseconds at the cap, counted in that run's prefill.
 
-In a `specdec bench` the history is the process's too: a suffix entry drafts from the suffix
-runs before it, on earlier prompts and, if another suffix entry ran first, on the same prompt.
+**Fair comparisons.** A run drafts from the history it is given (`HISTORY` by default). A
+method that ran the same prompt just before leaves its output there, and a suffix method run
+next copies it: a speedup no user would see. So comparisons give each run a history of its
+own: `specdec bench` one `History` per entry (each entry drafts from its own runs of earlier
+prompts; `--suffix-history shared` keeps one for all entries, marked in the table and JSON),
+a sweep or Tune point one per point, and the window's Compare a copy (`snapshot`) of the
+history as the Compare began for every method, which adds nothing to it.
 """
 
 from __future__ import annotations
@@ -114,6 +119,17 @@ class History:
                     return None
                 self._indexes[key] = SuffixArray.of_documents(documents)
             return self._indexes[key]
+
+    def snapshot(self) -> History:
+        """A copy to draft from and record into without touching this one: the sealed
+        documents and the open record (the latest run), sealed, as the next run would see."""
+        copy = History(self.max_tokens)
+        with self._lock:
+            for key, document in self._documents:
+                copy._add(key, document)
+            for record in self._open:
+                copy._add(record.key, record.ids)
+        return copy
 
     def clear(self) -> None:
         with self._lock:
