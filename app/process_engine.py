@@ -21,8 +21,12 @@ at the first call, and talks over one duplex `multiprocessing` Pipe, one request
 
 An error is raised again in the window's process as `SpecdecError` (a user error) or as an
 `EngineProcessError` named like the original (`ValueError: …`), so the window shows the same
-dialog as with the engine in-process. The child ends on `close`, when the Pipe reaches EOF
-(the window's process is gone) and, as a daemon, when the window's process exits.
+dialog as with the engine in-process. An engine process that ended without `close` (killed,
+crashed, out of memory), whichever way the window meets it (a dead process, a broken pipe on
+send, EOF on receive), is one `EngineProcessError`: it ended unexpectedly, its exit code, and
+how to start it again; the request after that starts a fresh process. The child ends on
+`close`, when the Pipe reaches EOF (the window's process is gone) and, as a daemon, when the
+window's process exits.
 
 Labels: `token_text` is called per token of every drafted tree, so it must not wait for the
 child. `load_target` brings back the text of every token id with the `TargetInfo`, decoded
@@ -64,7 +68,9 @@ log = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.02  # how often a waiting request looks at the window's stop flag
 CLOSE_SECONDS = 10.0
+REAP_SECONDS = 1.0  # how long to wait for a dying process's exit code
 Message = tuple[Any, ...]
+GONE = (EOFError, OSError)  # a closed or broken pipe: BrokenPipeError, ConnectionResetError, …
 
 
 class EngineProcessError(Exception):
@@ -194,7 +200,11 @@ class ProcessEngine:
 
     # -- the process ---------------------------------------------------------------------------
     def _started(self) -> Connection:
-        if self._conn is not None and self.process is not None and self.process.is_alive():
+        """The live process's end of the Pipe, a new process if none was started (or it was
+        closed); `EngineProcessError` if the one started has ended since."""
+        if self._conn is not None and self.process is not None:
+            if not self.process.is_alive():
+                raise self._ended()
             return self._conn
         self._discard()
         ours, theirs = self._context.Pipe(duplex=True)
@@ -214,6 +224,26 @@ class ProcessEngine:
         if self._conn is not None:
             self._conn.close()
         self.process, self._conn, self._texts = None, None, []
+
+    def _ended(self) -> EngineProcessError:
+        """The process ended without `close`: forget it (the next request starts a new one)
+        and say so, with its exit code when it is known."""
+        process = self.process
+        code = None
+        if process is not None:
+            process.join(REAP_SECONDS)  # reaped, so that its exit code is known
+            code = process.exitcode
+        self._discard()
+        return EngineProcessError(
+            f"the engine process ended unexpectedly (exit code {code}); "
+            "press Load in the Models panel to start it again"
+        )
+
+    def _send(self, conn: Connection, message: Message) -> None:
+        try:
+            conn.send(message)
+        except GONE:
+            raise self._ended() from None
 
     def close(self) -> None:
         """End the engine process (the window calls it when it closes); idempotent."""
@@ -242,7 +272,7 @@ class ProcessEngine:
         conn = self._started()
         assert self._stop is not None
         self._stop.clear()
-        conn.send((command, args))
+        self._send(conn, (command, args))
         ended = False
         try:
             while True:
@@ -272,16 +302,8 @@ class ProcessEngine:
             if stop is not None and stop.is_set():
                 self._stop.set()
             return conn.recv()
-        except (EOFError, OSError):
-            process = self.process
-            if process is not None:
-                process.join(1.0)  # reaped, so that its exit code is known
-            code = process.exitcode if process is not None else None
-            self._discard()
-            raise EngineProcessError(
-                f"the engine process ended unexpectedly (exit code {code}); "
-                "press Load in the Models panel to start it again"
-            ) from None
+        except GONE:
+            raise self._ended() from None
 
     def _call(
         self,

@@ -155,6 +155,34 @@ def test_the_engine_process_ends_with_close_and_a_dead_one_is_reported():
     engine.close()  # twice is harmless
 
 
+def test_a_command_to_a_killed_engine_says_it_ended_and_how_to_start_it_again():
+    engine = ProcessEngine()
+    engine.forget("chat")
+    process = engine.process
+    process.kill()
+    process.join()
+    with pytest.raises(
+        EngineProcessError, match=r"ended unexpectedly \(exit code -9\); press Load"
+    ):
+        engine.forget("chat")
+    engine.forget("chat")  # the next request starts a fresh process
+    assert engine.process is not process and engine.process.is_alive()
+    engine.close()
+
+
+def test_a_broken_pipe_to_an_engine_not_yet_seen_dead_is_reported_as_ended(monkeypatch):
+    engine = ProcessEngine()
+    engine.forget("chat")
+    process = engine.process
+    process.kill()
+    process.join()  # its end of the Pipe is closed: a send meets a broken pipe
+    monkeypatch.setattr(process, "is_alive", lambda: True)  # the window has not noticed yet
+    with pytest.raises(EngineProcessError, match=r"ended unexpectedly \(exit code -9\)"):
+        engine.forget("chat")
+    assert engine.process is None  # forgotten: the next request starts a fresh one
+    engine.close()
+
+
 def test_the_window_stops_and_reports_errors_across_the_process(qtbot, tmp_path, monkeypatch):
     monkeypatch.setenv("SPECDEC_CONFIG_DIR", str(tmp_path / "config"))
     monkeypatch.setenv("SPECDEC_DATA_DIR", str(tmp_path / "data"))
