@@ -70,6 +70,7 @@ def _plan(setup, tokens=1200, **changes) -> JobPlan:
         "tokens": tokens,
         "batch": 6,
         "long_batch": 3,
+        "rows": 4,
         "max_new_tokens": 12,
         "exclude": (str(setup / "eval.jsonl"),),
         "conversations": str(setup / "chats.json"),
@@ -184,6 +185,7 @@ def test_start_detaches_refuses_a_second_job_and_stop_then_start_resumes(setup, 
     argv = [
         *("--work", str(work), "--target", str(setup / "target"), "--dtype", "float32"),
         *("--tokens", "50M", "--batch", "6", "--long-batch", "3", "--max-new-tokens", "12"),
+        *("--rows", "4"),
         *("--conversations", str(setup / "chats.json"), "--nice", "0"),
     ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}

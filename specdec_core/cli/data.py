@@ -84,6 +84,12 @@ def _plan_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--long-batch", type=int, default=32, help="requests per batch of long prompts"
     )
+    parser.add_argument(
+        "--rows",
+        type=int,
+        default=32,
+        help="requests answered together in one generate call, sorted by length (a GPU takes more)",
+    )
     parser.add_argument("--max-new-tokens", type=int, default=256)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
@@ -146,6 +152,7 @@ def plan_from(args: argparse.Namespace):
         **({"mix": mix} if mix else {}),
         batch=args.batch,
         long_batch=args.long_batch,
+        rows=args.rows,
         max_new_tokens=args.max_new_tokens,
         seed=args.seed,
         exclude=tuple(str(Path(p).expanduser().resolve()) for p in exclude),
@@ -206,6 +213,7 @@ def _plan_argv(args: argparse.Namespace) -> list[str]:
     argv = [
         "--target", args.target, "--device", args.device, "--dtype", args.dtype,
         "--tokens", args.tokens, "--batch", str(args.batch), "--long-batch", str(args.long_batch),
+        "--rows", str(args.rows),
         "--max-new-tokens", str(args.max_new_tokens), "--seed", str(args.seed),
         "--exclude-prompts", args.exclude_prompts,
     ]  # fmt: skip

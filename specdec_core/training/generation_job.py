@@ -66,8 +66,9 @@ class JobPlan:
     dtype: str = "auto"  # auto: bfloat16 where the CPU multiplies it natively, else float32
     tokens: int = 10_000_000  # answer tokens over all sources
     mix: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_MIX))
-    batch: int = 128  # requests per batch (answered in one generate call)
-    long_batch: int = 32  # requests per batch for long prompts (padding and memory grow)
+    batch: int = 128  # requests per batch (one shard)
+    long_batch: int = 32  # requests per batch of the `long` source
+    rows: int = 32  # requests answered together in one generate call, sorted by length
     max_new_tokens: int = 256
     seed: int = 0
     exclude: tuple[str, ...] = ()  # evaluation prompt files (JSONL, paths or globs)
@@ -81,8 +82,10 @@ class JobPlan:
             )
         if not any(share > 0 for share in self.mix.values()) or min(self.mix.values()) < 0:
             raise SpecdecError("--mix needs a positive share for at least one source, none < 0")
-        if self.tokens <= 0 or self.batch <= 0 or self.long_batch <= 0 or self.max_new_tokens <= 0:
-            raise SpecdecError("--tokens, --batch, --long-batch and --max-new-tokens must be > 0")
+        if min(self.tokens, self.batch, self.long_batch, self.rows, self.max_new_tokens) <= 0:
+            raise SpecdecError(
+                "--tokens, --batch, --long-batch, --rows and --max-new-tokens must be > 0"
+            )
         if self.conversations and not Path(self.conversations).is_file():
             raise SpecdecError(
                 f"--conversations {self.conversations}: no such file; check the path"
@@ -412,10 +415,10 @@ class GenerationJob:
                 rows.append(row)
                 prompts.append(ids)
             order = sorted(range(len(rows)), key=lambda i: len(prompts[i]))  # less padding
-            longest = len(prompts[order[-1]]) if order else 0
-            step = self.plan.long_batch if longest > 512 else self.plan.batch
-            for first in range(0, len(order), step):
-                chunk = order[first : first + step]
+            # prompts of like length together: little padding, and a CPU gains little from
+            # more rows than this at once
+            for first in range(0, len(order), self.plan.rows):
+                chunk = order[first : first + self.plan.rows]
                 results = datasets.answer_batch(
                     self.target.model, [prompts[i] for i in chunk], self.plan.max_new_tokens,
                     self.pad, self.eos,
