@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 
 from app.engine import RunRequest
 from specdec_core.events import RunSummary
+from specdec_core.speedup_bound import MeasuredSpeedup
 
 REFERENCE = "ar"
 
@@ -60,10 +61,22 @@ def speedup(summary: RunSummary, reference: RunSummary) -> float | None:
     return summary.tokens_per_second / reference.tokens_per_second
 
 
-def speedup_text(summary: RunSummary, reference: RunSummary) -> str:
+def measured(summary: RunSummary, reference: RunSummary) -> MeasuredSpeedup | None:
+    """The run's speedup with the τ that bounds it (None without a usable reference)."""
     ratio = speedup(summary, reference)
     if ratio is None:
+        return None
+    return MeasuredSpeedup(ratio, summary.mean_accept_length, summary.lossy)
+
+
+def speedup_text(summary: RunSummary, reference: RunSummary) -> str:
+    """The speedup line under a single run; a ratio above τ is reported as a disturbance."""
+    found = measured(summary, reference)
+    if found is None:
         return ""
+    if found.disturbed:
+        return f"timing disturbed: {found.why()}"
+    ratio = found.ratio
     return (
         f"×{ratio:.2f} vs autoregressive ({summary.tokens_per_second:.1f} vs "
         f"{reference.tokens_per_second:.1f} tokens/s, same prompt and settings)"

@@ -17,12 +17,20 @@ from PySide6.QtWidgets import (
 
 from app.widgets.token_view import TokenView
 from specdec_core.events import RunSummary, Step
+from specdec_core.speedup_bound import MeasuredSpeedup
 
 USER_STYLE = "background:#eef2f7; border-radius:6px; padding:6px;"
 
 
 def turn_summary(label: str, summary: RunSummary, speedup: float | None) -> str:
-    ratio = f" · ×{speedup:.2f} vs autoregressive" if speedup is not None else ""
+    ratio = ""
+    if speedup is not None:
+        bound = MeasuredSpeedup(speedup, summary.mean_accept_length, summary.lossy)
+        ratio = (
+            f" · speedup not shown: {bound.why()}"
+            if bound.disturbed
+            else f" · ×{speedup:.2f} vs autoregressive"
+        )
     fresh = summary.prompt_tokens - summary.reused_tokens
     cache = (
         f" · prefilled {fresh} new of {summary.prompt_tokens} prompt tokens "

@@ -13,6 +13,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.export import CompareResult, result_rows
+from specdec_core.speedup_bound import MeasuredSpeedup
 
 HEADERS = (
     "Method",
@@ -36,9 +37,13 @@ def _cells(row: dict) -> list[str]:
         str(row["steps"]),
         f"{row['mean_accept_length']:.2f}",
         f"{row['tokens_per_second']:.1f}",
-        "—" if speedup is None else f"{speedup:.2f}×",
+        "—" if speedup is None else _bound(row).label(),
         "—" if identical is None else ("yes" if identical else "no"),
     ]
+
+
+def _bound(row: dict) -> MeasuredSpeedup:
+    return MeasuredSpeedup(row["speedup_vs_ar"], row["mean_accept_length"], row["lossy"])
 
 
 class CompareTable(QTableWidget):
@@ -58,6 +63,8 @@ class CompareTable(QTableWidget):
         for r, (result, row) in enumerate(zip(results, rows, strict=True)):
             for c, text in enumerate(_cells(row)):
                 item = QTableWidgetItem(text)
+                if HEADERS[c] == "Speedup vs AR" and row["speedup_vs_ar"] is not None:
+                    item.setToolTip(_bound(row).why())
                 if c:
                     item.setTextAlignment(Qt.AlignmentFlag.AlignCenter)
                 else:

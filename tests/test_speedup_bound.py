@@ -1,0 +1,66 @@
+"""A lossless run's speedup above its τ is a timing disturbance, never shown as a result: in
+Generate's speedup line, in Chat's turn line and in Compare's table."""
+
+from app.export import CompareResult
+from app.reference import speedup_text
+from app.widgets.chat_view import turn_summary
+from app.widgets.compare_table import HEADERS, CompareTable
+from specdec_core.events import RunSummary
+from specdec_core.speedup_bound import MeasuredSpeedup
+
+
+def summary(method: str, new_tokens: int, steps: int, seconds: float, lossy=False) -> RunSummary:
+    return RunSummary(
+        method=method,
+        policy="typical" if lossy else "lossless",
+        lossy=lossy,
+        prompt_tokens=5,
+        new_tokens=new_tokens,
+        token_ids=tuple(range(new_tokens)),
+        text="x" * new_tokens,
+        steps=steps,
+        wall_seconds=seconds,
+        draft_seconds=0.0,
+        verify_seconds=0.0,
+        prefill_seconds=0.0,
+        stop_reason="max_tokens",
+    )
+
+
+AR = summary("ar", 64, 64, 6.4)  # 10 tokens/s
+PLAUSIBLE = summary("eagle2", 64, 32, 4.0)  # τ 2.0, ×1.60
+DISTURBED = summary("eagle2", 64, 32, 2.0)  # τ 2.0, ×3.20: above τ
+
+
+def test_a_speedup_above_tau_is_flagged_only_for_lossless_methods():
+    assert not MeasuredSpeedup(1.6, 2.0).disturbed
+    assert MeasuredSpeedup(2.01, 2.0).disturbed
+    assert MeasuredSpeedup(3.2, 2.0).label() == "timing disturbed"
+    assert "cannot reach" in MeasuredSpeedup(3.2, 2.0).why()
+    assert not MeasuredSpeedup(3.2, 2.0, lossy=True).disturbed  # outside the rule
+    assert MeasuredSpeedup(1.6, 2.0).why() == ""
+
+
+def test_generate_and_chat_show_a_disturbed_speedup_as_a_disturbance():
+    assert speedup_text(PLAUSIBLE, AR).startswith("×1.60 vs autoregressive")
+    line = speedup_text(DISTURBED, AR)
+    assert line.startswith("timing disturbed") and "×3.20" in line and "run again" in line
+    assert "×1.60 vs autoregressive" in turn_summary("EAGLE-2", PLAUSIBLE, 1.6)
+    chat = turn_summary("EAGLE-2", DISTURBED, 3.2)
+    assert "×3.20 vs autoregressive ·" not in chat and "speedup not shown" in chat
+
+
+def test_compare_never_shows_a_speedup_above_tau(qtbot):
+    table = CompareTable()
+    qtbot.addWidget(table)
+    table.show_results(
+        [
+            CompareResult("ar", "Autoregressive", "#000000", AR),
+            CompareResult("eagle2", "EAGLE-2", "#ff0000", PLAUSIBLE),
+            CompareResult("eagle", "EAGLE", "#00ff00", DISTURBED),
+        ]
+    )
+    column = HEADERS.index("Speedup vs AR")
+    cells = [table.item(r, column).text() for r in range(3)]
+    assert cells == ["1.00×", "1.60×", "timing disturbed"]
+    assert "cannot reach" in table.item(2, column).toolTip()
