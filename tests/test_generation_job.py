@@ -229,10 +229,11 @@ def test_training_on_a_job_records_its_mix_by_source_and_kind(setup, tmp_path):
         *("train", "eagle", "--target", str(setup / "target"), "--data", str(work)),
         *("--tokens", "100000", "--epochs", "1", "--draft-vocab", "16"),
         *("--batch-tokens", "512", "--feature-dtype", "float32", "--val-prompts", "1"),
-        *("--val-kinds", "0", "--out", str(out)),
+        *("--val-kinds", "0", "--noise", "0.05", "--out", str(out)),
     ]
     assert main(argv) == 0
     card = json.loads((out / "specdec_card.json").read_text())
+    assert card["train_config"]["noise"] == 0.05  # the ablation's knob reaches the trainer
     generated = card["data_mix"]["by_source"][str(work)]
     _, mix = load_samples(work)
     assert generated["generated"]["sources"] == mix["sources"]

@@ -83,6 +83,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--unroll", type=int, default=2, help="eagle: draft steps simulated per position"
     )
     train.add_argument(
+        "--noise",
+        type=float,
+        default=None,
+        help="eagle: width of the uniform noise on the head's input features during training "
+        "(default: 0.2 for eagle1, 0 for eagle3)",
+    )
+    train.add_argument(
         "--ce-weight",
         type=float,
         default=None,
@@ -139,6 +146,7 @@ def request_from_args(args: argparse.Namespace) -> TrainRequest:
         batch_tokens=args.batch_tokens,
         lr=args.lr,
         unroll=args.unroll,
+        noise=args.noise,
         ce_weight=args.ce_weight,
         seed=args.seed,
         val_prompts=args.val_prompts,

@@ -99,7 +99,7 @@ def train_on_samples(
         seed=request.seed,
         unroll=request.unroll,
         save_every=request.save_every,
-        **layout_settings(layout.arch, request.ce_weight),
+        **layout_settings(layout.arch, request.ce_weight, request.noise),
     )
     model, draft_ids = starting_model(
         request.trains, layout.init_head, target, data, config.draft_vocab, layout.arch,

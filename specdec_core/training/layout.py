@@ -36,15 +36,17 @@ def resolve_layout(request: TrainRequest, target: LoadedModel) -> Layout:
     return Layout(arch, depth, input_layers(arch, target), init_head)
 
 
-def layout_settings(arch: str, ce_weight: float | None) -> dict:
+def layout_settings(arch: str, ce_weight: float | None, noise: float | None = None) -> dict:
     """TrainConfig fields that follow the layout: EAGLE-3 has no input noise and only the token
-    loss (weight 1); EAGLE-1 weighs it 0.1 beside the feature loss. --ce-weight overrides."""
+    loss (weight 1); EAGLE-1 weighs it 0.1 beside the feature loss. --ce-weight and --noise
+    override."""
     eagle3 = arch == "eagle3"
     default = 1.0 if eagle3 else TrainConfig.ce_weight
+    default_noise = 0.0 if eagle3 else TrainConfig.noise
     return {
         "arch": arch,
         "ce_weight": default if ce_weight is None else ce_weight,
-        "noise": 0.0 if eagle3 else TrainConfig.noise,
+        "noise": default_noise if noise is None else noise,
     }
 
 

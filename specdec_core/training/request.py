@@ -35,6 +35,7 @@ class TrainRequest:
     lr: float = 1e-3
     unroll: int = 2  # eagle: draft steps simulated per position
     ce_weight: float | None = None  # default: the layout's (layout.layout_settings)
+    noise: float | None = None  # eagle: uniform noise on input features (default: the layout's)
     seed: int = 0
     val_prompts: int = 4  # held-out prompts for tau after each epoch (0 = none)
     device: str = "cpu"
