@@ -385,6 +385,8 @@ class MainWindow(QMainWindow):
         self.controller.run_queue(requests, keep_going=True, compare=True)
 
     def stop(self) -> None:
+        if self.sweep.running:  # a sweep or Tune k: it ends after the point being measured
+            self.sweep.stop()
         if self.controller.running:
             self.controller.stop()
             self._update_state("stopping…")
@@ -549,7 +551,7 @@ class MainWindow(QMainWindow):
         self.models.set_busy(self.session.busy)
         self.actions.generate.setEnabled(self.ready())
         self.actions.compare.setEnabled(self.ready())
-        self.actions.stop.setEnabled(running)
+        self.actions.stop.setEnabled(running or activity is Activity.MEASURING)
         self.actions.load.setEnabled(not self.session.busy)
 
     # -- view helpers -------------------------------------------------------------------------

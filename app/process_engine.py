@@ -164,7 +164,7 @@ class _Host:
         return backend.sweep(method, grid, base, prompts, specs, self.point, self.stop)
 
     def tune(self, method, config, specs) -> TuneResult:
-        return EngineBackend(self.engine).tune(method, config, specs, self.point)
+        return EngineBackend(self.engine).tune(method, config, specs, self.point, self.stop)
 
 
 def serve(conn: Connection, flag: SharedFlag, make_engine: Callable[[], SpecdecEngine]) -> None:
@@ -407,5 +407,6 @@ class ProcessBackend:
         args = (method, grid, base, list(prompts), specs)
         return self.engine._call("sweep", *args, on_point=on_point, stop=stop)
 
-    def tune(self, method, config, specs, on_point) -> TuneResult:
-        return self.engine._call("tune", method, config, specs, on_point=on_point)
+    def tune(self, method, config, specs, on_point, stop) -> TuneResult:
+        """Stop (`stop`) reaches the child's tuning, which ends after the current point."""
+        return self.engine._call("tune", method, config, specs, on_point=on_point, stop=stop)

@@ -38,8 +38,15 @@ class SweepBackend(Protocol):
     ) -> SweepResult: ...
 
     def tune(
-        self, method: str, config: DecodeConfig, specs: dict[str, str], on_point: OnPoint
-    ) -> TuneResult: ...
+        self,
+        method: str,
+        config: DecodeConfig,
+        specs: dict[str, str],
+        on_point: OnPoint,
+        stop: StopFlag,
+    ) -> TuneResult:
+        """Tune k; `stop` ends it after the point being measured (`TuneResult.stopped`)."""
+        ...
 
 
 class MeasureBackend:
@@ -62,15 +69,15 @@ class MeasureBackend:
                 method, grid, base, measure, header=header, progress=on_point, stop=stop
             )
 
-    def tune(self, method, config, specs, on_point) -> TuneResult:
+    def tune(self, method, config, specs, on_point, stop) -> TuneResult:
         with self._session():
-            return self._tune(method, config, specs, on_point)
+            return self._tune(method, config, specs, on_point, stop)
 
-    def _tune(self, method, config, specs, on_point) -> TuneResult:
+    def _tune(self, method, config, specs, on_point, stop) -> TuneResult:
         from specdec_core.autotune import CANDIDATES, TUNING_PROMPTS, autotune_k
 
         measure = self.make_measure(method, TUNING_PROMPTS, specs)
-        return autotune_k(method, config, measure, CANDIDATES, on_point)
+        return autotune_k(method, config, measure, CANDIDATES, on_point, stop)
 
 
 class EngineBackend(MeasureBackend):
@@ -107,8 +114,11 @@ class EngineBackend(MeasureBackend):
         extras = None if method in HF_METHODS else {method: self._extra(method, specs)}
         return BenchMeasure(self._held(), prompts, specs, raw=False, extras=extras)
 
-    def _tune(self, method, config, specs, on_point) -> TuneResult:
+    def _tune(self, method, config, specs, on_point, stop) -> TuneResult:
         from specdec_core.autotune import tune_on_device
 
         extra = self._extra(method, specs)
-        return tune_on_device(self._held(), method, config, specs, progress=on_point, extra=extra)
+        target = self._held()
+        return tune_on_device(
+            target, method, config, specs, progress=on_point, extra=extra, stop=stop
+        )

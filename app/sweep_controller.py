@@ -145,7 +145,9 @@ class SweepController(QObject):
         backend = self.backend
         self.view.status.setText(f"tuning k for {method}…")
         self.session.report(f"tuning k for {method}…", error=False)
-        self._start("tune", lambda on_point, stop: backend.tune(method, config, specs, on_point))
+        self._start(
+            "tune", lambda on_point, stop: backend.tune(method, config, specs, on_point, stop)
+        )
         return True
 
     # -- jobs -----------------------------------------------------------------------------------
@@ -181,7 +183,10 @@ class SweepController(QObject):
 
         self.last_result = result
         self.session.keep(self.kind, result)
-        if isinstance(result, TuneResult):
+        if isinstance(result, TuneResult) and result.stopped:  # a partial table picks no k
+            self.view.status.setText(f"Tune k {result.reason}")
+            self.session.report(f"Tune k {result.reason}", error=False)
+        elif isinstance(result, TuneResult):
             self.apply_settings({"k": result.k})
             self._show_table(result)
         elif isinstance(result, SweepResult):

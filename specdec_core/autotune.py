@@ -8,6 +8,10 @@ highest speedup; a tie (within 1%, well inside timing noise) goes to the smaller
 less and wastes less when acceptance drops.
 
 Only chain drafters have a k; a tree method (EAGLE-2) is tuned with a sweep over its tree size.
+
+A stop flag (the GUI's Stop) ends the tuning after the point being measured: the result then
+holds the rows measured so far, `stopped` set, and keeps the k it was given (a partial table
+picks no k).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from specdec_core.config import DecodeConfig
+from specdec_core.control import StopFlag
 from specdec_core.errors import SpecdecError
 from specdec_core.methods import Extra, is_tree
 from specdec_core.models import LoadedModel
@@ -47,8 +52,9 @@ class TuneRow:
 class TuneResult:
     method: str
     table: tuple[TuneRow, ...]  # one row per candidate k
-    k: int  # the choice
+    k: int  # the choice (stopped: the k it was given)
     reason: str
+    stopped: bool = False  # Stop came before every candidate was measured
 
     def format_table(self) -> str:
         lines = [f"{'k':>3}{'tok/s':>9}{'speedup':>9}{'tau':>7}", "-" * 28]
@@ -87,14 +93,27 @@ def autotune_k(
     measure: Measure,
     candidates: Sequence[int] = CANDIDATES,
     progress: Callable[[SweepProgress], None] | None = None,
+    stop: StopFlag | None = None,
 ) -> TuneResult:
-    """Measure `method` at each candidate k (all else as in `config`) and pick the best."""
+    """Measure `method` at each candidate k (all else as in `config`) and pick the best;
+    `stop` ends it after the point being measured (a `stopped` result, k unchanged)."""
     check_tunable(method)
     grid = Grid({"k": sorted(set(candidates))})
-    result = run_sweep(method, grid, config, measure, progress=progress)
+    result = run_sweep(method, grid, config, measure, progress=progress, stop=stop)
     table = tuple(_row(record) for record in result.points)
+    if len(table) < len(grid.points()):
+        return _stopped(method, table, config.k, len(grid.points()))
     k, reason = choose_k(table)
     return TuneResult(method=method, table=table, k=k, reason=reason)
+
+
+def _stopped(method: str, table: tuple[TuneRow, ...], k: int, total: int) -> TuneResult:
+    """The result of a tuning stopped after `len(table)` of `total` candidates."""
+    reason = f"stopped after {len(table)} of {total} values of k; k stays {k}"
+    if table:
+        best = max(table, key=lambda row: row.speedup_vs_ar)
+        reason += f" (the best measured: k={best.k}, {best.speedup_vs_ar:.2f}x vs ar)"
+    return TuneResult(method=method, table=table, k=k, reason=reason, stopped=True)
 
 
 def tune_on_device(
@@ -106,14 +125,16 @@ def tune_on_device(
     candidates: Sequence[int] = CANDIDATES,
     progress: Callable[[SweepProgress], None] | None = None,
     extra: Extra = None,
+    stop: StopFlag | None = None,
 ) -> TuneResult:
     """`autotune_k` with the real models: short runs (`TUNING_MAX_NEW_TOKENS`) on `prompts`.
-    `extra` is the method's draft / head if already loaded (the GUI's Tune), else from `specs`."""
+    `extra` is the method's draft / head if already loaded (the GUI's Tune), else from `specs`;
+    `stop` ends it after the point being measured."""
     check_tunable(method)
     short = replace(config, max_new_tokens=min(config.max_new_tokens, TUNING_MAX_NEW_TOKENS))
     extras = {method: extra} if extra is not None else None
     measure = BenchMeasure(target, prompts, specs, raw=False, extras=extras)
-    return autotune_k(method, short, measure, candidates, progress)
+    return autotune_k(method, short, measure, candidates, progress, stop)
 
 
 def check_tunable(method: str) -> None:

@@ -150,6 +150,36 @@ def test_tune_applies_the_argmax_k(qtbot, sweep_window):
     assert "k=3" in sweep_window.sweep.result_box.text()
 
 
+def test_stop_ends_tune_k_after_the_current_point_and_keeps_k(qtbot, sweep_window):
+    measure = sweep_window.sweep.measure
+    measure.gate.clear()  # the tuning waits inside its first measurement
+    sweep_window.decoding.k.setValue(8)
+    assert sweep_window.sweep.tune()
+    assert sweep_window.actions.stop.isEnabled()  # Run ▸ Stop reaches a Tune too
+    sweep_window.stop()
+    measure.gate.set()
+    qtbot.waitUntil(lambda: not sweep_window.sweep.running, timeout=5000)
+    assert len(measure.calls) <= 2  # ar and the first k at most: of 7 measurements
+    result = sweep_window.sweep.last_result
+    assert result.stopped and len(result.table) <= 1
+    assert sweep_window.decoding.k.value() == 8  # a partial table picks no k
+    assert "stopped after" in sweep_window.sweep.view.status.text()
+
+
+def test_closing_the_window_mid_tune_ends_the_tuning(qtbot, sweep_window):
+    measure = sweep_window.sweep.measure
+    measure.gate.clear()  # the tuning waits inside its first measurement
+    assert sweep_window.sweep.tune()
+    stop_flag = sweep_window.sweep.job.worker.stop_flag
+    opener = threading.Thread(target=lambda: stop_flag.wait(10) and measure.gate.set())
+    opener.start()  # the measurement in flight ends when closing sets Stop
+    qtbot.waitUntil(lambda: sweep_window.jobs.live_threads() == 1, timeout=5000)
+    sweep_window.close()
+    opener.join()
+    assert sweep_window.jobs.live_threads() == 0
+    assert len(measure.calls) <= 2  # it stopped, not ran through every k
+
+
 def test_tune_refuses_a_tree_method(sweep_window):
     sweep_window.decoding.apply({**sweep_window.decoding.values(), "method": "eagle2"})
     assert not sweep_window.sweep.tune()

@@ -135,7 +135,11 @@ def test_a_sweep_and_a_tune_run_in_the_engine_process(slow, tiny_dir):
     assert [r["point"] for r in result.points] == [{"k": 1}, {"k": 2}]
     assert result.points[0]["speedup_vs_ar"] > 0
     with pytest.raises(SpecdecError):  # ar has no k; the error comes across
-        backend.tune("ar", base, specs, points.append)
+        backend.tune("ar", base, specs, points.append, threading.Event())
+    stopped = threading.Event()
+    stopped.set()  # Stop reaches the child's tuning: it ends after the point being measured
+    tuned = backend.tune("classic", base, specs, points.append, stopped)
+    assert tuned.stopped and len(tuned.table) <= 1
 
 
 def test_the_engine_process_ends_with_close_and_a_dead_one_is_reported():

@@ -111,6 +111,24 @@ def test_autotune_picks_the_argmax_of_its_own_measured_table():
     assert "k=3" in tuned.reason and "<- chosen" in tuned.format_table()
 
 
+def test_stop_ends_autotune_after_the_current_point_and_keeps_the_k_it_was_given():
+    import threading
+
+    stop = threading.Event()
+    measure = FakeMeasure(speed={1: 1.3, 2: 1.6, 3: 1.9})
+
+    def stop_during_the_first_k(method, config, reference):
+        if method != "ar":
+            stop.set()  # Stop pressed while k=1 is measured
+        return measure(method, config, reference)
+
+    tuned = autotune_k("classic", DecodeConfig(k=5), stop_during_the_first_k, stop=stop)
+    assert measure.method_points() == [(1, 0.0)]  # k=1 finished, no other k began
+    assert tuned.stopped and tuned.k == 5 and [row.k for row in tuned.table] == [1]
+    assert "stopped after 1 of 6" in tuned.reason and "k stays 5" in tuned.reason
+    assert not autotune_k("classic", DecodeConfig(), FakeMeasure(), stop=threading.Event()).stopped
+
+
 def test_autotune_ties_go_to_the_smaller_k_and_trees_are_refused():
     k, reason = choose_k([TuneRow(2, 15.0, 1.500, 2.0, 10.0), TuneRow(4, 15.05, 1.505, 2.5, 10.0)])
     assert k == 2 and "ties" in reason
