@@ -131,7 +131,7 @@ class Adapter:
         head = self.head
         layers = len(head.layers) if head.kind == "eagle1" else 1
         bias = head.fc.bias is not None
-        copy = EagleHead(head.config, head.kind, bias, head.draft_vocab, layers)
+        copy = EagleHead(head.config, head.kind, bias, head.draft_vocab, layers, head.variant)
         copy.load_state_dict(self.initial)
         model = self.target.model
         copy = copy.float().to(self.target.device)

@@ -2,10 +2,12 @@
 
 For each config in tests/fixtures/eagle-heads/heads (copied from SafeAILab/EAGLE, SpecForge,
 AngelSlim and speculators; provenance in SOURCES.md), the test shrinks the sizes (hidden 32,
-a target vocabulary of 32, a draft vocabulary of 16 where the head has a reduced one) while
-keeping every other field and quirk (fc bias or not, head_dim * heads != hidden, the
-inverted vocab convention of speculators research configs, the nested speculators config),
-builds a state dict with exactly the keys that publisher's files hold (notes/KEY_LAYOUTS.md),
+a target vocabulary of 32, a draft vocabulary of 16 where the head has a reduced one, the
+target layers an fc reads onto a 4-layer target) while keeping every other field and quirk
+(fc bias or not, head_dim * heads != hidden, the inverted vocab convention of speculators
+research configs, the nested speculators config, EAGLE 3.1's norms and flags),
+builds a state dict with exactly the keys that publisher's files hold (notes/KEY_LAYOUTS.md,
+SPECFORGE_FORMAT.md, SPECULATORS_FORMAT.md),
 saves it under the publisher's file name and dtype (notes/HUB_FILES.md), then loads it with
 `load_head` and decodes on a tiny target: identical to `ar` at T=0.
 """
@@ -29,14 +31,18 @@ FIXTURES = Path(__file__).parent / "fixtures" / "eagle-heads" / "heads"
 H, V, VD = 32, VOCAB, 16  # shrunk hidden size, target vocabulary, reduced draft vocabulary
 
 
+def folder(name: str) -> str:
+    return next(FIXTURES.glob(f"*/{name}")).parent.name
+
+
 def layout_of(name: str) -> str:
     """The key layout (KEY_LAYOUTS.md section) the publisher of `name` saves."""
     if name.startswith("EAGLE-"):
         return "A"  # yuhuili EAGLE-1/2: pytorch_model.bin, fp32, with embed_tokens
     if name.startswith("yuhuili_EAGLE3"):
         return "B"  # official EAGLE-3: pytorch_model.bin, 16-bit, d2t / t2d
-    if name.startswith("specforge_"):
-        return "C"  # model.safetensors, no embed_tokens
+    if name.startswith("specforge_") or folder(name) == "specforge-eagle3":
+        return "C"  # model.safetensors, no embed_tokens; EAGLE 3.1 adds fc_norm.{0,1,2}
     if name.startswith("angelslim_"):
         return "D"  # model.safetensors, keys as B
     return "E"  # speculators: model.safetensors, the midlayer as layers.0.*
@@ -76,6 +82,10 @@ def shrink(config: dict) -> tuple[dict, dict]:
     if draft is not None:
         key = "draft_vocab_size"
         (config if key in config else layer)[key] = VD if draft < vocab else V
+    if config.get("eagle_aux_hidden_state_layer_ids"):  # as many layers of the 4-layer target
+        config["eagle_aux_hidden_state_layer_ids"] = list(
+            range(len(config["eagle_aux_hidden_state_layer_ids"]))
+        )
     return config, layer
 
 
@@ -87,7 +97,7 @@ def draft_size(config: dict, layer: dict) -> int:
 
 
 def is_eagle3(name: str) -> bool:
-    return name.split("/")[-1] in {p.name for p in FIXTURES.glob("eagle3/*.json")}
+    return folder(name.split("/")[-1]) != "eagle1"
 
 
 def head_state(name: str, config: dict, layer: dict, layout: str) -> dict[str, torch.Tensor]:
@@ -108,7 +118,12 @@ def head_state(name: str, config: dict, layer: dict, layout: str) -> dict[str, t
         qkv_in = h
     else:
         p = "layers.0." if layout == "E" else "midlayer."
-        state = {"fc.weight": w(h, 3 * h)}
+        fused = len(config.get("eagle_aux_hidden_state_layer_ids") or [0, 0, 0])
+        state = {"fc.weight": w(h, fused * h)}
+        if config.get("fc_norm"):  # EAGLE 3.1: one norm per target layer, not identity
+            state.update({f"fc_norm.{i}.weight": 1 + w(h) for i in range(fused)})
+        if config.get("norm_before_fc"):  # speculators: one norm over the concatenation
+            state["input_norm.weight"] = 1 + w(fused * h)
         qkv_in = 2 * h
         for norm in ("input_layernorm", "hidden_norm"):
             state[p + norm + ".weight"] = 1 + w(h)
@@ -171,7 +186,7 @@ def target():
 
 
 def test_every_published_config_is_covered():
-    assert len(CONFIGS) == 22
+    assert len(CONFIGS) == 28
     assert {layout_of(name) for name in CONFIGS} == {"A", "B", "C", "D", "E"}
 
 

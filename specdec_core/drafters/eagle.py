@@ -19,19 +19,29 @@ from specdec_core import kv_cache
 from specdec_core.config import DecodeConfig
 from specdec_core.drafters.base import EMPTY, Drafter, Proposal
 from specdec_core.eagle.head import EagleHead, fused_layers
+from specdec_core.errors import SpecdecError
 from specdec_core.sampling import probs, sample
 from specdec_core.target import TargetOutput
 
 
 def feature_layers(head: EagleHead, target_layers: int) -> tuple[int, ...]:
-    """Target layers whose inputs an EAGLE-3 head reads (low to high); none for EAGLE-1."""
-    return fused_layers(target_layers) if head.kind == "eagle3" else ()
+    """Target layers whose inputs an EAGLE-3 head reads, in its fc's order; none for EAGLE-1."""
+    if head.kind != "eagle3":
+        return ()
+    named = head.variant.aux_layers  # by its config.json; else the official choice
+    if not all(0 <= layer < target_layers for layer in named):
+        raise SpecdecError(
+            f"this EAGLE-3 head reads the inputs of target layers {list(named)} "
+            f"(eagle_aux_hidden_state_layer_ids) but the target has {target_layers} layers; "
+            "use a head trained for this target"
+        )
+    return named or fused_layers(target_layers)
 
 
 def head_features(head: EagleHead, out: TargetOutput) -> torch.Tensor:
     """[n, F] features the head expects from a target output."""
     if head.kind == "eagle3":
-        return torch.cat(out.layer_hidden, dim=-1)  # [n, 3h]
+        return torch.cat(out.layer_hidden, dim=-1)  # [n, fused * h]
     return out.hidden  # [n, h]
 
 

@@ -10,15 +10,22 @@ EAGLE-3 convention), and both add `specdec_card.json` (the model card). An
 `embed_tokens.weight` stored in a checkpoint is ignored: the embedding always comes from the
 target, which must then be the model the head was trained on.
 
-Published variants read as well (tests/test_eagle_head_fixtures.py builds each one):
-- speculators (RedHatAI `*-speculator.eagle3`): the EAGLE-3 midlayer is stored as `layers.0.*`
-  (recognised by its `hidden_norm`), and config.json nests the layer's config under
-  `transformer_layer_config`;
+Published variants read as well (tests/test_eagle_head_fixtures.py builds each one,
+tests/test_eagle_published_arithmetic.py checks each one's arithmetic):
+- speculators (RedHatAI `*-speculator.eagle3`, the speculators trainer): the EAGLE-3 midlayer
+  is stored as `layers.0.*` (recognised by its `hidden_norm`), and config.json nests the layer's
+  config under `transformer_layer_config`;
 - NVIDIA ModelOpt exports: `d2t` without `t2d` (t2d is derived from d2t);
 - speculators research configs: `vocab_size` is the draft vocabulary and `target_vocab_size`
-  the target's.
+  the target's;
+- config flags that change an EAGLE-3 head's arithmetic (`eagle3_variant`, an `Eagle3Variant`):
+  SpecForge's EAGLE 3.1 `fc_norm` (weights `fc_norm.{i}`) and `norm_output`; speculators'
+  `norm_before_residual`, `norm_before_fc` (weight `input_norm`), `eagle_aux_hidden_state_layer_ids`
+  and a sliding-window layer (`layer_types`). An absent flag is off, as in SpecForge since
+  its PR #879, SGLang and speculators.
 A config that declares a layout (an architecture or model type naming EAGLE-3 or EAGLE) must
-agree with the keys.
+agree with the keys, and every stored weight must be one the head reads: a weight left unread
+would make the head draft wrongly without a sign, so the head is refused with its name.
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ from transformers import LlamaConfig
 from specdec_core import hub
 from specdec_core.checkpoint import check_weights
 from specdec_core.control import Progress, StopFlag
-from specdec_core.eagle.head import EagleHead
+from specdec_core.eagle.head import OFFICIAL, Eagle3Variant, EagleHead
 from specdec_core.eagle.layouts import declared_kind, flat_config, layout_of
 from specdec_core.errors import SpecdecError
 from specdec_core.models import LoadedModel, fast_cpu_paths
@@ -67,20 +74,103 @@ def _official_names(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     }
 
 
+def eagle3_variant(config: dict) -> Eagle3Variant:
+    """The arithmetic a head's (flattened) config.json asks for; see the module docstring."""
+    key, nested = "eagle_aux_hidden_state_layer_ids", config.get("eagle_config") or {}
+    named = [ids for ids in (config.get(key), nested.get(key)) if ids]  # speculators', vLLM's
+    if len(named) == 2 and list(named[0]) != list(named[1]):
+        raise SpecdecError(
+            f"the head's config.json names two sets of target layers, {list(named[0])} and "
+            f"{list(named[1])} (eagle_aux_hidden_state_layer_ids, at the top and in eagle_config); "
+            "keep the one the head was trained on"
+        )
+    aux = tuple(int(layer) for layer in named[0]) if named else ()
+    if len(aux) == 1:
+        raise SpecdecError(
+            f"this EAGLE-3 head reads one target layer ({aux[0]}); only heads that fuse two or "
+            "more target layers through fc are read here"
+        )
+    sliding = (config.get("layer_types") or [None])[0] == "sliding_attention"
+    variant = Eagle3Variant(
+        aux_layers=aux,
+        norm_before_fc=bool(config.get("norm_before_fc")),
+        fc_norm=bool(config.get("fc_norm")),
+        norm_before_residual=bool(config.get("norm_before_residual")),
+        norm_output=bool(config.get("norm_output")),
+        window=int(config.get("sliding_window") or 0) if sliding else 0,
+    )
+    if variant.norm_before_fc and variant.fc_norm:
+        raise SpecdecError(
+            "the head's config.json sets both norm_before_fc and fc_norm, which no publisher "
+            "combines (speculators refuses it); keep the one the head was trained with"
+        )
+    return variant
+
+
+# weights that exist only with a config flag: named when the flag is missing
+_FLAGGED = {"fc_norm.": "fc_norm", "input_norm.": "norm_before_fc"}
+
+
+def _check_keys(head: EagleHead, state: dict[str, torch.Tensor], speculators: bool) -> None:
+    """Every stored weight is one the head reads, none is missing, each has its shape."""
+    expected = head.state_dict()
+
+    def names(keys: list[str]) -> str:  # as the file spells them (speculators: layers.0.*)
+        shown = [k.replace("midlayer.", "layers.0.", 1) if speculators else k for k in keys]
+        return ", ".join(shown[:6]) + (f" and {len(shown) - 6} more" if len(shown) > 6 else "")
+
+    unread = sorted(set(state) - set(expected))
+    if unread:
+        flags = [
+            flag for prefix, flag in _FLAGGED.items() if any(k.startswith(prefix) for k in unread)
+        ]
+        advice = (
+            "; ".join(f'its config.json does not set "{flag}": true' for flag in flags)
+            + " (set it if the head was trained with these weights)"
+            if flags
+            else "dropping them would make it draft wrongly; convert the head to a layout "
+            "docs/eagle.md#formats lists, or train one here (specdec train eagle)"
+        )
+        raise SpecdecError(
+            f"the EAGLE head holds weights its {head.kind} layout does not read: "
+            f"{names(unread)}; {advice}"
+        )
+    missing = sorted(set(expected) - set(state))
+    if missing:
+        raise SpecdecError(
+            f"the EAGLE head lacks {names(missing)}, which its {head.kind} layout and config.json "
+            "need; the config and the weights belong to different heads"
+        )
+    for key, value in state.items():
+        if value.shape != expected[key].shape:
+            raise SpecdecError(
+                f"the EAGLE head's {names([key])} has shape {list(value.shape)} but its "
+                f"config.json gives {list(expected[key].shape)}; the config and the weights "
+                "belong to different heads"
+            )
+
+
 def head_from_state(
     config: LlamaConfig, state: dict[str, torch.Tensor], target_hidden: int, target_vocab: int
 ) -> EagleHead:
     """Build a head from a config and an official-layout state dict; check it fits the target."""
     state = {key.removeprefix("model."): value for key, value in state.items()}
     state.pop("embed_tokens.weight", None)
+    speculators = "layers.0.hidden_norm.weight" in state
     state = _official_names(state)
     kind = head_kind(state)
-    declared = declared_kind(config.to_dict())
+    values = config.to_dict()
+    declared = declared_kind(values)
     if declared is not None and declared != kind:
         names = {"eagle1": "EAGLE-1/2", "eagle3": "EAGLE-3"}
         raise SpecdecError(
             f"the head's config.json declares an {names[declared]} head but its weights are "
             f"in the {names[kind]} layout; the config and the weights belong to different heads"
+        )
+    if "fc.weight" not in state:
+        raise SpecdecError(
+            "the EAGLE head has no fc.weight: it does not fuse the target's hidden states "
+            "through fc, which every layout read here does (docs/eagle.md#formats)"
         )
     hidden = state["fc.weight"].shape[0]
     if hidden != target_hidden or config.hidden_size != target_hidden:
@@ -88,7 +178,7 @@ def head_from_state(
             f"the EAGLE head has hidden size {hidden} but the target has {target_hidden}; "
             "use a head trained for this target (or train one: specdec train eagle)"
         )
-    stated = getattr(config, "target_vocab_size", None) or config.vocab_size
+    stated = values.get("target_vocab_size") or config.vocab_size
     vocab = int(state["t2d"].shape[0]) if "t2d" in state else int(stated)
     if vocab != target_vocab:
         raise SpecdecError(
@@ -105,18 +195,22 @@ def head_from_state(
         if "d2t" not in state:  # a full-vocabulary EAGLE-3 head: identity maps
             state["d2t"] = torch.zeros(draft_vocab, dtype=torch.long)
             state["t2d"] = torch.ones(vocab, dtype=torch.bool)
-    config = LlamaConfig(**{**config.to_dict(), "vocab_size": vocab})
+    variant = eagle3_variant(values) if kind == "eagle3" else OFFICIAL
+    width = int(state["fc.weight"].shape[1])
+    if kind == "eagle3" and width != variant.fused * hidden:
+        named = list(variant.aux_layers) or "2, L//2 and L-3"
+        raise SpecdecError(
+            f"the EAGLE-3 head's fc reads {width} features, {width / hidden:g} target hidden "
+            f"states of {hidden}, but its config.json names {variant.fused} (layers {named}); "
+            "set eagle_aux_hidden_state_layer_ids to the target layers it was trained on"
+        )
+    config = LlamaConfig(**{**values, "vocab_size": vocab})
     bias = "fc.bias" in state
     layers = 1 + max((int(k.split(".")[1]) for k in state if k.startswith("layers.")), default=0)
-    head = EagleHead(config, kind=kind, bias=bias, draft_vocab=draft_vocab, layers=layers)
+    head = EagleHead(config, kind, bias, draft_vocab, layers, variant)
     state = {k: v.to(torch.long) if k == "d2t" else v for k, v in state.items()}
-    missing, unexpected = head.load_state_dict(state, strict=False)
-    if missing or unexpected:
-        raise SpecdecError(
-            f"the EAGLE head's weights do not match its {kind} layout (missing: "
-            f"{', '.join(missing[:4]) or 'none'}; "
-            f"unexpected: {', '.join(unexpected[:4]) or 'none'})"
-        )
+    _check_keys(head, state, speculators)
+    head.load_state_dict(state)
     return head
 
 
@@ -173,6 +267,18 @@ def save_head(
         config["draft_vocab_size"] = head.draft_vocab
     if head.kind == "eagle3":
         config["architectures"] = ["LlamaForCausalLMEagle3"]
+        variant = head.variant  # written out whole: an absent flag means "off" to every reader
+        config.update(
+            fc_norm=variant.fc_norm,
+            norm_output=variant.norm_output,
+            norm_before_fc=variant.norm_before_fc,
+            norm_before_residual=variant.norm_before_residual,
+        )
+        config.pop("eagle_aux_hidden_state_layer_ids", None)
+        if variant.aux_layers:
+            config["eagle_aux_hidden_state_layer_ids"] = list(variant.aux_layers)
+        if variant.window:
+            config.update(layer_types=["sliding_attention"], sliding_window=variant.window)
     config.pop("_attn_implementation_autoset", None)
     (directory / "config.json").write_text(json.dumps(config, indent=2, default=str))
     state = {

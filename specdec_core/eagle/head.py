@@ -11,6 +11,8 @@ One class, two official layouts (docs/architecture.md#eagle-heads):
   entering layers (2, L//2, L-3); `midlayer` whose attention takes
   cat(input_layernorm(emb), hidden_norm(h)); its own `norm` and `lm_head` over a reduced
   draft vocabulary. Later draft steps feed the head's own output hidden state back, without fc.
+  Published EAGLE-3 heads depart from this arithmetic in a few named ways, each an
+  `Eagle3Variant` field (formats.py reads them from config.json; docs/eagle.md#formats).
 
 Either layout may carry a reduced draft vocabulary: `d2t[i]` maps draft id i to target id
 i + d2t[i] (EAGLE-3 convention). For `eagle1` the draft lm_head is then the target's lm_head
@@ -23,7 +25,8 @@ Stepping API (used by the chain drafter and the EAGLE-2 tree drafter):
     cache = head.new_cache()                           # the head's own KV cache
     out = head.step(features, tokens, positions, mask, cache)
         features  [B, n, F]  F = h (target feature, or the head's own out.hidden fed back)
-                             or 3h (eagle3: concatenated target layers; fc is applied)
+                             or 3h (eagle3: concatenated target layers, `variant.fused`
+                             of them; fc is applied)
         tokens    [B, n]     the token *after* each feature (shifted one step ahead)
         positions [B, n]     explicit position ids (tree: prefix length + depth)
         mask      [B, 1, n, cache_len + n] additive float mask (0 allowed, finfo.min not),
@@ -39,6 +42,7 @@ Stepping API (used by the chain drafter and the EAGLE-2 tree drafter):
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import cached_property
 
 import torch
@@ -88,6 +92,27 @@ def fused_layers(target_layers: int) -> tuple[int, ...]:
     return (2, target_layers // 2, target_layers - 3)
 
 
+@dataclass(frozen=True)
+class Eagle3Variant:
+    """Where a published EAGLE-3 head's arithmetic departs from the official head's; the
+    defaults are the official head (SafeAILab EAGLE-3, SpecForge before EAGLE 3.1)."""
+
+    aux_layers: tuple[int, ...] = ()  # hidden_states indices fc reads, in order; () = 2, L//2, L-3
+    norm_before_fc: bool = False  # `input_norm`: one RMSNorm over the concatenated target states
+    fc_norm: bool = False  # `fc_norm.i`: an RMSNorm per target state before fc (EAGLE 3.1)
+    norm_before_residual: bool = False  # the midlayer's residual is hidden_norm(h), not h
+    norm_output: bool = False  # norm(h) is both lm_head's input and the state fed back (3.1)
+    window: int = 0  # the midlayer attends over the last `window` positions only; 0 = all
+
+    @property
+    def fused(self) -> int:
+        """How many target hidden states fc reads."""
+        return len(self.aux_layers) or 3
+
+
+OFFICIAL = Eagle3Variant()
+
+
 class HeadOutput:
     """A head pass: predicted features, and their logits computed only when asked for."""
 
@@ -102,10 +127,12 @@ class HeadOutput:
 
 
 class Eagle3Layer(nn.Module):
-    """EAGLE-3 `midlayer`: attention over cat(input_layernorm(emb), hidden_norm(h))."""
+    """EAGLE-3 `midlayer`: attention over cat(input_layernorm(emb), hidden_norm(h)); the
+    residual is h, or hidden_norm(h) with `norm_before_residual` (speculators' option)."""
 
-    def __init__(self, config: LlamaConfig) -> None:
+    def __init__(self, config: LlamaConfig, norm_before_residual: bool = False) -> None:
         super().__init__()
+        self.norm_before_residual = norm_before_residual
         h, eps = config.hidden_size, config.rms_norm_eps
         self.self_attn = LlamaAttention(config, layer_idx=0)
         attn = self.self_attn
@@ -118,8 +145,9 @@ class Eagle3Layer(nn.Module):
         self.post_attention_layernorm = LlamaRMSNorm(h, eps=eps)
 
     def forward(self, emb, hidden, mask, position_embeddings, cache) -> torch.Tensor:
-        residual = hidden
-        x = torch.cat([self.input_layernorm(emb), self.hidden_norm(hidden)], dim=-1)
+        normed = self.hidden_norm(hidden)
+        residual = normed if self.norm_before_residual else hidden
+        x = torch.cat([self.input_layernorm(emb), normed], dim=-1)
         x, _ = self.self_attn(x, position_embeddings, mask, **kv_cache.cache_arg(cache))
         hidden = residual + x
         return hidden + self.mlp(self.post_attention_layernorm(hidden))
@@ -133,12 +161,19 @@ class EagleHead(nn.Module):
         bias: bool = True,
         draft_vocab: int = 0,
         layers: int = 1,
+        variant: Eagle3Variant = OFFICIAL,
     ) -> None:
         """`draft_vocab` 0 = the full target vocabulary (eagle1 only; eagle3 always reduces).
-        `layers`: decoder layers of an eagle1 head (EAGLE-3 has one `midlayer`)."""
+        `layers`: decoder layers of an eagle1 head (EAGLE-3 has one `midlayer`).
+        `variant`: a published EAGLE-3 head's own arithmetic (eagle3 only)."""
         super().__init__()
         if kind not in KINDS:
             raise ValueError(f"unknown EAGLE head kind {kind!r}; expected one of {KINDS}")
+        if kind == "eagle1" and variant != OFFICIAL:
+            raise SpecdecError(
+                f"an EAGLE-1/2 head has none of the EAGLE-3 options ({variant}); its config.json "
+                "belongs to an EAGLE-3 head"
+            )
         if layers < 1 or (kind == "eagle3" and layers != 1):
             raise SpecdecError(
                 f"an {kind} head cannot have {layers} decoder layers: EAGLE-1 heads have one "
@@ -146,7 +181,7 @@ class EagleHead(nn.Module):
             )
         config = head_config(config, num_hidden_layers=layers)
         config._attn_implementation = "sdpa"
-        self.config, self.kind = config, kind
+        self.config, self.kind, self.variant = config, kind, variant
         h = config.hidden_size
         self.draft_vocab = draft_vocab or (config.vocab_size if kind == "eagle3" else 0)
         if kind == "eagle1":
@@ -154,8 +189,15 @@ class EagleHead(nn.Module):
             self.layers = nn.ModuleList(LlamaDecoderLayer(config, i) for i in range(layers))
             self.layers[0].input_layernorm = nn.Identity()  # absent in the official layout
         else:
-            self.fc = nn.Linear(3 * h, h, bias=False)
-            self.midlayer = Eagle3Layer(config)
+            eps, fused = config.rms_norm_eps, variant.fused
+            self.input_norm = LlamaRMSNorm(fused * h, eps=eps) if variant.norm_before_fc else None
+            self.fc_norm = (
+                nn.ModuleList(LlamaRMSNorm(h, eps=eps) for _ in range(fused))
+                if variant.fc_norm
+                else None
+            )
+            self.fc = nn.Linear(fused * h, h, bias=False)
+            self.midlayer = Eagle3Layer(config, variant.norm_before_residual)
             self.norm = LlamaRMSNorm(h, eps=config.rms_norm_eps)
             self.lm_head = nn.Linear(h, self.draft_vocab, bias=False)
         if self.draft_vocab:
@@ -222,15 +264,34 @@ class EagleHead(nn.Module):
                     **kv_cache.cache_arg(cache),
                 )  # fmt: skip
             return HeadOutput(hidden, self)
+        if self.variant.window and int(positions.max()) >= self.variant.window:
+            raise SpecdecError(
+                f"this EAGLE-3 head attends over a sliding window of {self.variant.window} "
+                "positions (its config's layer_types), which drafting here does not apply; "
+                f"keep prompt and output under {self.variant.window} tokens"
+            )
         if features.shape[-1] != self.config.hidden_size:
-            features = self.fc(features)  # [B, n, 3h] -> [B, n, h]: target layers, first step
+            features = self.fuse(features)  # target layers, first step
         hidden = self.midlayer(emb, features, mask, rope, cache)
+        if self.variant.norm_output:  # EAGLE 3.1: the normed state is fed back and drafted from
+            hidden = self.norm(hidden)
         return HeadOutput(hidden, self)
+
+    def fuse(self, features: torch.Tensor) -> torch.Tensor:
+        """[.., fused * h] concatenated target hidden states -> [.., h] (EAGLE-3's fc)."""
+        if self.input_norm is not None:
+            features = self.input_norm(features)
+        if self.fc_norm is not None:
+            chunks = features.chunk(len(self.fc_norm), dim=-1)
+            features = torch.cat(
+                [norm(x) for norm, x in zip(self.fc_norm, chunks, strict=True)], -1
+            )
+        return self.fc(features)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """[.., h] -> [.., Vd] draft-vocabulary logits."""
-        if self.kind == "eagle3":
-            return self.lm_head(self.norm(hidden))
+        if self.kind == "eagle3":  # with norm_output the hidden state is normed already
+            return self.lm_head(hidden if self.variant.norm_output else self.norm(hidden))
         target_head = self._target[1] if self._target is not None else None
         if target_head is None:
             raise RuntimeError("EagleHead.bind(embedding, lm_head) must be called first")
