@@ -31,6 +31,8 @@ import torch
 
 from specdec_core.errors import SpecdecError
 
+HOLDOUT = 64  # conversations held out for validation (split_conversations)
+
 
 @dataclass(frozen=True)
 class Sample:

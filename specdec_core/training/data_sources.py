@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specdec_core.eagle import data as datasets
+from specdec_core.eagle.data import HOLDOUT
 from specdec_core.errors import SpecdecError
 from specdec_core.models import LoadedModel
 
-HOLDOUT = 64
 SHAREGPT = slice(4096, 8192)  # the conversations used as ShareGPT answers
 # self-distillation prompt lengths (tokens, chat template included): `self` answers the short
 # first prompts; `self-long` the long ones (articles to summarise, code to review), so the head

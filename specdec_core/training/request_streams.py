@@ -28,7 +28,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from specdec_core.eagle import data as datasets
-from specdec_core.training.data_sources import HOLDOUT
+from specdec_core.eagle.data import HOLDOUT
 
 SOURCES = ("magpie", "sharegpt-first", "sharegpt-later", "long", "code")
 LONG_CHARS = 1200  # a first turn this long (about 300 tokens) is a long-context request
