@@ -74,6 +74,7 @@ from specdec_core.models import LoadedModel
 from specdec_core.prefix_cache import PrefixCache
 from specdec_core.prompts import encode_chat, encode_prompt
 from specdec_core.runner import run
+from specdec_core.speedup_bound import MeasuredSpeedup
 
 Report = Callable[[str], None]  # a progress line
 SUFFIX_HISTORIES = ("own", "shared")  # one suffix history per entry, or one for all entries
@@ -108,8 +109,14 @@ class BenchResult:
 
     def _record(self, name: str, aggregate: Aggregate) -> dict[str, Any]:
         record = aggregate.to_record()
+        if _bound(aggregate).disturbed:  # above τ: not a speedup (speedup_bound.py)
+            record["speedup_disturbed"] = True
         mode = self.suffix_history(name)
         return record if mode is None else {**record, "suffix_history": mode}
+
+
+def _bound(m: Aggregate) -> MeasuredSpeedup:
+    return MeasuredSpeedup(m.speedup_vs_ar or 0.0, m.mean_accept_length, m.lossy)
 
 
 class _Dialogue:
@@ -302,8 +309,13 @@ def format_table(result: BenchResult) -> str:
             _cell(m.mean_logprob, 8, ".3f"),
         ]
         note = _note(m, result.suffix_history(name))
+        bound = _bound(m)
+        speedup = f"{'disturbed':>9}" if bound.disturbed else f"{bound.ratio:>8.2f}x"
+        if bound.disturbed:
+            note = " ".join(filter(None, [f"speedup x{bound.ratio:.2f} above tau: timing "
+                                          "disturbed, run again", note]))  # fmt: skip
         lines.append(
-            f"{name:<{width}}{m.tokens_per_second:>8.1f}{m.speedup_vs_ar or 0.0:>8.2f}x"
+            f"{name:<{width}}{m.tokens_per_second:>8.1f}{speedup}"
             f"{m.mean_accept_length:>7.2f}{''.join(cells)}  {note}"
         )
     return "\n".join(lines)

@@ -64,3 +64,21 @@ def test_compare_never_shows_a_speedup_above_tau(qtbot):
     cells = [table.item(r, column).text() for r in range(3)]
     assert cells == ["1.00×", "1.60×", "timing disturbed"]
     assert "cannot reach" in table.item(2, column).toolTip()
+
+
+def test_bench_marks_a_speedup_above_tau_as_disturbed_in_table_and_json():
+    from specdec_core.bench import BenchResult, format_table
+    from specdec_core.measure import Aggregate
+
+    result = BenchResult(config={})
+    result.methods["ar"] = Aggregate(10.0, 1.0, speedup_vs_ar=1.0)
+    result.methods["eagle2"] = Aggregate(16.0, 2.0, speedup_vs_ar=1.6)
+    result.methods["eagle"] = Aggregate(30.0, 2.0, speedup_vs_ar=3.0)
+    result.methods["ngram:typical"] = Aggregate(30.0, 2.0, lossy=True, speedup_vs_ar=3.0)
+    table = format_table(result).splitlines()
+    assert "1.60x" in table[3] and "disturbed" not in table[3]
+    assert "disturbed" in table[4] and "3.00x" not in table[4] and "above tau" in table[4]
+    assert "3.00x" in table[5]  # a lossy policy is outside the rule
+    records = result.as_dict()["methods"]
+    assert records["eagle"]["speedup_disturbed"] is True
+    assert "speedup_disturbed" not in records["eagle2"]
