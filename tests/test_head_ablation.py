@@ -47,3 +47,21 @@ def test_the_ablation_trains_each_variant_and_tables_tau_per_file(setup, tmp_pat
     assert set(report["top1_by_kind"]["base"])  # the held-out kinds' top-1
     again = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert again.returncode == 0 and "specdec_core.cli train" not in again.stdout  # reused
+
+
+def test_vocab_coverage_reports_the_share_of_answer_tokens_per_file(setup, tmp_path):  # noqa: F811
+    data = tmp_path / "data"
+    run_job(data, _plan(setup, tokens=800))
+    (tmp_path / "alpha.jsonl").write_text(json.dumps({"prompt": "w4 w5 w6 w7 w8"}) + "\n")
+    out = tmp_path / "coverage.json"
+    argv = [
+        *(sys.executable, str(ROOT / "scripts" / "vocab_coverage.py"), "--data", str(data)),
+        *("--target", str(setup / "target"), "--eval", str(tmp_path / "*.jsonl")),
+        *("--sizes", "1,32", "--max-new-tokens", "16", "--out", str(out)),
+    ]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    row = json.loads(out.read_text())["files"]["alpha"]
+    assert row["top 32"] == 1.0  # the whole vocabulary covers everything
+    assert 0.0 <= row["top 1"] < 1.0  # one token cannot cover a varied answer

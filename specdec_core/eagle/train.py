@@ -77,7 +77,8 @@ def frequent_tokens(data: list[Featured], size: int, vocab: int) -> torch.Tensor
     for item in data:
         counts.update(item.ids.tolist())
     ids = [token for token, _ in counts.most_common(size)]
-    ids += [t for t in range(vocab) if t not in set(ids)][: size - len(ids)]
+    seen = set(ids)
+    ids += [t for t in range(vocab) if t not in seen][: size - len(ids)]
     return torch.tensor(sorted(ids))
 
 
