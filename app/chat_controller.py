@@ -82,7 +82,7 @@ class ChatController(QObject):
             self._reference = replace(
                 turn,
                 method=REFERENCE,
-                config=replace(turn.config, policy="lossless", policy_params={}),
+                config=turn.config.lossless(),
                 conversation=REFERENCE_CONVERSATION,
             )
             queue.append(self._reference)

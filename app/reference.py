@@ -37,7 +37,7 @@ def reference_key(request: RunRequest, target: str) -> ReferenceKey:
 
 def reference_request(request: RunRequest) -> RunRequest:
     """`ar` on the same prompt and sampling settings, lossless."""
-    config = replace(request.config, policy="lossless", policy_params={})
+    config = request.config.lossless()
     return replace(request, method=REFERENCE, config=config)
 
 

@@ -228,7 +228,7 @@ def _fp32_reference(
     """`ar`'s output in the reference model's arithmetic (None without one)."""
     if model is None:
         return None
-    return run(model, "ar", ids, replace(config, policy="lossless", policy_params={})).token_ids
+    return run(model, "ar", ids, config.lossless()).token_ids
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from specdec_core.errors import SpecdecError
@@ -32,6 +32,10 @@ class DecodeConfig:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def lossless(self) -> DecodeConfig:
+        """The same settings verified losslessly: what an autoregressive reference runs."""
+        return replace(self, policy="lossless", policy_params={})
 
 
 def parse_params(items: Iterable[str], where: str) -> dict[str, float]:

@@ -177,7 +177,7 @@ def run_sweep(
 
 def _baseline(config: DecodeConfig) -> DecodeConfig:
     """The autoregressive reference: the point's sampling settings, always lossless."""
-    return replace(config, policy="lossless", policy_params={})
+    return config.lossless()
 
 
 def _record(
