@@ -304,6 +304,13 @@ def format_status(report: dict, pid: int | None, work: Path) -> str:
     )
     kinds = ", ".join(f"{kind} {count:,}" for kind, count in report["kinds"].items())
     lines += ["", f"answer tokens by kind: {kinds or 'none yet'}"]
+    magpie = report["sources"].get("magpie", {})
+    if magpie.get("written"):
+        share = magpie["write_seconds"] / magpie["seconds"] if magpie["seconds"] else 0.0
+        lines.append(
+            f"magpie: {magpie['written']:,} user turns written, {magpie['finished']:,} finished "
+            f"({magpie['finished'] / magpie['written']:.0%}); writing took {share:.0%} of its time"
+        )
     rejected = dropped_requests(report["sources"])
     if rejected:
         lines.append("requests dropped: " + ", ".join(f"{k} {v:,}" for k, v in rejected.items()))

@@ -136,6 +136,9 @@ class SourceProgress:
     samples: int = 0
     answer_tokens: int = 0
     seconds: float = 0.0
+    write_seconds: float = 0.0  # magpie: of `seconds`, the target writing its own prompts
+    written: int = 0  # magpie: user turns written
+    kept: int = 0  # magpie: of those, finished ones (before the filter)
     rejected: Counter = field(default_factory=Counter)
     kinds: Counter = field(default_factory=Counter)  # answer tokens per kind
     exhausted: bool = False  # its stream ran out of requests
@@ -313,6 +316,9 @@ class GenerationJob:
         progress.batches += 1
         progress.samples += len(shard["samples"])
         progress.seconds += shard["seconds"]
+        progress.write_seconds += shard.get("write_seconds", 0.0)
+        progress.written += len(shard["written"])
+        progress.kept += sum(w["text"] is not None for w in shard["written"])
         progress.rejected.update(shard["rejected"])
         progress.exhausted = progress.exhausted or shard["exhausted"]
         for sample in shard["samples"]:
@@ -344,9 +350,11 @@ class GenerationJob:
         rejected: Counter[str] = Counter()
         before = Counter(source.gate.rejected)
         written: list[dict] = []
+        writing = 0.0
         if source.requests is None:
             requests, written = self._magpie_requests(number, size)
             candidates = len(written)
+            writing = time.monotonic() - began
         else:
             requests = list(islice(source.requests, size))
             candidates = len(requests)
@@ -363,6 +371,7 @@ class GenerationJob:
             "written": written,
             "rejected": dict(rejected),
             "seconds": round(time.monotonic() - began, 3),
+            "write_seconds": round(writing, 3),  # magpie: the target writing its prompts
             "samples": [asdict(a) for a in answered],
         }
         write_atomically(
@@ -458,6 +467,15 @@ class GenerationJob:
                 "done": p.done,
                 "exhausted": p.exhausted,
                 "rejected": dict(sorted(p.rejected.items())),
+                **(
+                    {
+                        "write_seconds": round(p.write_seconds, 1),
+                        "written": p.written,
+                        "finished": p.kept,
+                    }
+                    if p.written
+                    else {}
+                ),
             }
         return {
             "state": self.state,
