@@ -2,7 +2,8 @@
 bench them all in one run against the same `ar`, per prompt file, greedy and at T = 1.
 
 Each variant is `specdec train eagle --data DATA` plus its own flags (`VARIANTS`: training-time
-test depth, input noise, draft vocabulary, the EAGLE-3 layout), trained from scratch on the
+test depth, input noise, draft vocabulary, the EAGLE-3 layout with and without EAGLE 3.1's
+input norms), trained from scratch on the
 same tokens with one shared feature cache. Training resumes from its checkpoint and a finished
 variant (its card without `partial`) is not trained again, so the script can be stopped and
 rerun; it is meant to run unattended for hours (`nohup nice ... &`). Then one `specdec bench`
@@ -31,6 +32,7 @@ VARIANTS: dict[str, list[str]] = {
     "vocab16k": ["--draft-vocab", "16384"],
     "vocab32k": ["--draft-vocab", "32768"],
     "eagle3": ["--arch", "eagle3", "--unroll", "4"],
+    "eagle3-norms": ["--arch", "eagle3", "--unroll", "4", "--input-norms"],  # EAGLE 3.1
 }
 
 

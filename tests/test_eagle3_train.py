@@ -134,3 +134,24 @@ def test_an_eagle3_head_for_a_too_shallow_target_is_refused_with_what_to_do(tmp_
     argv = _argv(root, tmp_path / "out", "--arch", "eagle3")
     assert main(argv) == 2
     assert "--arch eagle1" in capsys.readouterr().err
+
+
+def test_input_norms_train_an_eagle3_1_head_that_reloads_and_decodes_losslessly(
+    deep_dir, deep_target, tmp_path
+):
+    out = tmp_path / "head"
+    assert main(_argv(deep_dir, out, "--arch", "eagle3", "--input-norms")) == 0
+    config = json.loads((out / "config.json").read_text())
+    assert config["fc_norm"] is True
+    head = load_head(str(out), deep_target, torch.float32)
+    assert head.variant.fc_norm and len(head.fc_norm) == 3
+    trained = torch.cat([norm.weight for norm in head.fc_norm])
+    assert not torch.allclose(trained, torch.ones_like(trained))  # the norms learned
+    decode = DecodeConfig(max_new_tokens=20, k=3)
+    ids = [1, 5, 9, 4]
+    reference = run(deep_target, "ar", ids, decode).token_ids
+    assert run(deep_target, "eagle2", ids, decode, head).token_ids == reference
+
+
+def test_input_norms_without_a_fresh_eagle3_head_are_refused(deep_dir, tmp_path):
+    assert main(_argv(deep_dir, tmp_path / "h", "--input-norms")) == 2

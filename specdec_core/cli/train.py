@@ -83,6 +83,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--unroll", type=int, default=2, help="eagle: draft steps simulated per position"
     )
     train.add_argument(
+        "--input-norms",
+        action="store_true",
+        help="eagle3: an RMSNorm on each target layer the head reads, before fc (EAGLE 3.1), "
+        "which SpecForge reports makes heads robust to template and domain changes",
+    )
+    train.add_argument(
         "--noise",
         type=float,
         default=None,
@@ -147,6 +153,7 @@ def request_from_args(args: argparse.Namespace) -> TrainRequest:
         lr=args.lr,
         unroll=args.unroll,
         noise=args.noise,
+        input_norms=args.input_norms,
         ce_weight=args.ce_weight,
         seed=args.seed,
         val_prompts=args.val_prompts,

@@ -50,7 +50,7 @@ from tqdm import tqdm
 
 from specdec_core import attention_mask
 from specdec_core.eagle.features import Featured
-from specdec_core.eagle.head import EagleHead, head_config
+from specdec_core.eagle.head import OFFICIAL, Eagle3Variant, EagleHead, head_config
 from specdec_core.errors import SpecdecError
 
 
@@ -194,16 +194,24 @@ class Objective(nn.Module):
 
 
 def build_model(
-    trains: str, target, draft_ids: torch.Tensor, arch: str = "eagle1", layers: int = 1
+    trains: str,
+    target,
+    draft_ids: torch.Tensor,
+    arch: str = "eagle1",
+    layers: int = 1,
+    variant: Eagle3Variant = OFFICIAL,
 ) -> nn.Module:
-    """A fresh EAGLE head (eagle, layout `arch`, `layers` decoder layers for eagle1) or
-    one-layer LlamaForCausalLM (draft), initialised from the target (see the module
-    docstring), in float32 for training."""
+    """A fresh EAGLE head (eagle, layout `arch`, `layers` decoder layers for eagle1, an
+    EAGLE-3 `variant` such as EAGLE 3.1's input norms) or one-layer LlamaForCausalLM (draft),
+    initialised from the target (see the module docstring), in float32 for training."""
     from transformers import LlamaForCausalLM
 
     config = head_config(target.config, num_hidden_layers=1)
     if trains == "eagle":
-        head = EagleHead(config, kind=arch, bias=True, draft_vocab=len(draft_ids), layers=layers)
+        head = EagleHead(
+            config, kind=arch, bias=True, draft_vocab=len(draft_ids), layers=layers,
+            variant=variant,
+        )  # fmt: skip
         h = config.hidden_size
         with torch.no_grad():
             if arch == "eagle1":  # "the next feature is this feature": fc passes f_t

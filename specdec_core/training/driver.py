@@ -103,7 +103,7 @@ def train_on_samples(
     )
     model, draft_ids = starting_model(
         request.trains, layout.init_head, target, data, config.draft_vocab, layout.arch,
-        layout.depth,
+        layout.depth, request.input_norms,
     )  # fmt: skip
     lm_head = target.model.get_output_embeddings()
     noise, unroll = (config.noise, config.unroll) if eagle else (0.0, 1)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from specdec_core.eagle.head import fused_layers
+from specdec_core.eagle.head import OFFICIAL, Eagle3Variant, fused_layers
 from specdec_core.eagle.train import TrainConfig, build_model, frequent_tokens
 from specdec_core.errors import SpecdecError
 from specdec_core.models import LoadedModel
@@ -83,24 +83,33 @@ def input_layers(arch: str, target: LoadedModel) -> tuple[int, ...]:
 
 
 def starting_model(
-    trains: str, init_head, target: LoadedModel, data, draft_vocab: int, arch="eagle1", layers=1
+    trains: str,
+    init_head,
+    target: LoadedModel,
+    data,
+    draft_vocab: int,
+    arch="eagle1",
+    layers=1,
+    input_norms: bool = False,
 ):
     """-> (model to train, its draft vocabulary's target ids), on the target's device.
 
     With `init_head` (`read_init`): its layout, weights and draft vocabulary; `layers`
     (`resolve_layers`) more than it has grows it by layers whose output projections are zero
     (it drafts as before until trained). Without: a fresh model (layout `arch`, `layers`
-    decoder layers) on the `draft_vocab` most frequent tokens of `data` (0 = all).
+    decoder layers; `input_norms`: EAGLE 3.1's RMSNorm per fused target state before `fc`)
+    on the `draft_vocab` most frequent tokens of `data` (0 = all).
     """
     vocab = target.vocab_size
     if init_head is None:
         draft_ids = frequent_tokens(data, min(draft_vocab or vocab, vocab), vocab)
         draft_ids = draft_ids.to(target.device)
-        return build_model(trains, target.model, draft_ids, arch, layers), draft_ids
+        variant = Eagle3Variant(fc_norm=True) if input_norms else OFFICIAL
+        return build_model(trains, target.model, draft_ids, arch, layers, variant), draft_ids
     draft_ids = init_head.draft_ids()
     have = head_layers(init_head)
     layers = max(layers, have)
-    model = build_model(trains, target.model, draft_ids, init_head.kind, layers)
+    model = build_model(trains, target.model, draft_ids, init_head.kind, layers, init_head.variant)
     missing, _ = model.load_state_dict(init_head.state_dict(), strict=False)
     if layers > have:
         with torch.no_grad():

@@ -36,6 +36,7 @@ class TrainRequest:
     unroll: int = 2  # eagle: draft steps simulated per position
     ce_weight: float | None = None  # default: the layout's (layout.layout_settings)
     noise: float | None = None  # eagle: uniform noise on input features (default: the layout's)
+    input_norms: bool = False  # eagle3: EAGLE 3.1's RMSNorm per fused target state
     seed: int = 0
     val_prompts: int = 4  # held-out prompts for tau after each epoch (0 = none)
     device: str = "cpu"
@@ -54,6 +55,10 @@ class TrainRequest:
             raise SpecdecError(f"cannot train '{self.trains}'; train eagle or draft")
         if self.arch not in (None, *ARCHS):
             raise SpecdecError(f"--arch {self.arch}: use eagle1 or eagle3")
+        if self.input_norms and (self.arch != "eagle3" or self.init):
+            raise SpecdecError(
+                "--input-norms belongs to a fresh EAGLE-3 head; add --arch eagle3 (without --init)"
+            )
         if not self.data:
             raise SpecdecError(
                 "--data names no source; use sharegpt, self, self-long, magpie, FILE.jsonl or "
