@@ -181,6 +181,7 @@ def test_a_job_refuses_other_settings_in_its_folder_but_takes_a_new_budget(setup
     assert main(["data", "status", "--work", str(tmp_path / "none")]) == 2
 
 
+@pytest.mark.slow
 def test_start_detaches_refuses_a_second_job_and_stop_then_start_resumes(setup, tmp_path):
     work = tmp_path / "work"
     argv = [

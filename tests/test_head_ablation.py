@@ -7,12 +7,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from specdec_core.training.generation_job import run_job
 from tests.test_generation_job import _plan, setup  # noqa: F401 (the fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_the_ablation_trains_each_variant_and_tables_tau_per_file(setup, tmp_path):  # noqa: F811
     data = tmp_path / "data"
     run_job(data, _plan(setup, tokens=1500))
