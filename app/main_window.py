@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import history, qt_compat
+from app import history, qt_compat, screen
 from app.adapt_controller import AdaptController
 from app.chat import CONVERSATION
 from app.chat_controller import ChatController, is_chat
@@ -79,6 +79,7 @@ class MainWindow(QMainWindow):
         self.jobs = JobRunner(self)
         self.controller = RunController(self.engine, self.session, self.jobs, self)
         self.last_error: str | None = None
+        self._load_failure = ""  # the failed load's message, while the status bar may show it
         self.references = References()
         self._reference: RunRequest | None = None  # the ar run measuring a speedup
         self._measured: RunSummary | None = None  # the single run it is measured for
@@ -155,7 +156,6 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(self.splitter)
         self.status = StatusBar()
         self.setStatusBar(self.status)
-        self.resize(1600, 1000)
 
     def _connect(self, actions: Actions) -> None:
         c = self.controller
@@ -317,6 +317,9 @@ class MainWindow(QMainWindow):
         self.models.show_loaded(info)
         self.status.set_model(info.spec, info.device, info.dtype)
         self.setWindowTitle(f"specdec-playground — {info.spec}")
+        if self._load_failure and self.status.currentMessage() == self._load_failure:
+            self.status.clearMessage()  # an earlier load's failure is stale now
+        self._load_failure = ""
 
     def _on_task_failed(self, message: str, user: bool) -> None:
         kept = self.session.target
@@ -324,6 +327,7 @@ class MainWindow(QMainWindow):
             message = f"{message} ({kept.spec} is still loaded)"
         self.models.show_failed(message)
         self.show_error(message, user)
+        self._load_failure = message
 
     # -- runs ---------------------------------------------------------------------------------
     def ready(self) -> bool:
@@ -601,6 +605,8 @@ class MainWindow(QMainWindow):
             self.tabs.setCurrentWidget(self.chat_view)
         if values["geometry"]:
             self.restoreGeometry(QByteArray.fromHex(values["geometry"].encode()))
+        else:  # fresh settings: no larger than the screen
+            screen.place(self)
         if values["splitter"]:
             self.splitter.restoreState(QByteArray.fromHex(values["splitter"].encode()))
         notes = [note for note in (self.settings_note, history.check()) if note]

@@ -2,7 +2,8 @@
 
 Byte-level BPE splits one character over several tokens; decoding tokens one by one yields
 replacement characters. We decode a short window and emit only text that is complete (the
-prefix-offset scheme used by text-generation servers).
+prefix-offset scheme used by text-generation servers). Special tokens (end of turn, end of
+text) yield no text: the reply a user reads is the same as the run's decoded text.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ class IncrementalDetokenizer:
     def push(self, token_id: int) -> str:
         """Add one token; return the new text it completes ('' while a character is partial)."""
         self.ids.append(token_id)
-        before = self.tokenizer.decode(self.ids[self.prefix : self.read])
-        after = self.tokenizer.decode(self.ids[self.prefix :])
+        before = self.tokenizer.decode(self.ids[self.prefix : self.read], skip_special_tokens=True)
+        after = self.tokenizer.decode(self.ids[self.prefix :], skip_special_tokens=True)
         if after.endswith("\ufffd") or len(after) <= len(before):
             return ""
         self.prefix, self.read = self.read, len(self.ids)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from PySide6.QtCore import QRect
 
+from app import screen
 from app.main_window import MainWindow
 from tests.gui_fake import FakeEngine
 
@@ -14,6 +16,9 @@ from tests.gui_fake import FakeEngine
 def make_window_fixture(qtbot, tmp_path, monkeypatch):
     monkeypatch.setenv("SPECDEC_CONFIG_DIR", str(tmp_path / "config"))
     monkeypatch.setenv("SPECDEC_DATA_DIR", str(tmp_path / "data"))
+    # a 1920×1080 desktop (the offscreen platform's screen is 800×800); tests of other sizes
+    # set their own
+    monkeypatch.setattr(screen, "available", lambda widget: QRect(0, 0, 1920, 1080))
     windows: list[MainWindow] = []
 
     def make(engine: FakeEngine | None = None, settings_file=None, fresh=False) -> MainWindow:

@@ -10,9 +10,11 @@ import pytest
 from app.chat import CONVERSATION, Chat
 from app.engine import ChatMessage, RunRequest, SpecdecEngine
 from specdec_core.config import DecodeConfig
-from specdec_core.events import Finished
+from specdec_core.detokenize import IncrementalDetokenizer
+from specdec_core.events import Finished, Step, Token, TokenKind
+from tests import gui_fake
 from tests.gui_window import make_window_fixture, wait_idle  # noqa: F401  (fixture)
-from tests.tiny import tiny_loaded
+from tests.tiny import tiny_loaded, tiny_tokenizer
 
 TEMPLATE = (  # the tiny vocabulary has no role words: turns are told apart by position
     "{% for m in messages %}<s> {{ m['content'] }} </s> {% endfor %}"
@@ -137,3 +139,27 @@ def test_a_saved_chat_replays_turn_by_turn_in_bench(chat_target, tmp_path, monke
     assert all(r["identical_to_ar"] for r in rows)
     assert all(r["reused_tokens"] > 0 for r in rows if r["turn"] == 1)
     assert all(r["reused_tokens"] == 0 for r in rows if r["turn"] == 0)
+
+
+def test_a_reply_ending_in_the_end_of_turn_token_shows_without_it(make_window, qtbot, monkeypatch):
+    """Each token's text as the engine's detokenizer gives it: "w5 w6", then the tokenizer's
+    special end token (`</s>` here, `<|im_end|>` for SmolLM2)."""
+    tokenizer = tiny_tokenizer()
+    ids = tokenizer.convert_tokens_to_ids(["w5", "w6", "</s>"])
+    detoks: list[IncrementalDetokenizer] = []
+
+    def step(index: int, method: str) -> Step:
+        if index == 0:  # a new run: the reply, then its autoregressive reference
+            detoks.append(IncrementalDetokenizer(tokenizer, [tokenizer.bos_token_id]))
+        token = Token(ids[index], detoks[-1].push(ids[index]), TokenKind.TARGET, index, 0.5)
+        return Step(index, (token,), 0, 0, 0.001, 0.01)
+
+    monkeypatch.setattr(gui_fake, "fake_step", step)
+    window = make_window(gui_fake.FakeEngine(steps=len(ids)))
+    window.tabs.setCurrentWidget(window.chat_view)
+    window.prompt.set_text("hello")
+    window.generate()
+    wait_idle(qtbot, window)
+    reply = window.chat_view.turns[-1].reply
+    assert [t.id for t in reply.tokens] == ids  # the end token ran, and shows nothing
+    assert reply.toPlainText().strip() == "w5 w6"

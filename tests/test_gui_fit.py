@@ -1,5 +1,7 @@
 """The window fits the screens users have: at 1280×800, 1600×1000 and 1920×1080 nothing is
-clipped or squeezed below its minimum (geometry checks; screenshots in docs/ show the same)."""
+clipped or squeezed below its minimum, its minimum size never outgrows the screen whichever
+tabs were opened, and fresh settings open it inside the screen (geometry checks; screenshots
+in docs/ show the same)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,9 @@ import pytest
 from PySide6.QtCore import QPoint, QRect, Qt
 from PySide6.QtWidgets import QAbstractScrollArea, QWidget
 
+from app import screen
+from app.engine import SpecdecEngine
+from tests.gui_fake import FakeEngine
 from tests.gui_window import make_window_fixture  # noqa: F401  (fixture)
 
 SIZES = [(1280, 800), (1600, 1000), (1920, 1080)]
@@ -68,3 +73,25 @@ def test_comparing_every_method_scrolls_sideways_instead_of_widening_the_window(
     qtbot.wait(50)
     assert window.width() <= width and window.height() <= height
     assert _clipped(window) == []
+
+
+@pytest.mark.parametrize("width, height", SIZES)
+def test_fresh_settings_open_inside_the_screen_and_every_tab_keeps_the_minimum_on_it(
+    make_window, qtbot, monkeypatch, width, height
+):
+    room = QRect(0, 0, width, height)  # the screen's available geometry
+    monkeypatch.setattr(screen, "available", lambda widget: room)
+    engine = FakeEngine()
+    engine.registries = SpecdecEngine().registries  # every method, with its real label
+    window = make_window(engine, fresh=True)
+    for index in range(window.tabs.count()):
+        window.tabs.setCurrentIndex(index)
+        qtbot.wait(20)
+        tab = window.tabs.tabText(index)
+        hint = window.minimumSizeHint()
+        assert hint.width() <= width and hint.height() <= height, f"{tab}: {hint}"
+        assert window.minimumWidth() <= width and window.minimumHeight() <= height, tab
+        assert room.contains(window.frameGeometry()), f"{tab}: {window.frameGeometry()}"
+        status = window.statusBar()
+        shown = QRect(status.mapToGlobal(QPoint(0, 0)), status.size())
+        assert status.isVisible() and room.contains(shown), f"{tab}: status bar at {shown}"

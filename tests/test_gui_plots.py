@@ -6,6 +6,7 @@ import pytest
 
 from app.plot_data import Series, node_depths
 from app.widgets.plots_panel import REDRAW_MS, PlotsPanel
+from specdec_core.events import Step
 from tests.gui_fake import TREE, fake_step
 
 
@@ -44,6 +45,20 @@ def test_plots_receive_the_step_data(panel):
     bars = panel.positions.items["Classic draft"]
     assert list(bars.opts["height"]) == pytest.approx([0.8, 0.6, 0.4, 0.2])
     assert panel.tree.tree is None and panel.tree.note.isVisible()
+
+
+def test_the_token_plots_never_show_a_negative_y_axis(panel, qtbot):
+    """A first step with no token and no time (0 tokens, 0 tokens/s) would pad the axes
+    below zero."""
+    panel.show()
+    panel.begin_series("Classic draft", "#E69F00")
+    panel.add_step("Classic draft", Step(0, (), 0, 0, 0.0, 0.0))
+    for i in range(1, 5):
+        panel.add_step("Classic draft", fake_step(i, "classic"))
+    panel.redraw()
+    for plot in (panel.acceptance, panel.speed):  # the ranges follow the data once painted
+        qtbot.waitUntil(lambda p=plot: p.viewRange()[1][1] > 2, timeout=2000)
+        assert plot.viewRange()[1][0] >= 0, type(plot).__name__
 
 
 def test_one_curve_per_run_when_comparing(panel):

@@ -8,6 +8,7 @@ import sys
 
 from PySide6.QtCore import Qt
 
+from app.widgets.decoding_panel import MAX_NEW_TOKENS
 from specdec_core.errors import SpecdecError
 from specdec_core.events import TokenKind
 from tests.gui_fake import FakeEngine
@@ -181,6 +182,49 @@ def test_a_failed_model_load_keeps_the_loaded_model_and_the_window_usable(make_w
     assert window.ready() and window.target == loaded and window.models.load_button.isEnabled()
     window.generate()  # Generate still works on the model that stayed loaded
     qtbot.waitUntil(lambda: window.summary.text() != "", timeout=5000)
+
+
+def test_compare_names_the_methods_as_the_method_box_does(make_window):
+    window = make_window()
+    box = window.decoding.method
+    labels = {box.itemData(i): box.itemText(i) for i in range(box.count())}
+    assert {name: check.text() for name, check in window.compare.checks.items()} == labels
+    assert window.compare.checks["eagle2-lookup"].text() == "EAGLE-2 + lookup"
+
+
+def test_a_good_load_takes_the_failed_one_off_the_screen(make_window, qtbot):
+    engine = FakeEngine()
+    window = make_window(engine)
+    good = engine.load_target
+
+    def fail(spec, *args):
+        raise SpecdecError(f"model not found: {spec}")
+
+    engine.load_target = fail
+    window.load_target()
+    qtbot.waitUntil(lambda: window.last_error is not None, timeout=5000)
+    assert "model not found" in window.status.currentMessage()
+    window.error_box.close()
+    engine.load_target = good
+    window.load_target()
+    qtbot.waitUntil(lambda: not window.session.busy and len(engine.loads) == 2, timeout=5000)
+    assert window.models.message.text().startswith("target embedded")
+    assert "model not found" not in window.status.currentMessage()
+
+
+def test_a_max_new_tokens_above_the_maximum_is_capped_and_said_so(make_window, qtbot):
+    window = make_window()
+    spin, note = window.decoding.max_new_tokens, window.decoding.max_note
+    spin.lineEdit().selectAll()
+    qtbot.keyClicks(spin, "999999999")  # a plain spin box keeps 999 and drops the rest
+    window.generate()  # before Return: the number typed is what counts
+    wait_idle(qtbot, window)
+    assert window.engine.requests[0].config.max_new_tokens == MAX_NEW_TOKENS
+    assert spin.value() == MAX_NEW_TOKENS
+    assert window.decoding._form.isRowVisible(note)
+    assert note.text() == f"the most is {MAX_NEW_TOKENS} (999999999 typed)"
+    spin.setValue(100)
+    assert not window.decoding._form.isRowVisible(note)
 
 
 def test_the_window_module_does_not_import_torch():

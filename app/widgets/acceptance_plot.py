@@ -17,6 +17,7 @@ class AcceptancePlot(TimedPlot):
         self.setLabel("left", "tokens / step")
         self.showGrid(x=True, y=True, alpha=0.25)
         self.setMouseEnabled(x=False, y=False)
+        self.getViewBox().setLimits(yMin=0)  # no negative token counts below the data
         self.items: dict[str, tuple[pg.PlotDataItem, pg.PlotDataItem]] = {}
 
     def reset(self) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QHBoxLayout,
@@ -17,6 +17,7 @@ from app.engine import Registries
 from app.export import CompareResult
 from app.widgets.compare_columns import CompareColumns
 from app.widgets.compare_table import CompareTable
+from app.widgets.flow_layout import FlowLayout
 from app.widgets.legend import Legend
 
 
@@ -29,15 +30,14 @@ class ComparePanel(QWidget):
         self.checks: dict[str, QCheckBox] = {}
         self._wanted: list[str] = []
         self.results: list[CompareResult] = []
-        self._checks_row = QHBoxLayout()
-        self._checks_row.addWidget(QLabel("Methods:"))
+        self._checks_row = FlowLayout()  # wraps: every method's label fits a 1280-pixel screen
         self.run_button = QPushButton("Run comparison")
         self.run_button.setToolTip("Run the checked methods on the prompt (Ctrl+Shift+Return)")
         self.run_button.clicked.connect(self.run_requested)
         top = QHBoxLayout()
-        top.addLayout(self._checks_row)
-        top.addStretch(1)
-        top.addWidget(self.run_button)
+        top.addWidget(QLabel("Methods:"), 0, Qt.AlignmentFlag.AlignTop)
+        top.addLayout(self._checks_row, 1)
+        top.addWidget(self.run_button, 0, Qt.AlignmentFlag.AlignTop)
         second = QHBoxLayout()
         second.addWidget(Legend(), 1)
         self.export_button = QPushButton("Export")
@@ -65,8 +65,8 @@ class ComparePanel(QWidget):
             check.deleteLater()
         self.checks.clear()
         for info in registries.methods:
-            check = QCheckBox(info.name)
-            check.setToolTip(info.label)
+            check = QCheckBox(info.label)  # as the Method box names it
+            check.setToolTip(f"{info.name} on the command line")
             if info.name == "ar":
                 check.setChecked(True)
                 check.setEnabled(False)

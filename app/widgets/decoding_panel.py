@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QValidator
 from PySide6.QtWidgets import (
     QComboBox,
     QDoubleSpinBox,
@@ -25,6 +26,7 @@ from superqt import QLabeledDoubleSlider, QLabeledSlider
 from app.engine import Registries
 from specdec_core.config import DecodeConfig
 
+MAX_NEW_TOKENS = 4096
 LOSSY_STYLE = (
     "QLabel { color: white; background: #c1121f; font-weight: bold; padding: 1px 6px;"
     " border-radius: 3px; }"
@@ -37,6 +39,24 @@ def _spin(minimum: int, maximum: int, auto: bool = False) -> QSpinBox:
     if auto:
         spin.setSpecialValueText("auto")
     return spin
+
+
+class CappedSpin(QSpinBox):
+    """A spin box that takes a number above its maximum as typed, then sets the maximum and
+    says so (`capped`, with what was typed), where a plain one would drop the extra digits."""
+
+    capped = Signal(str)
+
+    def validate(self, text: str, pos: int) -> object:
+        if text.strip().isdigit() and int(text) > self.maximum():
+            return QValidator.State.Intermediate, text, pos
+        return super().validate(text, pos)
+
+    def fixup(self, text: str) -> str:
+        if text.strip().isdigit() and int(text) > self.maximum():
+            self.capped.emit(text.strip())
+            return str(self.maximum())
+        return super().fixup(text)
 
 
 class DecodingPanel(QGroupBox):
@@ -72,8 +92,13 @@ class DecodingPanel(QGroupBox):
         self.top_p.setRange(0.05, 1.0)
         self.top_p.setSingleStep(0.05)
         self.top_p.setValue(1.0)
-        self.max_new_tokens = _spin(1, 4096)
+        self.max_new_tokens = CappedSpin()
+        self.max_new_tokens.setRange(1, MAX_NEW_TOKENS)
         self.max_new_tokens.setValue(64)
+        self.max_note = QLabel("")  # one line when a typed number was above the maximum
+        self.max_note.setWordWrap(True)
+        self.max_new_tokens.capped.connect(self._show_capped)
+        self.max_new_tokens.valueChanged.connect(self._hide_capped)
         self.seed = _spin(0, 2**31 - 1)
         self.tree_depth = _spin(0, 16, auto=True)
         self.tree_topk = _spin(0, 32, auto=True)
@@ -94,6 +119,7 @@ class DecodingPanel(QGroupBox):
         self._form.addRow("Temperature", self.temperature)
         self._form.addRow("Top-p", numbers)
         self._form.addRow("Max new tokens", self.max_new_tokens)
+        self._form.addRow("", self.max_note)
         self._form.addRow("Tree depth", self.tree_depth)
         self._form.addRow("Tree top-k", self.tree_topk)
         self._form.addRow("Tree size", self.tree_tokens)
@@ -113,6 +139,7 @@ class DecodingPanel(QGroupBox):
             widget.setToolTip(tip)
         self._show_tree(False)
         self._form.setRowVisible(self.params_box, False)
+        self._form.setRowVisible(self.max_note, False)
 
     # -- registries -------------------------------------------------------------------------
     def set_registries(self, registries: Registries) -> None:
@@ -154,6 +181,7 @@ class DecodingPanel(QGroupBox):
 
     # -- values -----------------------------------------------------------------------------
     def config(self) -> DecodeConfig:
+        self.max_new_tokens.interpretText()  # a number still being typed counts (or is capped)
         return DecodeConfig(
             max_new_tokens=self.max_new_tokens.value(),
             k=self.k.value(),
@@ -196,6 +224,14 @@ class DecodingPanel(QGroupBox):
             self._select(self.policy, values["policy"])
 
     # -- internals --------------------------------------------------------------------------
+    def _show_capped(self, typed: str) -> None:
+        self.max_note.setText(f"the most is {MAX_NEW_TOKENS} ({typed} typed)")
+        self._form.setRowVisible(self.max_note, True)
+
+    def _hide_capped(self, value: int) -> None:
+        if value < MAX_NEW_TOKENS:
+            self._form.setRowVisible(self.max_note, False)
+
     @staticmethod
     def _select(combo: QComboBox, name: str) -> None:
         index = combo.findData(name)

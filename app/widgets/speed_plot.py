@@ -18,6 +18,7 @@ class SpeedPlot(TimedPlot):
         self.setLabel("left", "tokens / s")
         self.showGrid(x=True, y=True, alpha=0.25)
         self.setMouseEnabled(x=False, y=False)
+        self.getViewBox().setLimits(yMin=0)  # no negative speeds below the data
         self.items: dict[str, pg.PlotDataItem] = {}
 
     def reset(self) -> None:
