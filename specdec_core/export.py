@@ -13,6 +13,8 @@ Mapping (playground -> vLLM `speculative_config` key | SGLang flag):
 - eagle2 (tree)    -> method "eagle"/"eagle3", a chain      | --speculative-algorithm EAGLE (EAGLE3)
 - ngram            -> method "ngram"                        | --speculative-algorithm NGRAM
 - --draft / --head -> model                                 | --speculative-draft-model-path
+- an EAGLE-1 head's token map (`--head-out`, specdec_core/head_export.py)
+                   -> (none: vLLM cannot carry it)          | --speculative-token-map FILE
 - k (chain)        -> num_speculative_tokens = k            | --speculative-num-steps k,
                       --speculative-eagle-topk 1, --speculative-num-draft-tokens k+1
 - tree depth / top-k / tokens -> num_speculative_tokens = depth
@@ -46,6 +48,7 @@ from pathlib import Path
 from safetensors import safe_open
 
 from specdec_core.config import DecodeConfig
+from specdec_core.eagle.layouts import TOKEN_MAP
 from specdec_core.errors import SpecdecError
 from specdec_core.methods import is_tree
 from specdec_core.resources import resource_path
@@ -87,14 +90,26 @@ def export(
     needs, vllm_method, sglang_algorithm = METHOD_MAP[method]
     notes: list[str] = []
     path = _resolve(needs, model or "embedded", notes) if needs else None
+    token_map = _token_map(path) if needs == "head" else None
     if needs == "head" and head_format(path) == "eagle3":
         vllm_method, sglang_algorithm = "eagle3", "EAGLE3"
+        token_map = None  # SGLang ignores a token map for EAGLE-3 (the head has d2t)
     elif needs == "head" and _has_draft_vocab(path):
         notes.append(
-            "this EAGLE-1 layout head drafts over a reduced vocabulary (d2t / t2d, EAGLE-3 "
-            "convention); the engines' EAGLE-1/2 path drafts with the target's full lm_head, "
-            "so check that your engine version accepts the extra tensors (SGLang's own "
-            "reduced-vocabulary option for EAGLE-2 is FR-Spec, --speculative-token-map)"
+            "this EAGLE-1 layout head drafts over a reduced vocabulary (d2t / t2d), which "
+            "SGLang's EAGLE-1 loader ignores (it would draft over the full vocabulary): "
+            "--head-out DIR writes the head with the token map SGLang takes instead"
+            if engine == "sglang"
+            else "this EAGLE-1 layout head drafts over a reduced vocabulary (d2t / t2d), which "
+            "vLLM's EAGLE-1 loader cannot carry (d2t / t2d in the file fail its load): serve it "
+            "with --engine sglang --head-out DIR, or train an EAGLE-3 head, which vLLM loads "
+            "(specdec train eagle --arch eagle3)"
+        )
+    elif token_map is not None and engine == "vllm":
+        notes.append(
+            f"this EAGLE-1 head's reduced vocabulary is SGLang's token map {token_map}, which "
+            "vLLM does not read (it drafts over the full vocabulary): write the head for vLLM "
+            "with --head-out DIR"
         )
     steps, topk, tokens = _shape(method, config, notes)
     target_id = _target(target, notes)
@@ -121,6 +136,8 @@ def export(
     flags = ["--speculative-algorithm", sglang_algorithm]
     if path is not None:
         flags += ["--speculative-draft-model-path", path]
+    if token_map is not None:  # the head's reduced vocabulary (specdec_core/head_export.py)
+        flags += ["--speculative-token-map", token_map]
     if method == "ngram":
         flags += [
             "--speculative-num-draft-tokens", str(steps + 1),
@@ -233,6 +250,13 @@ def _has_draft_vocab(path: str | None) -> bool:
     return "d2t" in _weight_keys(path)
 
 
+def _token_map(path: str | None) -> str | None:
+    """SGLang's token-map file in a local head directory (an EAGLE-1 head exported for it)."""
+    if path is None or not Path(path, TOKEN_MAP).is_file():
+        return None
+    return str(Path(path, TOKEN_MAP))
+
+
 def _resolve(needs: str, spec: str, notes: list[str]) -> str:
     if spec == "smollm2":  # the embedded target itself, e.g. as its own draft
         return EMBEDDED_HUB_ID
@@ -244,12 +268,11 @@ def _resolve(needs: str, spec: str, notes: list[str]) -> str:
         raise SpecdecError(
             f"this install has no bundled {needs}; pass --{needs} with a directory or hub id"
         )
-    what = "EAGLE head" if needs == "head" else "draft model"
     notes.append(
-        f"the bundled {what} is the local directory {bundled}; it is in EAGLE's official "
-        "format (config.json + weights), which vLLM and SGLang load: copy it to the server"
+        f"the bundled EAGLE head is the local directory {bundled}; --head-out DIR writes it as "
+        "the engine loads it as it stands (copy DIR to the server)"
         if needs == "head"
-        else f"the bundled {what} is the local directory {bundled} (a LlamaForCausalLM): "
+        else f"the bundled draft model is the local directory {bundled} (a LlamaForCausalLM): "
         "copy it to the server"
     )
     return str(bundled)

@@ -22,6 +22,7 @@ VLLM_METHODS = {"ngram", "draft_model", "eagle", "eagle3"}
 SGLANG_FLAGS = {
     "--speculative-algorithm",
     "--speculative-draft-model-path",
+    "--speculative-token-map",
     "--speculative-num-steps",
     "--speculative-eagle-topk",
     "--speculative-num-draft-tokens",
@@ -180,3 +181,16 @@ def test_export_from_a_tree_sweep_uses_the_tree_each_point_actually_used(tmp_pat
     flags = shlex.split(export("sglang", best.method, best.config, model=best.model).payload)
     assert flags[flags.index("--speculative-num-draft-tokens") + 1] == "12"
     assert best.model == "org/head"
+
+
+def test_a_head_exported_with_sglangs_token_map_is_served_with_it(tmp_path):
+    import torch
+
+    from specdec_core.eagle.layouts import TOKEN_MAP
+
+    head = head_dir(tmp_path, "LlamaForCausalLMEagle")
+    torch.save([0, 5, 9], f"{head}/{TOKEN_MAP}")
+    flags = sglang("eagle", DecodeConfig(k=3), head)
+    assert flags["--speculative-token-map"] == f"{head}/{TOKEN_MAP}"
+    result = export("vllm", "eagle", DecodeConfig(k=3), model=head)
+    assert any("vLLM does not read" in note and "--head-out" in note for note in result.notes)

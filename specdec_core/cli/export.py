@@ -1,5 +1,7 @@
 """`specdec export`: the vLLM `--speculative-config` JSON or the SGLang flags for a setting;
-with `--serve`, the whole server command line (`specdec_core.serve`)."""
+with `--serve`, the whole server command line (`specdec_core.serve`); with `--head-out DIR`,
+the EAGLE head written as the engine loads it (`specdec_core.head_export`), which the command
+then names."""
 
 from __future__ import annotations
 
@@ -7,9 +9,13 @@ import argparse
 import json
 import sys
 from dataclasses import asdict
+from typing import TYPE_CHECKING
 
 from specdec_core.cli.options import AUTO, add_decode_options, add_model_options, decode_config
 from specdec_core.errors import SpecdecError
+
+if TYPE_CHECKING:
+    from specdec_core.head_export import HeadExport
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -36,6 +42,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="print the whole server command (vllm serve … / python -m sglang.launch_server …) "
         "with the model, the speculative settings and --dtype",
+    )
+    parser.add_argument(
+        "--head-out",
+        default=None,
+        metavar="DIR",
+        help="eagle / eagle2: write the head into DIR as the engine loads it as it stands (for "
+        "SGLang with the --speculative-token-map file of a reduced vocabulary) and point the "
+        "printed command at DIR; a head vLLM cannot carry is refused, saying why",
     )
     parser.add_argument(
         "--tensor-parallel-size",
@@ -66,22 +80,27 @@ def run(args: argparse.Namespace) -> int:
         config = decode_config(args)
         model = args.head if METHOD_MAP[args.method][0] == "head" else args.draft
         setting, note = (args.method, config, args.target, model), None
+    head = _export_head(args, setting) if args.head_out else None
+    if head is not None:
+        setting = (*setting[:3], str(head.directory))
     if args.serve:
-        return _serve(args, setting, note)
+        return _serve(args, setting, note, head)
     result = export(args.engine, *setting)
     if note:
         result.notes.insert(0, note)
     if args.json:
-        print(json.dumps(asdict(result)))
+        print(json.dumps(_with_head(asdict(result), head)))
         return 0
     print(result.payload)
-    for line in result.notes:
+    for line in _head_lines(head) + result.notes:
         print(f"# {line}", file=sys.stderr)
     print(f"# example: {result.command}", file=sys.stderr)
     return 0
 
 
-def _serve(args: argparse.Namespace, setting: tuple, note: str | None) -> int:
+def _serve(
+    args: argparse.Namespace, setting: tuple, note: str | None, head: HeadExport | None
+) -> int:
     from specdec_core.serve import serve_command
 
     command = serve_command(
@@ -90,9 +109,33 @@ def _serve(args: argparse.Namespace, setting: tuple, note: str | None) -> int:
     if note:
         command.notes.insert(0, note)
     if args.json:
-        print(json.dumps(command.to_record()))
+        print(json.dumps(_with_head(command.to_record(), head)))
         return 0
     print(command.command)
-    for line in command.notes:
+    for line in _head_lines(head) + command.notes:
         print(f"# {line}", file=sys.stderr)
     return 0
+
+
+def _export_head(args: argparse.Namespace, setting: tuple) -> HeadExport:
+    from specdec_core.export import METHOD_MAP
+    from specdec_core.head_export import export_head
+
+    method, model = setting[0], setting[3]
+    if METHOD_MAP[method][0] != "head":
+        raise SpecdecError(
+            f"--head-out writes an EAGLE head, and method '{method}' has none; use it with "
+            "--method eagle or eagle2"
+        )
+    return export_head(args.engine, model or "embedded", args.head_out)
+
+
+def _with_head(record: dict, head: HeadExport | None) -> dict:
+    """The JSON record, with the written head under "head" when --head-out wrote one."""
+    return {**record, "head": head.to_record()} if head is not None else record
+
+
+def _head_lines(head: HeadExport | None) -> list[str]:
+    if head is None:
+        return []
+    return [f"wrote {', '.join(head.files)} to {head.directory}", *head.notes]

@@ -26,11 +26,16 @@ tests/test_eagle_published_arithmetic.py checks each one's arithmetic):
 A config that declares a layout (an architecture or model type naming EAGLE-3 or EAGLE) must
 agree with the keys, and every stored weight must be one the head reads: a weight left unread
 would make the head draft wrongly without a sign, so the head is refused with its name.
+
+An EAGLE-1/2 head exported for SGLang (`specdec export --head-out`) keeps its reduced draft
+vocabulary in SGLang's token-map file beside the weights (`layouts.TOKEN_MAP`), read here as
+d2t / t2d.
 """
 
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 
 import torch
@@ -41,7 +46,7 @@ from specdec_core import hub
 from specdec_core.checkpoint import check_weights
 from specdec_core.control import Progress, StopFlag
 from specdec_core.eagle.head import OFFICIAL, Eagle3Variant, EagleHead
-from specdec_core.eagle.layouts import declared_kind, flat_config, layout_of
+from specdec_core.eagle.layouts import TOKEN_MAP, declared_kind, flat_config, layout_of
 from specdec_core.errors import SpecdecError
 from specdec_core.models import LoadedModel, fast_cpu_paths
 from specdec_core.prepacked_linear import fast_bf16
@@ -224,11 +229,8 @@ def load_head(
     """Load a head from a local directory or hub id, bound to `target` on its device, in
     `dtype` (default `head_dtype(target)`; training asks for float32)."""
     directory = _resolve(spec, progress, stop)
-    config_path = directory / "config.json"
-    if not config_path.is_file():
-        raise SpecdecError(f"{spec} has no config.json; is it an EAGLE head directory?")
-    config = LlamaConfig(**flat_config(json.loads(config_path.read_text())))
-    state = _read_state(directory, spec)
+    config = _read_config(directory, spec)
+    state = _with_token_map(directory, _read_state(directory, spec), config)
     model = target.model
     head = head_from_state(
         config, state, model.config.hidden_size, model.get_output_embeddings().weight.shape[0]
@@ -236,6 +238,22 @@ def load_head(
     head.to(device=target.device, dtype=dtype or head_dtype(target)).eval()
     fast_cpu_paths(head)
     return head.bind(model.get_input_embeddings(), model.get_output_embeddings())
+
+
+def read_head(
+    spec: str, progress: Progress | None = None, stop: StopFlag | None = None
+) -> EagleHead:
+    """A head as it is stored (its weights' float dtype, on the CPU), checked as `load_head`
+    checks it but bound to no target: for writing it out again (specdec_core/head_export.py)."""
+    directory = _resolve(spec, progress, stop)
+    config = _read_config(directory, spec)
+    state = _with_token_map(directory, _read_state(directory, spec), config)
+    t2d = next((v for k, v in state.items() if k.removeprefix("model.") == "t2d"), None)
+    stated = config.to_dict().get("target_vocab_size") or config.vocab_size
+    vocab = len(t2d) if t2d is not None else int(stated)
+    stored = next((v.dtype for v in state.values() if v.is_floating_point()), torch.float32)
+    head = head_from_state(config, state, config.hidden_size, vocab)
+    return head.to(dtype=stored).eval()
 
 
 def head_dtype(target: LoadedModel) -> torch.dtype:
@@ -267,18 +285,8 @@ def save_head(
         config["draft_vocab_size"] = head.draft_vocab
     if head.kind == "eagle3":
         config["architectures"] = ["LlamaForCausalLMEagle3"]
-        variant = head.variant  # written out whole: an absent flag means "off" to every reader
-        config.update(
-            fc_norm=variant.fc_norm,
-            norm_output=variant.norm_output,
-            norm_before_fc=variant.norm_before_fc,
-            norm_before_residual=variant.norm_before_residual,
-        )
         config.pop("eagle_aux_hidden_state_layer_ids", None)
-        if variant.aux_layers:
-            config["eagle_aux_hidden_state_layer_ids"] = list(variant.aux_layers)
-        if variant.window:
-            config.update(layer_types=["sliding_attention"], sliding_window=variant.window)
+        config.update(variant_config(head.variant))
     config.pop("_attn_implementation_autoset", None)
     (directory / "config.json").write_text(json.dumps(config, indent=2, default=str))
     state = {
@@ -289,6 +297,63 @@ def save_head(
     if card is not None:
         (directory / CARD).write_text(json.dumps(card, indent=2))
     return directory
+
+
+def variant_config(variant: Eagle3Variant) -> dict:
+    """An EAGLE-3 head's config.json flags for `variant`, written out whole: an absent flag
+    means "off" to every reader."""
+    config = {
+        "fc_norm": variant.fc_norm,
+        "norm_output": variant.norm_output,
+        "norm_before_fc": variant.norm_before_fc,
+        "norm_before_residual": variant.norm_before_residual,
+    }
+    if variant.aux_layers:
+        config["eagle_aux_hidden_state_layer_ids"] = list(variant.aux_layers)
+    if variant.window:
+        config.update(layer_types=["sliding_attention"], sliding_window=variant.window)
+    return config
+
+
+def _read_config(directory: Path, spec: str) -> LlamaConfig:
+    path = directory / "config.json"
+    if not path.is_file():
+        raise SpecdecError(f"{spec} has no config.json; is it an EAGLE head directory?")
+    return LlamaConfig(**flat_config(json.loads(path.read_text())))
+
+
+def _with_token_map(
+    directory: Path, state: dict[str, torch.Tensor], config: LlamaConfig
+) -> dict[str, torch.Tensor]:
+    """An EAGLE-1/2 head's state with the draft vocabulary of SGLang's token map beside it
+    (`TOKEN_MAP`) as d2t / t2d; the state itself when there is none. SGLang drafts over the
+    map and ignores a d2t in the weights, so the two must name the same ids."""
+    path = directory / TOKEN_MAP
+    names = {key.removeprefix("model."): key for key in state}
+    if not path.is_file() or layout_of(names) != "eagle1":
+        return state
+    vocab = int(config.to_dict().get("target_vocab_size") or config.vocab_size)
+    try:
+        ids = torch.as_tensor(torch.load(path, map_location="cpu", weights_only=True)).flatten()
+    except (OSError, RuntimeError, ValueError, TypeError, EOFError, pickle.UnpicklingError):
+        ids = torch.empty(0)
+    if ids.is_floating_point() or not len(ids):  # not a list of ids: refused below
+        ids = torch.full((1,), -1)
+    ids = ids.to(torch.long)
+    if ids.min() < 0 or ids.max() >= vocab or len(ids.unique()) != len(ids):
+        raise SpecdecError(
+            f"{path} is not a token map for this head: it must list distinct target ids below "
+            f"{vocab}; export the head again (specdec export --head-out) or remove the file"
+        )
+    d2t = ids - torch.arange(len(ids))
+    if "d2t" in names and not torch.equal(state[names["d2t"]].to(torch.long), d2t):
+        raise SpecdecError(
+            f"{path} and the head's d2t name different draft vocabularies, and SGLang drafts "
+            "over the token map: export the head again (specdec export --head-out)"
+        )
+    t2d = torch.zeros(vocab, dtype=torch.bool)
+    t2d[ids] = True
+    return {**state, "d2t": d2t, "t2d": t2d}
 
 
 def _read_state(directory: Path, spec: str) -> dict[str, torch.Tensor]:

@@ -10,6 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+# SGLang's draft vocabulary for an EAGLE-1/2 head (`--speculative-token-map FILE`): the target ids
+# the head drafts over, in draft order, as `torch.save(list_of_ids)`. SGLang's EAGLE-1 loader
+# reads no d2t / t2d from the weights, so a head exported for it carries its reduced vocabulary
+# in this file beside the weights (specdec_core/head_export.py), and loading reads it back.
+TOKEN_MAP = "hot_ids.pt"
+
 
 def layout_of(keys: Iterable[str]) -> str | None:
     """'eagle3', 'eagle1' or None (not an EAGLE head) from weight names. A causal LM's
