@@ -53,9 +53,12 @@ class CompareTable(QTableWidget):
         self.verticalHeader().setVisible(False)
         self.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        # every column as wide as its text (a method's name never wraps into a tall row); a
+        # narrow window scrolls the table sideways, and the last column takes what is left
+        self.setWordWrap(False)
         header = self.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        header.setStretchLastSection(True)
 
     def show_results(self, results: list[CompareResult]) -> None:
         rows = result_rows(results)
@@ -77,4 +80,7 @@ class CompareTable(QTableWidget):
     def fitted_height(self) -> int:
         """Height that shows the header and every row without a scroll bar (at least 3 rows)."""
         rows = self.verticalHeader().length() if self.rowCount() >= 3 else 3 * 30
-        return self.horizontalHeader().sizeHint().height() + rows + 2 * self.frameWidth() + 4
+        scroll = self.horizontalScrollBar().sizeHint().height()  # room for it when it shows
+        return (
+            self.horizontalHeader().sizeHint().height() + rows + scroll + 2 * self.frameWidth() + 4
+        )
