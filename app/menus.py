@@ -109,8 +109,7 @@ def versions() -> dict[str, str]:
     return found
 
 
-README = Path(__file__).resolve().parents[1] / "README.md"  # in a checkout
-README_SECTION = "#the-playground-window"
+GUIDE = Path(__file__).resolve().parents[1] / "docs" / "window.md"  # in a checkout
 
 HELP_TEXT = """<p><b>Tokens</b> are coloured by who produced them:
 <span style="background:#9be3b0">&nbsp;green&nbsp;</span> a drafted token the target accepted,
@@ -124,16 +123,17 @@ is 1, a step that accepts all k drafts gives k + 1. Speedup is measured: tokens/
 autoregressive run of the same prompt and settings.</p>
 <p><b>Plots</b>: tokens per step with its running mean τ; tokens/s over engine time;
 acceptance rate by draft position; for EAGLE-2 the last draft tree, accepted path in green.</p>
-<p>More: the README, section “The playground window”.</p>"""
+<p>More: The playground window (docs/window.md).</p>"""
 
 
 def help_text() -> str:
-    """The help page, linking the README's section when the README is on this machine."""
-    if not README.is_file():
+    """The help page, linking the window's guide when it is on this machine (a checkout)."""
+    if not GUIDE.is_file():
         return HELP_TEXT
-    link = QUrl.fromLocalFile(str(README)).toString() + README_SECTION
+    link = QUrl.fromLocalFile(str(GUIDE)).toString()
     return HELP_TEXT.replace(
-        "section “The playground window”", f'<a href="{link}">section “The playground window”</a>'
+        "The playground window (docs/window.md)",
+        f'<a href="{link}">The playground window</a> (docs/window.md)',
     )
 
 
