@@ -41,6 +41,12 @@ the same prompt. `shared` (`--suffix-history shared`) keeps one history for all 
 agent-loop case where one method's output is the next one's input: a suffix entry then also
 drafts from the entries run before it on the same prompt, which flatters it. The mode is in
 the JSON `config` and in every suffix entry's record and table note.
+
+**Step profile** (`--profile`: step_profile.py). Every step's phases are timed anyway
+(`events.StepPhases`); the profile prints, after the table, each entry's ms per step by phase
+(draft, target forward, acceptance, cache keep, commit, loop) and the same in `ar` steps of
+this run, and adds them to each entry's JSON record (`profile`, `profile_ar_steps`,
+`draft_parts`, `step_cost_ar_steps`).
 """
 
 from __future__ import annotations
@@ -75,6 +81,7 @@ from specdec_core.prefix_cache import PrefixCache
 from specdec_core.prompts import encode_chat, encode_prompt
 from specdec_core.runner import run
 from specdec_core.speedup_bound import MeasuredSpeedup
+from specdec_core.step_profile import profiles
 
 Report = Callable[[str], None]  # a progress line
 SUFFIX_HISTORIES = ("own", "shared")  # one suffix history per entry, or one for all entries
@@ -92,12 +99,18 @@ class BenchResult:
     methods: dict[str, Aggregate] = field(default_factory=dict)
     rows: list[Row] = field(default_factory=list)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self, profile: bool = False) -> dict[str, Any]:
         """The bench JSON file: `config`, `methods` (entry -> aggregate; a suffix entry also
-        names its `suffix_history`), `per_prompt`."""
+        names its `suffix_history`; with `profile`, each entry's step by phase:
+        `StepProfile.to_record()`), `per_prompt`."""
+        found = profiles(self.methods) if profile else {}
+        methods = {}
+        for name, m in self.methods.items():
+            step = found.get(name)
+            methods[name] = {**self._record(name, m), **(step.to_record() if step else {})}
         return {
             "config": self.config,
-            "methods": {name: self._record(name, m) for name, m in self.methods.items()},
+            "methods": methods,
             "per_prompt": [row.to_record() for row in self.rows],
         }
 
@@ -337,10 +350,13 @@ def _cell(value: float | None, width: int, spec: str) -> str:
     return f"{value:>{width}{spec}}" if value is not None else f"{'-':>{width}}"
 
 
-def write_outputs(result: BenchResult, json_out: str | None, csv_out: str | None) -> None:
-    """Write atomically: an interrupt mid-write leaves an earlier file as it was."""
+def write_outputs(
+    result: BenchResult, json_out: str | None, csv_out: str | None, profile: bool = False
+) -> None:
+    """Write atomically: an interrupt mid-write leaves an earlier file as it was. With
+    `profile`, each entry's JSON record has its step profile (step_profile.py)."""
     if json_out:
-        write_atomic(Path(json_out), json.dumps(result.as_dict(), indent=2))
+        write_atomic(Path(json_out), json.dumps(result.as_dict(profile), indent=2))
     if csv_out:
         records = result.as_dict()["per_prompt"]
         buffer = io.StringIO(newline="")

@@ -10,12 +10,13 @@
 
 Contract: yields `Started`, one `Step` per target forward after the prefill, then `Finished`.
 The caller owns randomness (a `torch.Generator`) and cancellation (`stop`, anything with
-`is_set()`, checked between steps). Timings synchronise CUDA before reading the clock.
+`is_set()`, checked between steps). Timings synchronise CUDA before reading the clock
+(step_clock.py); each `Step` carries its `StepPhases` (draft, target forward, acceptance,
+cache keep, commit, loop), which add up to the step's wall time, and the summary their sums.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 import torch
@@ -27,11 +28,21 @@ from specdec_core.detokenize import IncrementalDetokenizer
 from specdec_core.drafters.adaptive import apply_schedule
 from specdec_core.drafters.base import Drafter, Proposal
 from specdec_core.errors import SpecdecError
-from specdec_core.events import DraftTree, Event, Finished, RunSummary, Started, Step, Token
+from specdec_core.events import (
+    DraftTree,
+    Event,
+    Finished,
+    RunSummary,
+    Started,
+    Step,
+    StepPhases,
+    Token,
+)
 from specdec_core.events import TokenKind as Kind
 from specdec_core.models import LoadedModel
 from specdec_core.prefix_cache import PrefixCache
 from specdec_core.sampling import probs
+from specdec_core.step_clock import Laps, now
 from specdec_core.target import Target, TargetOutput
 from specdec_core.verifiers import ChainVerifier, make_verifier
 from specdec_core.verifiers.lossy import policy_probs
@@ -75,12 +86,13 @@ def generate(
     info.update(drafter.describe(config))  # e.g. the tree size a drafter chose
     yield Started(len(prompt_ids), method, {**info, **(started_info or {})})
 
-    started = _now(target.device)
+    started = now(target.device)
     ids = list(prompt_ids)
     kept = _Kept(prefix, target.model, drafter.feature_layers)
     features = kept.prefill(runner, ids)
     drafter.begin(ids, features)
-    prefill_seconds = _now(target.device) - started
+    laps = Laps(target.device)  # from here on every clock read ends a phase (StepPhases)
+    prefill_seconds = laps.mark - started
     new: list[int] = []
     stats = _Stats()
     reason = "max_tokens"
@@ -93,38 +105,45 @@ def generate(
             if room <= 0:
                 reason = "max_tokens" if len(new) >= config.max_new_tokens else "context"
                 break
-            t0 = _now(target.device)
+            laps.lap("loop")
             proposal = drafter.propose(ids, config, generator)
-            t1 = _now(target.device)
+            laps.lap("draft")
             start = runner.length
             out = runner.forward([ids[-1], *proposal.tokens], proposal.parents)
+            laps.lap("target")
             p = probs(out.logits, config.temperature, config.top_p)  # [n+1, V]
             path, next_token = verify_proposal(
                 proposal, p, verifier, generator, _soft(verifier, out, config)
             )
+            laps.lap("accept")
             runner.keep(start, [0, *(node + 1 for node in path)])
-            t2 = _now(target.device)
+            laps.lap("keep")
             emitted = [proposal.tokens[node] for node in path] + [next_token]
             ids.extend(emitted)
             rows = select_rows(out, [0, *(node + 1 for node in path)])
             drafter.commit(ids, len(path), rows)
             kept.add(rows)
-            t3 = _now(target.device)
+            laps.lap("commit")
 
             tokens = _tokens(emitted, proposal, path, p, detok, stats.steps)
             done = next((i for i, t in enumerate(emitted) if t in eos), None)
             keep = min(len(tokens), room, done + 1 if done is not None else len(tokens))
             new.extend(emitted[:keep])
-            stats.add(proposal, len(path), t1 - t0 + (t3 - t2), t2 - t1)
+            tree = _tree(proposal, path)
+            rejected = _rejected(proposal, path, stats.steps, target.tokenizer)
+            laps.lap("loop")
+            phases = StepPhases(**laps.take(), draft_parts=dict(drafter.draft_parts()))
+            stats.add(proposal, len(path), phases)
             yield Step(
                 index=stats.steps - 1,
                 tokens=tuple(tokens[:keep]),
                 drafted=len(proposal.tokens),
                 accepted=len(path),
-                draft_seconds=t1 - t0 + (t3 - t2),
-                verify_seconds=t2 - t1,
-                tree=_tree(proposal, path),
-                rejected=_rejected(proposal, path, stats.steps - 1, target.tokenizer),
+                draft_seconds=phases.draft_seconds,
+                verify_seconds=phases.verify_seconds,
+                tree=tree,
+                rejected=rejected,
+                phases=phases,
             )
             if done is not None and done < keep:
                 reason = "eos"
@@ -137,7 +156,8 @@ def generate(
         raise
     kept.save(ids, runner.cache, len(prompt_ids) + len(new))
 
-    wall = _now(target.device) - started
+    wall = laps.lap("loop") - started  # the tail after the last step is the loop's too
+    phases = stats.phases + StepPhases(**laps.take())
     summary = RunSummary(
         method=method,
         policy=verifier.name,
@@ -148,14 +168,15 @@ def generate(
         text=target.tokenizer.decode(new, skip_special_tokens=True),
         steps=stats.steps,
         wall_seconds=wall,
-        draft_seconds=stats.draft_seconds,
-        verify_seconds=stats.verify_seconds,
+        draft_seconds=phases.draft_seconds,
+        verify_seconds=phases.verify_seconds,
         prefill_seconds=prefill_seconds,
         stop_reason=reason,
         reused_tokens=kept.reused,
         accepted_per_position=tuple(stats.accepted),
         drafted_per_position=tuple(stats.drafted),
         config=info,
+        phases=phases,
     )
     yield Finished(summary)
 
@@ -302,15 +323,13 @@ def select_rows(out: TargetOutput, rows: list[int]) -> TargetOutput:
 class _Stats:
     def __init__(self) -> None:
         self.steps = 0
-        self.draft_seconds = 0.0
-        self.verify_seconds = 0.0
+        self.phases = StepPhases()  # every step's, summed
         self.accepted: list[int] = []  # accepted[i]: steps that accepted more than i drafts
         self.drafted: list[int] = []  # drafted[i]: steps whose draft reached position i
 
-    def add(self, proposal: Proposal, accepted: int, draft_s: float, verify_s: float) -> None:
+    def add(self, proposal: Proposal, accepted: int, phases: StepPhases) -> None:
         self.steps += 1
-        self.draft_seconds += draft_s
-        self.verify_seconds += verify_s
+        self.phases = self.phases + phases
         depth = _depth(proposal)
         for counts, n in ((self.drafted, depth), (self.accepted, accepted)):
             counts.extend([0] * max(0, n - len(counts)))
@@ -325,9 +344,3 @@ def _depth(proposal: Proposal) -> int:
     for parent in proposal.parents:
         depth.append(depth[parent] + 1 if parent >= 0 else 1)
     return max(depth, default=0)
-
-
-def _now(device: torch.device) -> float:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, ClassVar
 
 
 class TokenKind(StrEnum):
@@ -55,6 +55,63 @@ class Started:
 
 
 @dataclass(frozen=True)
+class StepPhases:
+    """Where a step's time went, in seconds. Consecutive clock reads (CUDA synchronised)
+    delimit the phases, so a step's phases add up to its wall time: from the previous step's
+    yield (or the end of the prefill) to this step's yield.
+
+    A `Step`'s `draft_seconds` is `draft + commit`, its `verify_seconds` is
+    `target + accept + keep` (the properties of the same names).
+    """
+
+    NAMES: ClassVar[tuple[str, ...]] = ("draft", "target", "accept", "keep", "commit", "loop")
+
+    draft: float = 0.0  # drafter.propose: head forwards, tree building, lookup / suffix search
+    target: float = 0.0  # the target's forward over [pending, *proposal], tree mask included
+    accept: float = 0.0  # the target's probabilities and the verification of the proposal
+    keep: float = 0.0  # the target's KV cache cut to the accepted path
+    commit: float = 0.0  # drafter.commit (an EAGLE head's pass over the accepted features)
+    loop: float = 0.0  # the rest: token records, detokenising, the consumer between yields
+    # seconds inside `draft` by part, where a drafter splits it (EAGLE: head, tree, merge)
+    draft_parts: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def total(self) -> float:
+        return sum(self.seconds().values())
+
+    @property
+    def draft_seconds(self) -> float:
+        """What `Step.draft_seconds` reports: the drafter's propose and commit."""
+        return self.draft + self.commit
+
+    @property
+    def verify_seconds(self) -> float:
+        """What `Step.verify_seconds` reports: the target's forward, acceptance and keep."""
+        return self.target + self.accept + self.keep
+
+    def seconds(self) -> dict[str, float]:
+        """Phase name -> seconds, in `NAMES` order (without the draft's parts)."""
+        return {
+            "draft": self.draft,
+            "target": self.target,
+            "accept": self.accept,
+            "keep": self.keep,
+            "commit": self.commit,
+            "loop": self.loop,
+        }
+
+    def __add__(self, other: StepPhases) -> StepPhases:
+        parts = dict(self.draft_parts)
+        for name, seconds in other.draft_parts.items():
+            parts[name] = parts.get(name, 0.0) + seconds
+        mine, theirs = self.seconds(), other.seconds()
+        return StepPhases(**{n: mine[n] + theirs[n] for n in self.NAMES}, draft_parts=parts)
+
+    def to_record(self) -> dict[str, Any]:
+        return {**self.seconds(), "draft_parts": dict(self.draft_parts)}
+
+
+@dataclass(frozen=True)
 class Step:
     index: int
     tokens: tuple[Token, ...]  # emitted tokens, in order (accepted drafts, then correction/bonus)
@@ -64,6 +121,7 @@ class Step:
     verify_seconds: float
     tree: DraftTree | None = None
     rejected: tuple[Token, ...] = ()  # REJECTED_DRAFT tokens, display only
+    phases: StepPhases = field(default_factory=StepPhases)  # where the step's time went
 
 
 class Rates:
@@ -104,6 +162,9 @@ class RunSummary(Rates):
     drafted_per_position: tuple[int, ...] = ()  # drafted_per_position[i]: steps drafting > i tokens
     config: dict[str, Any] = field(default_factory=dict)
     reused_tokens: int = 0  # prompt positions taken from a conversation's cache (not prefilled)
+    # every step's phases summed; the loop's tail after the last step counts as `loop`, so
+    # prefill_seconds + phases.total == wall_seconds
+    phases: StepPhases = field(default_factory=StepPhases)
 
     def to_record(self) -> dict[str, Any]:
         """The JSON form (`specdec generate --json`, the GUI's history): every field, with
@@ -128,6 +189,7 @@ class RunSummary(Rates):
             "accepted_per_position": list(self.accepted_per_position),
             "drafted_per_position": list(self.drafted_per_position),
             "config": self.config,
+            "phases": self.phases.to_record(),
         }
 
 

@@ -11,7 +11,8 @@ each of them:
 - `compared(row, reference) -> Row`: the row with its fidelity to the `ar` output;
 - `explained(row, model, ids, reference) -> Row`: where a differing output parts from the
   reference, labelled float near-tie or bug (`first_difference`);
-- `aggregate(rows) -> Aggregate`: tokens/s, τ, per-step draft / verify time, fidelity.
+- `aggregate(rows) -> Aggregate`: tokens/s, τ, per-step draft / verify time, fidelity, and
+  the steps' phases summed (`StepPhases`, for `bench --profile`: step_profile.py).
 
 Speed is a ratio measured in the same process (`Aggregate.speedup_vs_ar`, filled in by the
 caller that also measured `ar`); `to_record()` gives the JSON form that bench and sweep files
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from specdec_core.baselines import HF_METHODS, run_hf
 from specdec_core.config import DecodeConfig
-from specdec_core.events import Rates
+from specdec_core.events import Rates, StepPhases
 from specdec_core.fidelity import mean_logprob, prefix_agreement, token_agreement
 from specdec_core.first_difference import BUG, NEAR_TIE, FirstDifference, first_difference
 from specdec_core.methods import get_method
@@ -63,11 +64,13 @@ class Row(Rates):
     reused_tokens: int = 0  # prompt positions taken from the conversation's cache
     first_difference: FirstDifference | None = None  # where it parts from the reference
     identical_to_fp32: bool | None = None  # with an fp32 reference (`bench --reference fp32`)
+    phases: StepPhases | None = None  # the steps' phases summed; None for HF baselines
 
     def to_record(self) -> dict[str, Any]:
-        """The JSON form of a bench file's `per_prompt` entry (no token ids)."""
+        """The JSON form of a bench file's `per_prompt` entry (no token ids, no phases: the
+        profile is the aggregate's, `step_profile.py`)."""
         record = asdict(self)
-        del record["token_ids"]
+        del record["token_ids"], record["phases"]
         record["first_difference"] = (
             self.first_difference.to_record() if self.first_difference else None
         )
@@ -99,6 +102,7 @@ class Aggregate:
     bugs: int = 0  # prompts whose output parts from ar's where no rounding explains it
     identical_to_fp32: float | None = None  # share identical to an fp32 ar reference
     speedup_vs_ar: float | None = None  # set by the caller that measured ar in the same run
+    phases: StepPhases | None = None  # every row's step phases summed; None if a row has none
 
     def against(self, ar_tokens_per_second: float) -> Aggregate:
         """This aggregate with its speedup over an `ar` measured in the same run."""
@@ -106,7 +110,10 @@ class Aggregate:
         return replace(self, speedup_vs_ar=speedup)
 
     def to_record(self) -> dict[str, Any]:
-        return asdict(self)
+        """Every field but the phases (`bench --profile` adds them: step_profile.py)."""
+        record = asdict(self)
+        del record["phases"]
+        return record
 
 
 @dataclass(frozen=True)
@@ -184,6 +191,7 @@ def run_one(
         tree_sizing=summary.config.get("tree_sizing"),
         prompt_index=prompt_index,
         reused_tokens=summary.reused_tokens,
+        phases=summary.phases,
     )
 
 
@@ -237,6 +245,7 @@ def aggregate(rows: list[Row]) -> Aggregate:
         near_ties=labels.count(NEAR_TIE),
         bugs=labels.count(BUG),
         identical_to_fp32=sum(fp32) / len(fp32) if fp32 else None,
+        phases=_summed([r.phases for r in rows]),
     )
 
 
@@ -245,6 +254,16 @@ def tree_label(config: dict[str, Any]) -> str | None:
     if "tree_sizing" not in config:  # set by tree drafters' describe()
         return None
     return f"{config['tree_tokens']}/{config['tree_depth']}/{config['tree_topk']}"
+
+
+def _summed(phases: list[StepPhases | None]) -> StepPhases | None:
+    """The rows' phases added up; None when any row has none (an HF baseline)."""
+    if not phases or None in phases:
+        return None
+    total = StepPhases()
+    for row in phases:
+        total = total + row
+    return total
 
 
 def _mean(values: list[float | None]) -> float | None:

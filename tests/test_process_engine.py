@@ -17,7 +17,7 @@ from app.process_engine import EngineProcessError, ProcessBackend, ProcessEngine
 from app.sweep_worker import backend_for
 from specdec_core.config import DecodeConfig
 from specdec_core.errors import SpecdecError
-from specdec_core.events import Finished, Started, Step
+from specdec_core.events import Finished, Started, Step, StepPhases
 from tests.process_engines import BOOM, SlowEngine
 from tests.tiny import VOCAB, tiny_model, tiny_tokenizer
 
@@ -55,11 +55,11 @@ def untimed(events: list) -> list:
     out = []
     for event in events:
         if isinstance(event, Step):
-            event = replace(event, draft_seconds=0.0, verify_seconds=0.0)
+            event = replace(event, draft_seconds=0.0, verify_seconds=0.0, phases=StepPhases())
         elif isinstance(event, Finished):
             times = dict.fromkeys(("wall", "draft", "verify", "prefill"), 0.0)
             fields = {f"{name}_seconds": value for name, value in times.items()}
-            event = Finished(replace(event.summary, **fields))
+            event = Finished(replace(event.summary, **fields, phases=StepPhases()))
         out.append(event)
     return out
 

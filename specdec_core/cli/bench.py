@@ -63,6 +63,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "a suffix entry also copies the output of the entries run before it on the same prompt "
         "(an agent loop); the table and JSON say which",
     )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="after the table, where each entry's step goes: ms per step in draft, target "
+        "forward, acceptance, cache keep, commit and the loop, the same in ar steps of this "
+        "run, the step's cost in ar steps and the draft's parts (EAGLE: head, tree, merge); "
+        "--json-out then adds profile, profile_ar_steps, draft_parts and step_cost_ar_steps",
+    )
     add_model_options(parser)
     add_decode_options(parser)
     add_adapt_options(parser)
@@ -82,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
     from specdec_core.methods import METHODS
     from specdec_core.models import load_model
     from specdec_core.prompts import read_conversations, read_prompt_file
+    from specdec_core.step_profile import format_profile
 
     config = decode_config(args)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -132,5 +141,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"[adapt] saved to {saved}", file=sys.stderr)
     print(file=sys.stderr)
     print(format_table(result))
-    write_outputs(result, args.json_out, args.csv_out)
+    if args.profile:
+        print()
+        print(format_profile(result.methods))
+    write_outputs(result, args.json_out, args.csv_out, args.profile)
     return 0

@@ -45,6 +45,9 @@ class AdaptiveK(Drafter):
     def describe(self, config: DecodeConfig) -> dict[str, Any]:
         return self.inner.describe(config)
 
+    def draft_parts(self) -> dict[str, float]:
+        return self.inner.draft_parts()
+
     def begin(self, ids: list[int], features: TargetOutput) -> None:
         self.k = self.k_start
         self.history = []

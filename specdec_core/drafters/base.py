@@ -3,8 +3,10 @@
 Two methods, as transformers' `CandidateGenerator`: `propose` and `commit`. A drafter keeps
 whatever state it needs (its own KV cache, features) and must roll it back on `commit`.
 Drafters subclass `Drafter` and so inherit the defaults of what they may declare:
-`feature_layers` (none) and `describe(config)` (nothing chosen), which reports settings the
-drafter chose itself (EAGLE-2's tree size) for the `Started` event's and the summary's config.
+`feature_layers` (none), `describe(config)` (nothing chosen), which reports settings the
+drafter chose itself (EAGLE-2's tree size) for the `Started` event's and the summary's config,
+and `draft_parts()` (no split), where its latest `propose`'s time went (EAGLE: head forwards,
+tree building, merge) for the step's `StepPhases`.
 """
 
 from __future__ import annotations
@@ -42,6 +44,11 @@ class Drafter(Protocol):
 
     def describe(self, config: DecodeConfig) -> dict[str, Any]:
         """Settings this drafter chose itself for `config` (e.g. a measured tree size)."""
+        return {}
+
+    def draft_parts(self) -> dict[str, float]:
+        """Seconds of the latest `propose` by part (e.g. head forwards, tree building), where
+        this drafter splits it; empty where it does not."""
         return {}
 
     def begin(self, ids: list[int], features: TargetOutput) -> None:

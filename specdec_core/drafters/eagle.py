@@ -21,6 +21,7 @@ from specdec_core.drafters.base import EMPTY, Drafter, Proposal
 from specdec_core.eagle.head import EagleHead, fused_layers
 from specdec_core.errors import SpecdecError
 from specdec_core.sampling import probs, sample
+from specdec_core.step_clock import Laps
 from specdec_core.target import TargetOutput
 
 
@@ -53,6 +54,7 @@ class EagleDrafter(Drafter):
         self.feature_layers = feature_layers(head, target_layers)
         self.cache = head.new_cache()
         self.last: tuple[torch.Tensor, torch.Tensor] | None = None  # ([1,1,h], [Vd]) prediction
+        self.parts: dict[str, float] = {}  # the latest propose's seconds by part
 
     def begin(self, ids: list[int], features: TargetOutput) -> None:
         self.cache = self.head.new_cache()
@@ -62,12 +64,31 @@ class EagleDrafter(Drafter):
     @torch.inference_mode()
     def propose(self, ids: list[int], config: DecodeConfig, generator: torch.Generator) -> Proposal:
         if self.last is None or config.k <= 0:
+            self.parts = {}
             return EMPTY
+        device = self.last[1].device
+        laps = Laps(device)
+        # the pair (f̂_{n-1}, d_1) sits at position n-1
+        tokens, rows = self._chain(len(ids) - 1, config, generator, laps)
+        proposal = Proposal(tokens=tokens, q=self._q(tokens, rows, device))
+        laps.lap("tokens")
+        self.parts = laps.take()
+        return proposal
+
+    def draft_parts(self) -> dict[str, float]:
+        """The latest propose's head passes and logits ("head") and the rest: choosing the
+        tokens and their q ("tokens")."""
+        return self.parts
+
+    def _chain(
+        self, position: int, config: DecodeConfig, generator: torch.Generator, laps: Laps
+    ) -> tuple[list[int], list[torch.Tensor]]:
+        """k draft tokens, the first from the pair at `position`, and the q rows they were
+        drawn from (none at temperature 0)."""
         hidden, logits = self.last
-        position = len(ids) - 1  # the pair (f̂_{n-1}, d_1) sits at position n-1
         tokens, rows = [], []
         for i in range(config.k):
-            if config.greedy:  # argmax in the draft vocabulary; q is one-hot (built once below)
+            if config.greedy:  # argmax in the draft vocabulary; q is one-hot (built in _q)
                 token = int(self.head.target_ids(logits.argmax(-1)))
             else:
                 q = probs(self.head.to_target(logits), config.temperature, config.top_p)  # [V]
@@ -75,13 +96,20 @@ class EagleDrafter(Drafter):
                 rows.append(q)
             tokens.append(token)
             if i + 1 < config.k:
+                laps.lap("tokens")
                 out = self._step(hidden, [token], position + i)
                 hidden, logits = out.hidden[:, -1:], out.logits[0, -1]
-        if config.greedy:  # one [k, V] allocation, not k rows and a stacked copy
-            q = torch.zeros(len(tokens), self.head.config.vocab_size, device=logits.device)
-            q[torch.arange(len(tokens)), tokens] = 1.0
-            return Proposal(tokens=tokens, q=q)
-        return Proposal(tokens=tokens, q=torch.stack(rows))
+                laps.lap("head")
+        return tokens, rows
+
+    def _q(self, tokens: list[int], rows: list[torch.Tensor], device: torch.device) -> torch.Tensor:
+        """[k, V] q of the drafted tokens: the sampled rows, or at temperature 0 one-hot rows
+        (one [k, V] allocation, not k rows and a stacked copy)."""
+        if rows:
+            return torch.stack(rows)
+        q = torch.zeros(len(tokens), self.head.config.vocab_size, device=device)
+        q[torch.arange(len(tokens)), tokens] = 1.0
+        return q
 
     def commit(self, ids: list[int], accepted: int, features: TargetOutput) -> None:
         start = len(ids) - accepted - 2  # position of the previous pending token

@@ -33,6 +33,7 @@ from specdec_core.drafters.eagle2_growth import Root, grow
 from specdec_core.drafters.eagle2_sampled import grow_sampled
 from specdec_core.drafters.eagle2_sizing import TreeSizer
 from specdec_core.eagle.head import EagleHead
+from specdec_core.step_clock import Laps
 from specdec_core.target import TargetOutput
 
 # (committed ids, config, the head's tree) -> the proposal to verify
@@ -50,6 +51,7 @@ class Eagle2Drafter(Drafter):
         self.sizer = TreeSizer(head, target_model)
         self.cache = head.new_cache()
         self.root: Root | None = None  # head (hidden [h], logits [Vd]) after the last pair
+        self.parts: dict[str, float] = {}  # the latest propose's seconds by part
 
     def describe(self, config: DecodeConfig) -> dict:
         return self.sizer.choice(config).describe()
@@ -60,23 +62,42 @@ class Eagle2Drafter(Drafter):
         self._feed(features, ids[1:])
 
     def propose(self, ids: list[int], config: DecodeConfig, generator: torch.Generator) -> Proposal:
-        tree = self._grow(config, generator)
-        proposal = tree if self.post is None else self.post(ids, config, tree)
+        laps = Laps(self.head.fc.weight.device)
+        tree = self._grow(config, generator, laps)
+        laps.lap("tree")
+        proposal = tree
+        if self.post is not None:
+            proposal = self.post(ids, config, tree)
+            laps.lap("merge")
         self.sizer.proposed(proposal.tokens, proposal.parents, len(tree.tokens))
+        laps.lap("tree")
+        self.parts = laps.take()
         return proposal
+
+    def draft_parts(self) -> dict[str, float]:
+        """The latest propose's head passes ("head"), tree growth around them ("tree") and
+        post-processing ("merge": lookup or suffix search and the merge)."""
+        return self.parts
 
     def commit(self, ids: list[int], accepted: int, features: TargetOutput) -> None:
         self._feed(features, ids[len(ids) - accepted - 1 :])
         self.sizer.observe(ids, accepted)
 
-    def _grow(self, config: DecodeConfig, generator: torch.Generator) -> Proposal:
+    def _grow(self, config: DecodeConfig, generator: torch.Generator, laps: Laps) -> Proposal:
         if self.root is None:  # a one-token prompt: no (feature, token) pair yet
             return EMPTY
         shape = self.sizer.choice(config).shape
         if config.greedy:
-            return grow(self.head, self.cache, self.root, shape)
+            return grow(self.head, self.cache, self.root, shape, laps)
         return grow_sampled(
-            self.head, self.cache, self.root, shape, config.temperature, config.top_p, generator
+            self.head,
+            self.cache,
+            self.root,
+            shape,
+            config.temperature,
+            config.top_p,
+            generator,
+            laps,
         )
 
     @torch.inference_mode()

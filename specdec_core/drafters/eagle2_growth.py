@@ -8,12 +8,14 @@
     tree     = the best `total_tokens − 1` of all candidates, sorted parents first (`rerank`)
 
 In: the head, its KV cache holding one row per committed (feature, token) pair, the root (the
-head's hidden state [h] and draft-vocabulary logits [Vd] after the last pair) and a
-`TreeShape`. Out: a deterministic tree `Proposal` (target-vocabulary tokens, parents, scores =
-cumulative log-probs; no q, no draws). Invariants: parents come before their children, no two
-siblings share a token, a child never scores above its parent, and the cache is left as it
-was found (the beam rows are truncated again). The functions own no state; the drafter that
-calls them (drafters/eagle2.py) does, and docs/architecture.md shows the whole decode loop.
+head's hidden state [h] and draft-vocabulary logits [Vd] after the last pair), a `TreeShape`
+and the drafter's `Laps` (the head's passes, logits included, are timed as "head", the rest
+between them as "tree"). Out: a deterministic tree `Proposal` (target-vocabulary tokens,
+parents, scores = cumulative log-probs; no q, no draws). Invariants: parents come before their
+children, no two siblings share a token, a child never scores above its parent, and the cache
+is left as it was found (the beam rows are truncated again). The functions own no state; the
+drafter that calls them (drafters/eagle2.py) does, and docs/architecture.md shows the whole
+decode loop.
 
 `beam_step` is the one head step over a beam that growth, sampled growth (drafters/
 eagle2_sampled.py) and the head timing for tree sizing (drafters/eagle2_sizing.py) all run.
@@ -27,6 +29,7 @@ from transformers import DynamicCache
 from specdec_core import attention_mask, kv_cache
 from specdec_core.drafters.base import Proposal
 from specdec_core.eagle.head import EagleHead, HeadOutput
+from specdec_core.step_clock import Laps
 from specdec_core.tree_sizing import TreeShape
 
 Root = tuple[torch.Tensor, torch.Tensor]  # the head's (hidden [h], logits [Vd]) after the prefix
@@ -48,17 +51,19 @@ def beam_step(
 
 
 @torch.inference_mode()
-def grow(head: EagleHead, cache: DynamicCache, root: Root, shape: TreeShape) -> Proposal:
+def grow(
+    head: EagleHead, cache: DynamicCache, root: Root, shape: TreeShape, laps: Laps
+) -> Proposal:
     """The EAGLE-2 tree of `shape` after `root`: top-k beam search, then the best nodes."""
     prefix = kv_cache.cache_length(cache)
     try:
-        tokens, parents, scores = _beam_search(head, cache, root, shape, prefix)
+        tokens, parents, scores = _beam_search(head, cache, root, shape, prefix, laps)
     finally:
         kv_cache.truncate(cache, prefix)
     return Proposal(tokens=tokens, parents=parents, scores=scores)
 
 
-def _beam_search(head, cache, root: Root, shape: TreeShape, prefix: int):
+def _beam_search(head, cache, root: Root, shape: TreeShape, prefix: int, laps: Laps):
     k = shape.topk
     hidden, logits = root  # [h], [Vd]
     device = logits.device
@@ -73,8 +78,11 @@ def _beam_search(head, cache, root: Root, shape: TreeShape, prefix: int):
     for level in range(1, shape.depth):
         beam_tokens = head.target_ids(torch.cat(draft_ids)[beam])
         seen = torch.cat([seen, torch.eye(k, dtype=torch.bool)], dim=1)  # [k, r + k]
+        laps.lap("tree")
         out = beam_step(head, cache, beam_in, beam_tokens, seen, prefix, level)
-        child = out.logits[0].float().log_softmax(-1).topk(k)  # [k, k]
+        logits = out.logits[0]  # [k, Vd]
+        laps.lap("head")
+        child = logits.float().log_softmax(-1).topk(k)  # [k, k]
         cumulative = (torch.cat(scores)[beam][:, None] + child.values).flatten()  # [k*k]
         offset = sum(len(s) for s in scores)
         draft_ids.append(child.indices.flatten())

@@ -8,7 +8,8 @@
 
 In: the head, its KV cache holding one row per committed (feature, token) pair, the root (the
 head's hidden state [h] and draft-vocabulary logits [Vd] after the last pair), a `TreeShape`,
-the sampling settings and the generator. Out: a sampled tree `Proposal`: tokens, parents,
+the sampling settings, the generator and the drafter's `Laps` (the head's passes and logits
+timed as "head", the rest as "tree"). Out: a sampled tree `Proposal`: tokens, parents,
 scores (cumulative log q), q [n, V] (row i: the distribution node i was drawn from, in the
 target vocabulary, after temperature and top-p) and draws (node indices in draw order).
 Invariants: every drawn child stays in the tree (no rerank: the verifier's rule needs all of
@@ -30,6 +31,7 @@ from specdec_core.drafters.base import Proposal
 from specdec_core.drafters.eagle2_growth import Root, beam_step
 from specdec_core.eagle.head import EagleHead
 from specdec_core.sampling import probs, sample_many
+from specdec_core.step_clock import Laps
 from specdec_core.tree_sizing import TreeShape
 
 
@@ -42,12 +44,13 @@ def grow_sampled(
     temperature: float,
     top_p: float,
     generator: torch.Generator,
+    laps: Laps,
 ) -> Proposal:
     """The sampled tree of `shape` after `root` (see the module docstring)."""
     prefix = kv_cache.cache_length(cache)
     try:
         return _SampledTree(head, shape.topk, temperature, top_p, generator).grow(
-            cache, root, shape.depth, prefix
+            cache, root, shape.depth, prefix, laps
         )
     finally:
         kv_cache.truncate(cache, prefix)
@@ -82,7 +85,7 @@ class _SampledTree:
             self.draws.append(new[token])
         return list(new.values())
 
-    def grow(self, cache, root: Root, depth: int, prefix: int) -> Proposal:
+    def grow(self, cache, root: Root, depth: int, prefix: int, laps: Laps) -> Proposal:
         hidden, logits = root  # [h], [Vd]
         level = self.expand(-1, logits, hidden)
         sees: dict[int, list[int]] = {-1: []}  # per expanded node: head rows its path uses
@@ -97,8 +100,10 @@ class _SampledTree:
             rows += len(beam)
             features = torch.stack([self.continues[node] for node in beam])  # [b, h]
             tokens = torch.tensor([self.tokens[node] for node in beam], device=device)
+            laps.lap("tree")
             out = beam_step(self.head, cache, features, tokens, seen, prefix, level_depth)
             child_logits = self.head.logits(out.hidden[0])  # [b, Vd]
+            laps.lap("head")
             level = []
             for j, node in enumerate(beam):
                 level += self.expand(node, child_logits[j], out.hidden[0, j])
