@@ -63,7 +63,7 @@ def setup(tmp_path_factory):
     return root
 
 
-def _plan(setup, tokens=1200, **changes) -> JobPlan:
+def tiny_plan(setup, tokens=1200, **changes) -> JobPlan:
     settings = {
         "target": str(setup / "target"),
         "dtype": "float32",
@@ -88,7 +88,7 @@ def _shards(work: Path) -> dict[str, list[dict]]:
 
 
 def test_a_job_killed_mid_batch_resumes_without_duplicate_or_lost_samples(setup, tmp_path):
-    plan = _plan(setup)
+    plan = tiny_plan(setup)
     target = load_model(plan.target, "cpu", "float32")
     whole = run_job(tmp_path / "whole", plan, target)
     assert whole["state"] == "finished"
@@ -120,7 +120,7 @@ def test_a_job_killed_mid_batch_resumes_without_duplicate_or_lost_samples(setup,
 
 
 def test_no_evaluation_or_held_out_prompt_enters_the_data(setup, tmp_path):
-    plan = _plan(setup, tokens=2500)
+    plan = tiny_plan(setup, tokens=2500)
     final = run_job(tmp_path / "work", plan)
     samples, mix = load_samples(tmp_path / "work")
     tok = tiny_tokenizer()
@@ -137,7 +137,7 @@ def test_no_evaluation_or_held_out_prompt_enters_the_data(setup, tmp_path):
 
 
 def test_second_turns_are_answered_with_the_first_answer_in_context(setup, tmp_path):
-    run_job(tmp_path / "work", _plan(setup, mix={"sharegpt-later": 1.0}, tokens=300))
+    run_job(tmp_path / "work", tiny_plan(setup, mix={"sharegpt-later": 1.0}, tokens=300))
     samples, mix = load_samples(tmp_path / "work")
     firsts = [s for s in samples if s.ids.count(2) == 1]  # prompt </s>, then the answer
     seconds = [s for s in samples if s.ids[: s.start].count(2) >= 2]
@@ -156,7 +156,7 @@ def test_second_turns_are_answered_with_the_first_answer_in_context(setup, tmp_p
 
 def test_status_reports_tokens_rate_and_eta_per_source_and_kind(setup, tmp_path, capsys):
     work = tmp_path / "work"
-    run_job(work, _plan(setup), stop=lambda: (work / "shards" / "code").is_dir())
+    run_job(work, tiny_plan(setup), stop=lambda: (work / "shards" / "code").is_dir())
     assert main(["data", "status", "--work", str(work)]) == 0
     out = capsys.readouterr().out
     assert "not running (stopped)" in out and "specdec data start" in out
@@ -172,12 +172,12 @@ def test_status_reports_tokens_rate_and_eta_per_source_and_kind(setup, tmp_path,
 
 def test_a_job_refuses_other_settings_in_its_folder_but_takes_a_new_budget(setup, tmp_path):
     work = tmp_path / "work"
-    job.prepare(work, _plan(setup))
-    job.prepare(work, _plan(setup, tokens=99_000))  # only the budget changed
+    job.prepare(work, tiny_plan(setup))
+    job.prepare(work, tiny_plan(setup, tokens=99_000))  # only the budget changed
     with pytest.raises(SpecdecError, match="other settings .*max_new_tokens"):
-        job.prepare(work, _plan(setup, max_new_tokens=64))
+        job.prepare(work, tiny_plan(setup, max_new_tokens=64))
     with pytest.raises(SpecdecError, match="unknown source.*poems"):
-        _plan(setup, mix={"poems": 1.0})
+        tiny_plan(setup, mix={"poems": 1.0})
     assert main(["data", "status", "--work", str(tmp_path / "none")]) == 2
 
 
@@ -218,14 +218,14 @@ def test_start_detaches_refuses_a_second_job_and_stop_then_start_resumes(setup, 
     # the stopped and resumed job made exactly the batches one uninterrupted run makes
     made = len(list((work / "shards").glob("*/*.json.gz")))
     reference = tmp_path / "reference"
-    plan = _plan(setup, tokens=50_000_000, exclude=())
+    plan = tiny_plan(setup, tokens=50_000_000, exclude=())
     run_job(reference, plan, stop=lambda: len(list(reference.glob("shards/*/*.gz"))) >= made)
     assert _shards(work) == _shards(reference)
 
 
 def test_training_on_a_job_records_its_mix_by_source_and_kind(setup, tmp_path):
     work = tmp_path / "work"
-    run_job(work, _plan(setup, tokens=1500))
+    run_job(work, tiny_plan(setup, tokens=1500))
     out = tmp_path / "head"
     argv = [
         *("train", "eagle", "--target", str(setup / "target"), "--data", str(work)),

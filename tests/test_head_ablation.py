@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from specdec_core.training.generation_job import run_job
-from tests.test_generation_job import _plan, setup  # noqa: F401 (the fixture)
+from tests.test_generation_job import tiny_plan, setup  # noqa: F401 (the fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.slow
 def test_the_ablation_trains_each_variant_and_tables_tau_per_file(setup, tmp_path):  # noqa: F811
     data = tmp_path / "data"
-    run_job(data, _plan(setup, tokens=1500))
+    run_job(data, tiny_plan(setup, tokens=1500))
     for name in ("alpha", "beta"):
         words = " ".join(f"w{i}" for i in range(4, 10))
         (tmp_path / f"{name}.jsonl").write_text(
@@ -54,7 +54,7 @@ def test_the_ablation_trains_each_variant_and_tables_tau_per_file(setup, tmp_pat
 
 def test_vocab_coverage_reports_the_share_of_answer_tokens_per_file(setup, tmp_path):  # noqa: F811
     data = tmp_path / "data"
-    run_job(data, _plan(setup, tokens=800))
+    run_job(data, tiny_plan(setup, tokens=800))
     (tmp_path / "alpha.jsonl").write_text(json.dumps({"prompt": "w4 w5 w6 w7 w8"}) + "\n")
     out = tmp_path / "coverage.json"
     argv = [
