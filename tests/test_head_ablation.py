@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from specdec_core.training.generation_job import run_job
-from tests.test_generation_job import tiny_plan, setup  # noqa: F401 (the fixture)
+from tests.test_generation_job import setup, tiny_plan  # noqa: F401 (the fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
 
