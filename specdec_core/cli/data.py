@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+from specdec_core.cli.options import add_exclude_prompts
 from specdec_core.errors import SpecdecError
 
 
@@ -92,13 +93,7 @@ def _plan_flags(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--max-new-tokens", type=int, default=256)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--exclude-prompts",
-        default=os.environ.get("SPECDEC_EVAL_PROMPTS", ""),
-        help="evaluation prompt files (JSONL; comma-separated paths or globs) that no request "
-        "may match or nearly match (default: $SPECDEC_EVAL_PROMPTS); the built-in held-out "
-        "prompts per kind are always excluded",
-    )
+    add_exclude_prompts(parser, "a request")
     parser.add_argument(
         "--conversations",
         default=None,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -79,6 +80,18 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
         "--trust-remote-code",
         action="store_true",
         help="allow a model that runs its own Python code (config.json auto_map); read it first",
+    )
+
+
+def add_exclude_prompts(parser: argparse.ArgumentParser, what: str) -> None:
+    """`--exclude-prompts`: evaluation prompt files that `what` must never match or nearly
+    match (default $SPECDEC_EVAL_PROMPTS)."""
+    parser.add_argument(
+        "--exclude-prompts",
+        default=os.environ.get("SPECDEC_EVAL_PROMPTS", ""),
+        help=f"evaluation prompt files (JSONL; comma-separated paths or globs) that {what} "
+        "must never match or nearly match, e.g. your benchmark sets (default: "
+        "$SPECDEC_EVAL_PROMPTS); the built-in held-out prompts per kind are always excluded",
     )
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from typing import TYPE_CHECKING
 
+from specdec_core.cli.options import add_exclude_prompts
 from specdec_core.errors import SpecdecError
 
 if TYPE_CHECKING:
@@ -28,13 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "QA), FILE.jsonl, or FILE.npz (answers saved by scripts/gpu_distill.py); "
         "comma-separated to combine, e.g. self,magpie",
     )
-    train.add_argument(
-        "--exclude-prompts",
-        default=os.environ.get("SPECDEC_EVAL_PROMPTS", ""),
-        help="magpie: prompt files (JSONL, comma-separated paths or globs) whose prompts a "
-        "generated prompt must never match or nearly match, e.g. your benchmark sets "
-        "(default: $SPECDEC_EVAL_PROMPTS)",
-    )
+    add_exclude_prompts(train, "a prompt --data magpie writes")
     train.add_argument(
         "--val-kinds",
         type=int,
