@@ -350,6 +350,19 @@ def converted_gguf(gguf: Path, report: Progress) -> Path:
     (partial / "specdec_source.json").write_text(
         json.dumps({"gguf": str(gguf), "convert_seconds": time.perf_counter() - started})
     )
-    shutil.rmtree(target, ignore_errors=True)
-    partial.rename(target)  # atomic: a crash never leaves a half-written cache entry
+    return publish_conversion(partial, target)
+
+
+def publish_conversion(partial: Path, target: Path) -> Path:
+    """Move a finished conversion in `partial` to `target` atomically; -> target. Where
+    another process (a second window, a CLI run) published one meanwhile, theirs is kept and
+    ours dropped: a cache entry another process may be reading is never deleted."""
+    if target.is_dir() and not (target / "config.json").is_file():
+        shutil.rmtree(target, ignore_errors=True)  # a broken entry from an older version
+    try:
+        partial.rename(target)  # atomic: a crash never leaves a half-written cache entry
+    except OSError:  # another process converted it meanwhile: use theirs
+        shutil.rmtree(partial, ignore_errors=True)
+        if not (target / "config.json").is_file():
+            raise
     return target

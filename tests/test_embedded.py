@@ -24,3 +24,22 @@ def test_embedded_answers_coherently_and_classic_matches_ar(embedded):
     classic = run(embedded, "classic", ids, config, embedded)  # the target as its own draft
     assert classic.token_ids == ar.token_ids
     assert classic.mean_accept_length > 3.0  # a draft identical to the target is always right
+
+
+def test_a_conversion_published_by_another_process_is_kept_and_ours_dropped(tmp_path):
+    from specdec_core.models import publish_conversion
+
+    def converted(name: str, text: str):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "config.json").write_text(text)
+        return folder
+
+    target = tmp_path / "entry"
+    assert publish_conversion(converted("ours-1", "first"), target) == target
+    assert (target / "config.json").read_text() == "first"
+    publish_conversion(converted("ours-2", "second"), target)  # another process was first
+    assert (target / "config.json").read_text() == "first" and not (tmp_path / "ours-2").exists()
+    (target / "config.json").unlink()  # a broken entry is replaced
+    publish_conversion(converted("ours-3", "third"), target)
+    assert (target / "config.json").read_text() == "third"
