@@ -43,6 +43,7 @@ from app.server_controller import ServerController, export_commands
 from app.session import Activity, Session
 from app.settings import load_settings, save_settings, settings_path
 from app.sweep_controller import SweepController
+from app.train_controller import TrainController
 from app.widgets.adapt_panel import AdaptPanel
 from app.widgets.chat_view import ChatView
 from app.widgets.compare_panel import ComparePanel
@@ -54,6 +55,7 @@ from app.widgets.plots_panel import PlotsPanel
 from app.widgets.prompt_panel import PromptPanel
 from app.widgets.server_export_dialog import ServerExportDialog
 from app.widgets.status_bar import StatusBar
+from app.widgets.train_view import TrainView
 from specdec_core.errors import SpecdecError
 from specdec_core.events import RunSummary, Step
 
@@ -84,6 +86,8 @@ class MainWindow(QMainWindow):
         self._reference: RunRequest | None = None  # the ar run measuring a speedup
         self._measured: RunSummary | None = None  # the single run it is measured for
         self.first_choice_reason = ""  # what a new user's window selected, and why
+        self.trained_head = ""  # the head the Train tab finished last, and the one it replaces
+        self.head_before = ""
         self.speedup_line = ""  # the last single run's measured speedup
         self.error_box: QMessageBox | None = None
         self._build()
@@ -103,6 +107,7 @@ class MainWindow(QMainWindow):
         self.sweep = self._install_sweep()  # the Sweep tab and Run ▸ Tune k
         self.server = self._install_server()  # the Server tab, File ▸ Export to server…
         self.adaptation = self._install_adaptation()  # the Adaptation box
+        self.training = self._install_training()  # the Train tab
         self._apply_settings()
         self.session.on_change(self._on_session_change)
         self._update_state("loading engine…")
@@ -231,6 +236,36 @@ class MainWindow(QMainWindow):
         self.actions.export_server.triggered.connect(self.open_server_export)
         return server
 
+    def _install_training(self) -> TrainController:
+        view = TrainView()
+        self.tabs.addTab(view, "Train")
+        training = TrainController(view, lambda: self.target.spec if self.target else None, self)
+        training.head_ready.connect(self._on_head_trained)
+        view.compare_button.clicked.connect(self.compare_trained_head)
+        return training
+
+    def _on_head_trained(self, head: str) -> None:
+        """A head trained in the Train tab: listed in the Head picker (its folder is added),
+        on top of its recent list; the head selected before stays selected."""
+        current = self.models.head.spec()
+        self.models.add_folder(str(Path(head).parent))
+        self.models.head.remember(head)
+        self.models.head.set_spec(current)
+        self.trained_head, self.head_before = head, current
+
+    def compare_trained_head(self) -> None:
+        """Compare with the trained head selected (a Compare runs one head, so the head it
+        replaces is the previous Compare's; its spec stays in the Head list)."""
+        if not self.trained_head:
+            return
+        self.models.head.set_spec(self.trained_head)
+        self.status.showMessage(
+            f"comparing with the trained head {self.trained_head} (it replaces "
+            f"{self.head_before or 'no head'})",
+            10000,
+        )
+        self.run_compare()
+
     def open_server_export(self) -> ServerExportDialog:
         """The vLLM and SGLang commands for the current model and decoding settings."""
         loaded = self.session.target
@@ -316,6 +351,7 @@ class MainWindow(QMainWindow):
         self.session.set_target(info)
         self.models.show_loaded(info)
         self.status.set_model(info.spec, info.device, info.dtype)
+        self.training.set_target(info.spec)
         self.setWindowTitle(f"specdec-playground — {info.spec}")
         if self._load_failure and self.status.currentMessage() == self._load_failure:
             self.status.clearMessage()  # an earlier load's failure is stale now
@@ -636,6 +672,7 @@ class MainWindow(QMainWindow):
     def closeEvent(self, event: QCloseEvent) -> None:
         self._save()
         self.hide()  # a model load cannot be interrupted: do not look frozen while it ends
+        self.training.shutdown()  # a training child stops; Resume continues it later
         if not self.controller.shutdown(SHUTDOWN_MS):
             log.warning("a worker thread did not end within %d s", SHUTDOWN_MS // 1000)
         self.engine.close()  # an engine process ends with the window

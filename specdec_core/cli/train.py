@@ -98,6 +98,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     train.add_argument("--seed", type=int, default=0)
     train.add_argument(
+        "--seconds",
+        type=float,
+        default=None,
+        help="time budget in seconds, from the features to the end of training; the schedule "
+        "decays over whichever ends first, the epochs or the time",
+    )
+    train.add_argument(
+        "--progress-file",
+        default=None,
+        help="write the progress as JSON here, atomically, as training goes: epoch, step, "
+        "steps, tokens_per_s, eta_s, validation (per epoch), finished",
+    )
+    train.add_argument(
         "--save-every",
         type=int,
         default=100,
@@ -157,6 +170,8 @@ def request_from_args(args: argparse.Namespace) -> TrainRequest:
         command=command,
         exclude_prompts=tuple(p.strip() for p in args.exclude_prompts.split(",") if p.strip()),
         val_kinds=args.val_kinds,
+        seconds=args.seconds,
+        progress_file=args.progress_file,
     )
 
 

@@ -280,8 +280,11 @@ def train(
     config: TrainConfig,
     out: Path,
     validate=None,
+    on_step=None,
 ) -> list[dict]:
-    """Run the epochs (resuming from OUT/checkpoint.pt); return the per-epoch history."""
+    """Run the epochs (resuming from OUT/checkpoint.pt); return the per-epoch history.
+    `on_step(step, steps, steps_per_epoch, history)`, when given, is called after every
+    optimiser step and after each epoch's validation."""
     params = trainable(objective.model, config.trains)
     for p in objective.model.parameters():
         p.requires_grad_(False)
@@ -365,6 +368,8 @@ def train(
             state["seconds"] = time.monotonic() - clock
             if state["step"] % config.save_every == 0:
                 save()
+            if on_step is not None:
+                on_step(state["step"], total, steps_per_epoch, state["history"])
         if state.get("out_of_time"):  # epochs done so far, as a fraction
             record = {"epoch": round(state["step"] / steps_per_epoch, 2), "stopped": "time"}
         else:
@@ -378,6 +383,8 @@ def train(
         state["history"].append(record)
         print(json.dumps(record), flush=True)
         save()
+        if on_step is not None:
+            on_step(state["step"], total, steps_per_epoch, state["history"])
     return state["history"]
 
 

@@ -37,6 +37,7 @@ from specdec_core.training.layout import (
     starting_model,
 )
 from specdec_core.training.magpie import evaluation_prompts
+from specdec_core.training.progress_file import ProgressFile
 from specdec_core.training.request import TrainRequest
 from specdec_core.training.validation import held_out_by_kind, validation_by_kind, validation_tau
 
@@ -130,7 +131,15 @@ def train_on_samples(
         config.seconds = max(1.0, request.seconds - (time.monotonic() - began))
         _log(f"training for {config.seconds:.0f}s (at most {config.epochs} epochs)")
     training = time.monotonic()
-    history = train(objective, data, config, request.checkpoint_dir, validate if held else None)
+    progress = (
+        ProgressFile(Path(request.progress_file), sum(len(item.ids) for item in data))
+        if request.progress_file
+        else None
+    )
+    history = train(
+        objective, data, config, request.checkpoint_dir, validate if held else None,
+        progress.update if progress else None,
+    )  # fmt: skip
     extra = {"data_mix": mix, **(card_extra or {})}
     if request.val_kinds:
         by_kind = held_out_by_kind(target, request.work_dir, request.val_kinds)
@@ -161,6 +170,8 @@ def train_on_samples(
         extra=extra,
     )
     save_trained(request.trains, model, target, out, card)
+    if progress is not None:
+        progress.finish(history)
     _log(f"saved the {what} to {out}")
     return card
 

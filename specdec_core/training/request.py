@@ -49,6 +49,7 @@ class TrainRequest:
     feature_batch_tokens: int = 4096  # padded tokens per target forward for features
     exclude_prompts: tuple[str, ...] = ()  # prompt files / globs generated prompts never match
     val_kinds: int = 3  # held-out prompts per kind for the table by kind at the end (0 = none)
+    progress_file: str | None = None  # progress as JSON, rewritten as training goes
 
     def __post_init__(self) -> None:
         if self.trains not in TRAINS:
@@ -69,6 +70,8 @@ class TrainRequest:
         prompt_files(self.exclude_prompts)  # a pattern that matches no file is refused
         if self.save_every < 1:
             raise SpecdecError(f"--save-every {self.save_every}: give 1 or more optimiser steps")
+        if self.seconds is not None and self.seconds <= 0:
+            raise SpecdecError(f"--seconds {self.seconds}: give a time budget above 0")
         if self.val_kinds < 0:
             raise SpecdecError(f"--val-kinds {self.val_kinds}: give 0 (none) or more")
         if len(self.tokens) not in (1, len(self.data)):

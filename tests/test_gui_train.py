@@ -1,0 +1,89 @@
+"""The Train tab: generation and training run as child processes on a tiny target, their
+progress arrives in the tab, Stop then Resume continues on the same work folder (no batch
+lost), and the finished head appears in the Head picker."""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from app.training_plan import default_work, read_generation
+from tests.gui_window import make_window_fixture  # noqa: F401 (a fixture)
+from tests.test_generation_job import TEMPLATE, _conversation
+from tests.tiny import tiny_model, tiny_tokenizer
+
+
+@pytest.fixture(scope="module")
+def tiny_target(tmp_path_factory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("train-tab")
+    tokenizer = tiny_tokenizer()
+    tokenizer.chat_template = TEMPLATE
+    tiny_model(1).save_pretrained(root / "target")
+    tokenizer.save_pretrained(root / "target")
+    rng = random.Random(0)
+    (root / "chats.json").write_text(json.dumps([_conversation(rng, i) for i in range(400)]))
+    return root / "target", root / "chats.json"
+
+
+def _shards(work: Path) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for path in sorted((work / "data" / "shards").glob("*/*.json.gz")):
+        found.setdefault(path.parent.name, []).append(path.name)
+    return found
+
+
+@pytest.mark.slow
+def test_train_tab_shows_progress_stops_resumes_and_lists_the_finished_head(
+    make_window, qtbot, tiny_target, monkeypatch
+):
+    target, chats = tiny_target
+    window = make_window()
+    training, view = window.training, window.training.view
+    training.target = lambda: str(target)
+    training.template = replace(
+        training.template, batch=6, long_batch=3, rows=4, max_new_tokens=12, dtype="float32",
+        conversations=str(chats), draft_vocab=16, batch_tokens=512, val_kinds=0, epochs=2,
+        save_every=1,
+    )  # fmt: skip
+    view.tokens.setValue(1)  # 1k answer tokens
+    work = default_work(str(target), "eagle1")
+    assert "trained-heads" in str(work) and not str(work).startswith(str(Path.cwd()))
+
+    view.start_button.click()
+    qtbot.waitUntil(lambda: (read_generation(work) or _NONE).batches >= 1, timeout=120_000)
+    qtbot.waitUntil(lambda: "answer tokens" in view.generation_text.text(), timeout=5000)
+    view.stop_button.click()
+    qtbot.waitUntil(lambda: not training.running, timeout=30_000)
+    stopped = read_generation(work)
+    assert stopped is not None and stopped.state == "stopped"
+    assert view.resume_button.isEnabled() and "Resume" in view.state.text()
+    before = _shards(work)
+
+    view.resume_button.click()
+    qtbot.waitUntil(lambda: view.compare_button.isEnabled(), timeout=300_000)
+    after = _shards(work)
+    for source, names in before.items():  # every batch kept, numbered without a gap
+        assert after[source][: len(names)] == names
+    for names in after.values():
+        assert names == [f"{n:06d}.json.gz" for n in range(len(names))]
+    assert "resuming after" in (work / "generation.log").read_text()
+    assert read_generation(work).state == "finished"
+    assert "ETA done" in view.training_text.text() and "tokens/s" in view.training_text.text()
+    epochs, _ = view.top1_line.getData()
+    assert list(epochs) == [1, 2]  # validation per epoch, plotted
+
+    head = str(work / "head")
+    assert head in window.models.head.recent()
+    assert any(text.startswith(head) for text, _ in window.models.head.local_items())
+    assert window.models.head.spec() != head  # the selected head is kept until Compare
+
+
+class _None:
+    batches = 0
+
+
+_NONE = _None()
