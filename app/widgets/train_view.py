@@ -43,7 +43,7 @@ class TrainView(QWidget):
         self.tokens = QSpinBox()
         self.tokens.setRange(1, 1_000_000)
         self.tokens.setValue(1000)
-        self.tokens.setSuffix(" k answer tokens")
+        self.tokens.setSuffix("k answer tokens")
         self.tokens.setToolTip("answer tokens to generate over the checked sources (thousands)")
         self.layout_box = QComboBox()
         self.layout_box.addItems(LAYOUTS)
