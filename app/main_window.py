@@ -37,6 +37,7 @@ from app.jobs import JobRunner
 from app.logs import log_path
 from app.menus import Actions, create_actions, create_menus, show_about, show_help
 from app.palette import REFERENCE_COLOR, method_color
+from app.process_engine import ENDED
 from app.reference import References, reference_key, reference_request, speedup_text
 from app.run_controller import RunController
 from app.server_controller import ServerController, export_commands
@@ -310,6 +311,12 @@ class MainWindow(QMainWindow):
             lambda progress: self.engine.registries(), self._on_registries, Activity.STARTING
         )
 
+    def restart_engine(self) -> None:
+        """A new engine process with the models chosen in the Models panel (what was typed
+        and chosen in the window stays as it is)."""
+        self.status.showMessage("restarting the engine…", 5000)
+        self.start_engine()
+
     def _on_registries(self, registries: Registries) -> None:
         self.session.set_registries(registries)
         self.decoding.set_registries(registries)
@@ -564,6 +571,10 @@ class MainWindow(QMainWindow):
         self.last_error = message
         title = "Cannot do that" if user else "Something went wrong"
         self.error_box = QMessageBox(QMessageBox.Icon.Warning, title, message, parent=self)
+        if ENDED in message:  # the engine died: one click starts a new one with the same models
+            restart = self.error_box.addButton("Restart engine", QMessageBox.ButtonRole.AcceptRole)
+            restart.clicked.connect(self.restart_engine)
+            self.error_box.addButton(QMessageBox.StandardButton.Close)
         self.error_box.open()
         self.status.showMessage(message, 15000)
 

@@ -73,6 +73,9 @@ Message = tuple[Any, ...]
 GONE = (EOFError, OSError)  # a closed or broken pipe: BrokenPipeError, ConnectionResetError, …
 
 
+ENDED = "the engine process ended unexpectedly"  # how every engine death is reported
+
+
 class EngineProcessError(Exception):
     """An exception raised in the engine process (or the process ending), carried across."""
 
@@ -235,8 +238,8 @@ class ProcessEngine:
             code = process.exitcode
         self._discard()
         return EngineProcessError(
-            f"the engine process ended unexpectedly (exit code {code}); "
-            "press Load in the Models panel to start it again"
+            f"{ENDED} (exit code {code}); press Restart engine (or Load in the Models panel) to "
+            "start it again"
         )
 
     def _send(self, conn: Connection, message: Message) -> None:

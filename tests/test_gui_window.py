@@ -307,3 +307,30 @@ def test_saved_settings_win_over_the_first_run_choice(make_window):
     window = make_window()  # settings saved with Classic draft
     assert window.decoding.method_name() == "classic"
     assert window.first_choice_reason == ""
+
+
+def test_a_dead_engine_offers_a_restart_that_reloads_the_models_and_keeps_the_prompt(
+    make_window, qtbot
+):
+    from PySide6.QtWidgets import QMessageBox
+
+    from app.process_engine import ENDED, EngineProcessError
+
+    engine = FakeEngine()
+    window = make_window(engine)
+    qtbot.waitUntil(lambda: window.ready(), timeout=5000)
+    window.prompt.set_text("keep me")
+    loads = len(engine.loads)
+    engine.fail_next = EngineProcessError(f"{ENDED} (exit code -9); press Restart engine")
+    window.generate()
+    wait_idle(qtbot, window)
+    qtbot.waitUntil(lambda: window.error_box is not None and window.error_box.isVisible())
+    restart = next(b for b in window.error_box.buttons() if b.text() == "Restart engine")
+    assert window.error_box.buttonRole(restart) == QMessageBox.ButtonRole.AcceptRole
+    restart.click()
+    qtbot.waitUntil(lambda: len(engine.loads) == loads + 1, timeout=5000)
+    wait_idle(qtbot, window)
+    assert window.prompt.text() == "keep me" and window.ready()
+    window.generate()  # and it runs again
+    wait_idle(qtbot, window)
+    assert window.token_view.tokens

@@ -166,7 +166,7 @@ def test_a_command_to_a_killed_engine_says_it_ended_and_how_to_start_it_again():
     process.kill()
     process.join()
     with pytest.raises(
-        EngineProcessError, match=r"ended unexpectedly \(exit code -9\); press Load"
+        EngineProcessError, match=r"ended unexpectedly \(exit code -9\); press Restart engine"
     ):
         engine.forget("chat")
     engine.forget("chat")  # the next request starts a fresh process
