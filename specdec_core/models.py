@@ -170,6 +170,27 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
         raise SpecdecError(f"unknown dtype '{dtype}'; use auto, {', '.join(DTYPES)}") from None
 
 
+def auto_dtype_reason(device: torch.device) -> str:
+    """One line: what `--dtype auto` picks on `device` and why (the measurement behind it)."""
+    picked = resolve_dtype("auto", device)
+    name = str(picked).removeprefix("torch.")
+    if device.type == "cuda":
+        why = "the GPU's native half precision" if picked == torch.bfloat16 else "no bf16 here"
+        return f"dtype auto: {name} ({why})"
+    if device.type == "mps":
+        return f"dtype auto: {name} (Apple GPUs run half precision natively)"
+    from specdec_core.prepacked_linear import native_bf16
+
+    if native_bf16():
+        return (
+            f"dtype auto: {name}: this CPU multiplies bf16 natively and bf16 is faster, but its "
+            "multi-token verify rounds unlike ar's one-token steps and flips greedy near-ties "
+            "(identical to ar on 10-40% of prompts, docs/benchmarks.md); --dtype bfloat16 "
+            "for speed"
+        )
+    return f"dtype auto: {name} (this CPU has no native bf16, which would only be slower)"
+
+
 def load_model(
     spec: str,
     device: str = "auto",
@@ -188,6 +209,8 @@ def load_model(
     check_device_map(options.device_map)
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
+    if dtype == "auto":
+        report(auto_dtype_reason(torch_device), 0.0)
     source = _source_dir(spec, report, options, stop)
     _read_config(Path(source), spec, options)  # remote code refused unless trusted
     weights = check_weights(Path(source), spec)

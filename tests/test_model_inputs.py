@@ -241,3 +241,23 @@ def test_load_options_reach_from_pretrained(good, monkeypatch, tmp_path):
     assert seen["device_map"] == "sequential" and seen["max_memory"]["cpu"] in ("1GiB", 2**30)
     assert options.max_memory == {"cpu": "1GiB"}
     assert loaded.options is options and str(loaded.device) == "cpu"
+
+
+def test_dtype_auto_says_what_it_picks_and_why_before_loading(tmp_path):
+    import torch
+
+    from specdec_core.models import auto_dtype_reason, load_model
+    from specdec_core.prepacked_linear import native_bf16
+    from tests.tiny import tiny_model, tiny_tokenizer
+
+    line = auto_dtype_reason(torch.device("cpu"))
+    assert line.startswith("dtype auto: float32")
+    assert ("--dtype bfloat16" in line) if native_bf16() else ("no native bf16" in line)
+    tiny_model(1).save_pretrained(tmp_path)
+    tiny_tokenizer().save_pretrained(tmp_path)
+    said = []
+    load_model(str(tmp_path), "cpu", "auto", lambda message, fraction: said.append(message))
+    assert said[0] == line
+    said.clear()
+    load_model(str(tmp_path), "cpu", "float32", lambda message, fraction: said.append(message))
+    assert not any(m.startswith("dtype auto") for m in said)  # a chosen dtype needs no reason
