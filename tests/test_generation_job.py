@@ -241,3 +241,9 @@ def test_training_on_a_job_records_its_mix_by_source_and_kind(setup, tmp_path):
     assert generated["generated"]["sources"] == mix["sources"]
     assert generated["generated"]["kinds"] == mix["kinds"]
     assert set(mix["sources"]) == {"magpie", "sharegpt-first", "sharegpt-later", "long", "code"}
+
+
+def test_one_batch_slowed_by_a_pause_does_not_set_the_rate():
+    progress = job.SourceProgress(budget=1000, rates=[300.0, 310.0, 5.0, 290.0])
+    assert progress.rate == 300.0  # the median of the recent batches, not the mean
+    assert job.SourceProgress(budget=1000).rate is None

@@ -55,6 +55,7 @@ MAGPIE_TURN_TOKENS = 128  # the longest user turn the target writes; longer ones
 MAGPIE_PROMPT_TOKENS = 256
 MAX_PROMPT_TOKENS = 1024  # a longer request (history included) is dropped as "long"
 MAX_WORDS = 2000  # words of one request before its tokens are counted
+RECENT = 15  # batches whose median rate sets a source's tokens/s and ETA
 
 
 @dataclass(frozen=True)
@@ -141,6 +142,15 @@ class SourceProgress:
     kept: int = 0  # magpie: of those, finished ones (before the filter)
     rejected: Counter = field(default_factory=Counter)
     kinds: Counter = field(default_factory=Counter)  # answer tokens per kind
+    rates: list[float] = field(default_factory=list)  # answer tokens/s of each batch
+
+    @property
+    def rate(self) -> float | None:
+        """Answer tokens/s: the median over the last `RECENT` batches, so one batch slowed by
+        a pause (a suspended job) or another load does not set the ETA."""
+        recent = sorted(r for r in self.rates[-RECENT:] if r > 0)
+        return recent[len(recent) // 2] if recent else None
+
     exhausted: bool = False  # its stream ran out of requests
 
     @property
@@ -316,6 +326,8 @@ class GenerationJob:
         progress.batches += 1
         progress.samples += len(shard["samples"])
         progress.seconds += shard["seconds"]
+        made = sum(len(sample["ids"]) - sample["start"] for sample in shard["samples"])
+        progress.rates.append(made / shard["seconds"] if shard["seconds"] > 0 else 0.0)
         progress.write_seconds += shard.get("write_seconds", 0.0)
         progress.written += len(shard["written"])
         progress.kept += sum(w["text"] is not None for w in shard["written"])
@@ -447,11 +459,12 @@ class GenerationJob:
         seconds = sum(s.progress.seconds for s in self.sources.values())
         made = sum(s.progress.answer_tokens for s in self.sources.values())
         overall_rate = made / seconds if seconds else None
-        eta = 0.0
+        eta, remaining = 0.0, 0
         for name, source in self.sources.items():
             p = source.progress
-            rate = p.answer_tokens / p.seconds if p.seconds else None
+            rate = p.rate
             left = 0 if p.done else p.budget - p.answer_tokens
+            remaining += left
             speed = rate or overall_rate
             source_eta = left / speed if speed else None
             eta = eta + source_eta if eta is not None and source_eta is not None else None
@@ -488,7 +501,9 @@ class GenerationJob:
             "budget": sum(s.progress.budget for s in self.sources.values()),
             "answer_tokens": made,
             "generation_seconds": round(seconds, 1),
-            "tokens_per_s": round(overall_rate, 1) if overall_rate else None,
+            # the rate the ETA assumes over what is left (the sources' recent rates)
+            "tokens_per_s": round(remaining / eta if remaining and eta else overall_rate or 0, 1)
+            or None,
             "eta_s": round(eta) if eta is not None else None,
             "sources": sources,
             "kinds": dict(sorted(kinds.items())),
