@@ -58,7 +58,7 @@ from app.widgets.server_export_dialog import ServerExportDialog
 from app.widgets.status_bar import StatusBar
 from app.widgets.train_view import TrainView
 from specdec_core.errors import SpecdecError
-from specdec_core.events import RunSummary, Step
+from specdec_core.events import RunSummary, Started, Step
 
 log = logging.getLogger(__name__)
 SHUTDOWN_MS = 120_000  # a model load in progress must end before the process may exit
@@ -82,6 +82,7 @@ class MainWindow(QMainWindow):
         self.jobs = JobRunner(self)
         self.controller = RunController(self.engine, self.session, self.jobs, self)
         self.last_error: str | None = None
+        self._first_step = False  # the current run has yet to show its first token
         self._load_failure = ""  # the failed load's message, while the status bar may show it
         self.references = References()
         self._reference: RunRequest | None = None  # the ar run measuring a speedup
@@ -195,6 +196,7 @@ class MainWindow(QMainWindow):
         self.compare.run_requested.connect(self.run_compare)
         self.compare.export_requested.connect(self._export_dialog)
         c.run_begun.connect(self._on_run_begun)
+        c.started.connect(self._on_started)
         c.stepped.connect(self._on_step)
         c.finished.connect(self._on_finished)
         c.progress.connect(self.models.show_extra_progress)
@@ -500,7 +502,16 @@ class MainWindow(QMainWindow):
         self.plots.begin_series(label, color)
         if self.compare_mode:
             self.compare.columns.add_column(request.method, label, color)
-        self._update_state(f"running {label}…")
+        self._first_step = True
+        self._update_state(f"starting {label}…")  # its head or draft may load first
+
+    def _on_started(self, started: Started) -> None:
+        """The run is under way: the prompt's prefill comes before the first token."""
+        request = self.controller.current
+        if request is None or is_chat(request) or request is self._reference:
+            return
+        tokens = started.prompt_token_count
+        self._update_state(f"{self._label(request.method)}: prefilling {tokens} prompt tokens…")
 
     def _on_step(self, step: Step) -> None:
         request = self.controller.current
@@ -509,6 +520,9 @@ class MainWindow(QMainWindow):
         if request is self._reference:
             self.plots.add_step(self._label(request.method) + " (reference)", step)
             return
+        if self._first_step:  # the first token is out: from here the plots show progress
+            self._first_step = False
+            self._update_state(f"running {self._label(request.method)}…")
         if self.compare_mode:
             self.compare.columns.add_step(request.method, step)
         else:

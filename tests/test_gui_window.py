@@ -334,3 +334,18 @@ def test_a_dead_engine_offers_a_restart_that_reloads_the_models_and_keeps_the_pr
     window.generate()  # and it runs again
     wait_idle(qtbot, window)
     assert window.token_view.tokens
+
+
+def test_a_run_says_it_is_prefilling_before_its_first_token(make_window, qtbot, monkeypatch):
+    engine = FakeEngine(steps=3, delay=0.3)
+    window = make_window(engine)
+    qtbot.waitUntil(lambda: window.ready(), timeout=5000)
+    seen = []
+    shown = window.status.set_state
+    monkeypatch.setattr(window.status, "set_state", lambda text: (seen.append(text), shown(text)))
+    window.generate()
+    wait_idle(qtbot, window)
+    starting = next(i for i, text in enumerate(seen) if text.startswith("starting "))
+    prefill = next(i for i, text in enumerate(seen) if "prefilling 5 prompt tokens" in text)
+    running = next(i for i, text in enumerate(seen) if text.startswith("running "))
+    assert starting < prefill < running
