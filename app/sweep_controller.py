@@ -193,7 +193,12 @@ class SweepController(QObject):
             for record in result.points:
                 self.view.add_record(record)
             best = result.best()
-            note = f"; best {best['point']} at {best['speedup_vs_ar']:.2f}x" if best else ""
+            note = (
+                f"; best: {point_text(best['point'])}, {best['speedup_vs_ar']:.2f}× vs "
+                "autoregressive"
+                if best
+                else ""
+            )
             self.view.status.setText(f"{len(result.points)} points measured{note}")
 
     def _show_table(self, result: TuneResult) -> None:
@@ -231,3 +236,12 @@ class SweepController(QObject):
                 spin.setValue(float(value))
         applied = ", ".join(f"{k}={v}" for k, v in settings.items())
         self.session.report(f"applied {applied}", error=False)
+
+
+def point_text(point: dict) -> str:
+    """A sweep point in words: 'temperature 0, tree tokens 16' (None reads 'auto')."""
+
+    def value(v) -> str:
+        return "auto" if v is None else f"{v:g}" if isinstance(v, float) else str(v)
+
+    return ", ".join(f"{name.replace('_', ' ')} {value(v)}" for name, v in point.items())

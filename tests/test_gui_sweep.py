@@ -225,3 +225,10 @@ def test_closing_the_window_mid_sweep_leaves_no_live_thread(qtbot, sweep_window)
     sweep_window.sweep.measure.gate.set()  # a measurement in flight ends; Stop ends the rest
     sweep_window.close()
     assert sweep_window.jobs.live_threads() == 0
+
+
+def test_a_sweep_point_reads_in_words_not_as_a_dict():
+    from app.sweep_controller import point_text
+
+    text = point_text({"temperature": 0.0, "tree_tokens": 16, "k": None})
+    assert text == "temperature 0, tree tokens 16, k auto"
