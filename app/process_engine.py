@@ -61,8 +61,7 @@ from specdec_core.events import Event, Step
 if TYPE_CHECKING:  # torch-heavy: the window's process imports them only to read results
     from multiprocessing.synchronize import Event as SharedFlag
 
-    from specdec_core.autotune import TuneResult
-    from specdec_core.sweep import SweepResult
+    from specdec_core.sweep_records import SweepResult, TuneResult
 
 log = logging.getLogger(__name__)
 

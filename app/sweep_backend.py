@@ -17,10 +17,10 @@ from app.engine import Engine, StopFlag
 from specdec_core.config import DecodeConfig
 
 if TYPE_CHECKING:  # the engine modules import torch: only where the measuring runs
-    from specdec_core.autotune import TuneResult
     from specdec_core.methods import Extra
     from specdec_core.models import LoadedModel
     from specdec_core.sweep import Grid, Measure, SweepProgress, SweepResult
+    from specdec_core.sweep_records import TuneResult
 
 OnPoint = Callable[["SweepProgress"], None]
 

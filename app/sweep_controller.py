@@ -25,10 +25,10 @@ from app.widgets.sweep_view import SweepView
 from app.worker import Job
 from specdec_core.errors import SpecdecError
 from specdec_core.prompts import read_prompt_file
+from specdec_core.sweep_records import Grid, SweepResult, TuneResult  # torch-free records
 
-if TYPE_CHECKING:  # the engine modules import torch: only when a sweep starts
-    from specdec_core.autotune import TuneResult
-    from specdec_core.sweep import SweepProgress, SweepResult
+if TYPE_CHECKING:
+    from specdec_core.sweep_records import SweepProgress
 
 
 class SweepController(QObject):
@@ -104,8 +104,6 @@ class SweepController(QObject):
     def run_sweep(self) -> bool:
         if not self._can_start():
             return False
-        from specdec_core.sweep import Grid  # imports torch (the window opens without it)
-
         try:
             method, tree = self._method()
             axes = self.view.grid_axes(tree, self._policy_param())
@@ -178,9 +176,6 @@ class SweepController(QObject):
 
     @Slot(object)
     def _on_result(self, result: object) -> None:
-        from specdec_core.autotune import TuneResult
-        from specdec_core.sweep import SweepResult
-
         self.last_result = result
         self.session.keep(self.kind, result)
         if isinstance(result, TuneResult) and result.stopped:  # a partial table picks no k

@@ -17,7 +17,7 @@ picks no k).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from specdec_core.config import DecodeConfig
@@ -26,6 +26,7 @@ from specdec_core.errors import SpecdecError
 from specdec_core.methods import Extra, is_tree
 from specdec_core.models import LoadedModel
 from specdec_core.sweep import BenchMeasure, Grid, Measure, SweepProgress, run_sweep
+from specdec_core.sweep_records import TuneResult, TuneRow
 
 CANDIDATES = (1, 2, 3, 4, 6, 8)
 TIE = 0.01  # speedups within 1% of the best count as a tie
@@ -35,36 +36,6 @@ TUNING_PROMPTS = (  # short, varied chat prompts: prose, code, a list
     "Write a Python function that returns the n-th Fibonacci number.",
     "List five tips for writing clear technical documentation.",
 )
-
-
-@dataclass(frozen=True)
-class TuneRow:
-    """One measured k: its speed, the `ar` speed it was divided by, and τ."""
-
-    k: int
-    tokens_per_second: float
-    speedup_vs_ar: float
-    mean_accept_length: float
-    ar_tokens_per_second: float
-
-
-@dataclass(frozen=True)
-class TuneResult:
-    method: str
-    table: tuple[TuneRow, ...]  # one row per candidate k
-    k: int  # the choice (stopped: the k it was given)
-    reason: str
-    stopped: bool = False  # Stop came before every candidate was measured
-
-    def format_table(self) -> str:
-        lines = [f"{'k':>3}{'tok/s':>9}{'speedup':>9}{'tau':>7}", "-" * 28]
-        for row in self.table:
-            mark = "  <- chosen" if row.k == self.k else ""
-            lines.append(
-                f"{row.k:>3}{row.tokens_per_second:>9.1f}{row.speedup_vs_ar:>8.2f}x"
-                f"{row.mean_accept_length:>7.2f}{mark}"
-            )
-        return "\n".join(lines)
 
 
 def choose_k(table: Sequence[TuneRow]) -> tuple[int, str]:

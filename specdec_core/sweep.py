@@ -21,11 +21,9 @@ begins: no point drafts from another point's output of the same prompt.
 
 from __future__ import annotations
 
-import itertools
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -33,16 +31,21 @@ from specdec_core.config import DecodeConfig
 from specdec_core.control import StopFlag
 from specdec_core.drafters.suffix import History
 from specdec_core.errors import SpecdecError
-from specdec_core.files import write_atomic
 from specdec_core.measure import Measurement, aggregate, compared, load_extra, run_one, warm_up
 from specdec_core.methods import Extra
 from specdec_core.models import LoadedModel
 from specdec_core.prompts import encode_prompt
-
-AXES = ("temperature", "k", "tree_tokens", "tree_depth", "tree_topk", "k_schedule")  # config fields
-BASELINES = ("temperature", "point")  # how often `ar` is measured: per temperature, per point
-PARAM_PREFIX = "policy_params."  # axis name of a policy parameter, e.g. policy_params.tau
-Point = dict[str, Any]
+from specdec_core.sweep_records import (  # noqa: F401 (the records, also named from here)
+    AXES,
+    BASELINES,
+    PARAM_PREFIX,
+    Grid,
+    Point,
+    SweepProgress,
+    SweepResult,
+    apply_point,
+    point_key,
+)
 
 
 class Measure(Protocol):
@@ -51,83 +54,6 @@ class Measure(Protocol):
     ) -> Measurement:
         """The method's aggregate over the prompts and each prompt's token ids; `reference`
         is the baseline's token ids at that temperature (None: the run is the baseline)."""
-
-
-@dataclass(frozen=True)
-class Grid:
-    """Named axes -> values; `points()` is their cartesian product, temperature outermost."""
-
-    axes: dict[str, list[Any]]
-
-    def __post_init__(self) -> None:
-        for name, values in self.axes.items():
-            if name not in AXES and not name.startswith(PARAM_PREFIX):
-                raise SpecdecError(f"cannot sweep '{name}'; choose from: {', '.join(AXES)}")
-            if not values:
-                raise SpecdecError(f"the sweep axis '{name}' has no values")
-            if len(set(map(json.dumps, values))) != len(values):
-                raise SpecdecError(f"the sweep axis '{name}' repeats a value: {values}")
-
-    def points(self) -> list[Point]:
-        names = sorted(self.axes, key=lambda n: (n != "temperature", _order(n)))
-        combos = itertools.product(*(self.axes[n] for n in names))
-        return [dict(zip(names, combo, strict=True)) for combo in combos]
-
-
-def _order(name: str) -> int:
-    return AXES.index(name) if name in AXES else len(AXES)
-
-
-def apply_point(base: DecodeConfig, point: Point) -> DecodeConfig:
-    """`base` with the point's values (policy parameters merged into `policy_params`)."""
-    params = dict(base.policy_params)
-    fields = {}
-    for name, value in point.items():
-        if name.startswith(PARAM_PREFIX):
-            params[name.removeprefix(PARAM_PREFIX)] = value
-        else:
-            fields[name] = value
-    return replace(base, **fields, policy_params=params)
-
-
-def point_key(point: Point) -> str:
-    return json.dumps(point, sort_keys=True)
-
-
-@dataclass
-class SweepProgress:
-    done: int  # points finished, including those resumed from the file
-    total: int
-    point: Point
-    record: dict[str, Any]
-    eta_seconds: float | None  # from the points measured in this process
-
-
-@dataclass
-class SweepResult:
-    header: dict[str, Any]
-    points: list[dict[str, Any]] = field(default_factory=list)
-
-    def best(self, temperature: float | None = None) -> dict[str, Any] | None:
-        rows = [r for r in self.points if temperature is None or _temp(r) == temperature]
-        return max(rows, key=lambda r: r["speedup_vs_ar"], default=None)
-
-    def as_dict(self) -> dict[str, Any]:
-        temperatures = sorted({_temp(r) for r in self.points})
-        return {
-            "sweep": self.header,
-            "points": self.points,
-            "best": self.best(),
-            "best_by_temperature": {str(t): self.best(t) for t in temperatures},
-        }
-
-    def write(self, path: Path) -> None:
-        """Write atomically, so an interrupt during the write never corrupts earlier points."""
-        write_atomic(path, json.dumps(self.as_dict(), indent=2))
-
-
-def _temp(record: dict[str, Any]) -> float:
-    return record["config"]["temperature"]
 
 
 def run_sweep(
