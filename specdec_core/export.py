@@ -64,6 +64,13 @@ METHOD_MAP: dict[str, tuple[str | None, str, str]] = {
     "eagle": ("head", "eagle", "EAGLE"),
     "eagle2": ("head", "eagle", "EAGLE"),
     "ngram": (None, "ngram", "NGRAM"),
+    # the nearest serving equivalent: the same head and tree, without the merged branch
+    "eagle2-lookup": ("head", "eagle", "EAGLE"),
+    "eagle2-suffix": ("head", "eagle", "EAGLE"),
+}
+NEAREST = {  # methods exported as their nearest equivalent, and what does not carry over
+    "eagle2-lookup": "the prompt-lookup branch merged into the EAGLE-2 tree",
+    "eagle2-suffix": "the suffix-decoding branch merged into the EAGLE-2 tree",
 }
 
 
@@ -89,6 +96,12 @@ def export(
         )
     needs, vllm_method, sglang_algorithm = METHOD_MAP[method]
     notes: list[str] = []
+    if method in NEAREST:
+        notes.append(
+            f"{method} is exported as its nearest equivalent, EAGLE with the same head and tree: "
+            f"{NEAREST[method]} has no equivalent in {engine}, so expect a τ below the "
+            "playground's where answers repeat their context (summaries, code, arithmetic)"
+        )
     path = _resolve(needs, model or "embedded", notes) if needs else None
     token_map = _token_map(path) if needs == "head" else None
     if needs == "head" and head_format(path) == "eagle3":

@@ -194,3 +194,13 @@ def test_a_head_exported_with_sglangs_token_map_is_served_with_it(tmp_path):
     assert flags["--speculative-token-map"] == f"{head}/{TOKEN_MAP}"
     result = export("vllm", "eagle", DecodeConfig(k=3), model=head)
     assert any("vLLM does not read" in note and "--head-out" in note for note in result.notes)
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_the_default_method_exports_as_its_nearest_equivalent_with_what_differs(engine):
+    config = DecodeConfig(tree_tokens=8, tree_depth=3, tree_topk=2)
+    merged = export(engine, "eagle2-lookup", config)
+    plain = export(engine, "eagle2", config)
+    assert merged.payload == plain.payload  # the same head and tree, served as EAGLE
+    assert any("nearest equivalent" in n and "prompt-lookup" in n for n in merged.notes)
+    assert not any("nearest equivalent" in n for n in plain.notes)
