@@ -74,10 +74,10 @@ class MeasureBackend:
             return self._tune(method, config, specs, on_point, stop)
 
     def _tune(self, method, config, specs, on_point, stop) -> TuneResult:
-        from specdec_core.autotune import CANDIDATES, TUNING_PROMPTS, autotune_k
+        from specdec_core.autotune import TUNING_PROMPTS, autotune_k
 
         measure = self.make_measure(method, TUNING_PROMPTS, specs)
-        return autotune_k(method, config, measure, CANDIDATES, on_point, stop)
+        return autotune_k(method, config, measure, None, on_point, stop)
 
 
 class EngineBackend(MeasureBackend):
@@ -120,5 +120,5 @@ class EngineBackend(MeasureBackend):
         extra = self._extra(method, specs)
         target = self._held()
         return tune_on_device(
-            target, method, config, specs, progress=on_point, extra=extra, stop=stop
+            target, method, config, specs, progress=on_point, extra=extra, stop=stop, trees=True
         )

@@ -131,18 +131,15 @@ class SweepController(QObject):
             return False
         try:
             method, tree = self._method()
-            if tree:
-                raise SpecdecError(
-                    f"'{method}' drafts a tree and has no k: use the Sweep tab over tree sizes"
-                )
         except SpecdecError as error:
             self.session.report(str(error))
             return False
         config = self.decoding.config()
         specs = self.specs()
         backend = self.backend
-        self.view.status.setText(f"tuning k for {method}…")
-        self.session.report(f"tuning k for {method}…", error=False)
+        what = "the tree size" if tree else "k"  # a tree has no k: its size is tuned instead
+        self.view.status.setText(f"tuning {what} for {method}…")
+        self.session.report(f"tuning {what} for {method}…", error=False)
         self._start(
             "tune", lambda on_point, stop: backend.tune(method, config, specs, on_point, stop)
         )
@@ -182,7 +179,7 @@ class SweepController(QObject):
             self.view.status.setText(f"Tune k {result.reason}")
             self.session.report(f"Tune k {result.reason}", error=False)
         elif isinstance(result, TuneResult):
-            self.apply_settings({"k": result.k})
+            self.apply_settings({result.setting: result.k})
             self._show_table(result)
         elif isinstance(result, SweepResult):
             for record in result.points:

@@ -7,7 +7,9 @@ returns the whole table, the chosen k and a sentence saying why. The choice is t
 highest speedup; a tie (within 1%, well inside timing noise) goes to the smaller k, which drafts
 less and wastes less when acceptance drops.
 
-Only chain drafters have a k; a tree method (EAGLE-2) is tuned with a sweep over its tree size.
+Only chain drafters have a k: for a tree method (EAGLE-2 and its merges) the window's Tune
+tunes the tree's size in tokens the same way (`TREE_CANDIDATES`, depth and top-k sized for each
+on this device); `--k auto` stays for chains.
 
 A stop flag (the GUI's Stop) ends the tuning after the point being measured: the result then
 holds the rows measured so far, `stopped` set, and keeps the k it was given (a partial table
@@ -29,6 +31,7 @@ from specdec_core.sweep import BenchMeasure, Grid, Measure, SweepProgress, run_s
 from specdec_core.sweep_records import TuneResult, TuneRow
 
 CANDIDATES = (1, 2, 3, 4, 6, 8)
+TREE_CANDIDATES = (4, 8, 16, 32)  # tree sizes in tokens, for a tree method
 TIE = 0.01  # speedups within 1% of the best count as a tie
 TUNING_MAX_NEW_TOKENS = 48
 TUNING_PROMPTS = (  # short, varied chat prompts: prose, code, a list
@@ -38,53 +41,67 @@ TUNING_PROMPTS = (  # short, varied chat prompts: prose, code, a list
 )
 
 
-def choose_k(table: Sequence[TuneRow]) -> tuple[int, str]:
-    """The k with the highest speedup (ties within `TIE` go to the smaller k), and why."""
+def choose_k(table: Sequence[TuneRow], setting: str = "k") -> tuple[int, str]:
+    """The value with the highest speedup (ties within `TIE` go to the smaller one), and why."""
     if not table:
         raise SpecdecError("auto-tune measured nothing; check the prompts and the method")
     best = max(table, key=lambda row: row.speedup_vs_ar)
     near = [row for row in table if row.speedup_vs_ar >= best.speedup_vs_ar * (1 - TIE)]
     chosen = min(near, key=lambda row: row.k)
     reason = (
-        f"k={chosen.k}: {chosen.speedup_vs_ar:.2f}x vs ar "
+        f"{setting}={chosen.k}: {chosen.speedup_vs_ar:.2f}x vs ar "
         f"(τ {chosen.mean_accept_length:.2f}), the highest measured speedup"
     )
     if chosen is not best:
         reason += (
-            f" within {TIE:.0%} of k={best.k} ({best.speedup_vs_ar:.2f}x); the smaller k wins ties"
+            f" within {TIE:.0%} of {setting}={best.k} ({best.speedup_vs_ar:.2f}x); the smaller "
+            f"{setting} wins ties"
         )
     if chosen.speedup_vs_ar < 1.0:
-        reason += "; no k beat ar here: with this drafter on this device, `ar` is faster"
+        reason += f"; no {setting} beat ar here: with this drafter on this device, `ar` is faster"
     return chosen.k, reason
+
+
+def tuned_setting(method: str) -> str:
+    """What Tune measures for `method`: `k` for a chain, `tree_tokens` for a tree."""
+    return "tree_tokens" if is_tree(method) else "k"
 
 
 def autotune_k(
     method: str,
     config: DecodeConfig,
     measure: Measure,
-    candidates: Sequence[int] = CANDIDATES,
+    candidates: Sequence[int] | None = None,
     progress: Callable[[SweepProgress], None] | None = None,
     stop: StopFlag | None = None,
 ) -> TuneResult:
-    """Measure `method` at each candidate k (all else as in `config`) and pick the best;
-    `stop` ends it after the point being measured (a `stopped` result, k unchanged)."""
-    check_tunable(method)
-    grid = Grid({"k": sorted(set(candidates))})
+    """Measure `method` at each candidate k (a tree: each tree size, `TREE_CANDIDATES` by
+    default), all else as in `config`, and pick the best; `stop` ends it after the point being
+    measured (a `stopped` result, the setting unchanged)."""
+    if method == "ar":
+        check_tunable(method)
+    setting = tuned_setting(method)
+    default = TREE_CANDIDATES if setting == "tree_tokens" else CANDIDATES
+    grid = Grid({setting: sorted(set(candidates or default))})
     result = run_sweep(method, grid, config, measure, progress=progress, stop=stop)
-    table = tuple(_row(record) for record in result.points)
+    table = tuple(_row(record, setting) for record in result.points)
+    given = config.tree_tokens if setting == "tree_tokens" else config.k
     if len(table) < len(grid.points()):
-        return _stopped(method, table, config.k, len(grid.points()))
-    k, reason = choose_k(table)
-    return TuneResult(method=method, table=table, k=k, reason=reason)
+        return _stopped(method, table, given, len(grid.points()), setting)
+    k, reason = choose_k(table, setting)
+    return TuneResult(method=method, table=table, k=k, reason=reason, setting=setting)
 
 
-def _stopped(method: str, table: tuple[TuneRow, ...], k: int, total: int) -> TuneResult:
+def _stopped(
+    method: str, table: tuple[TuneRow, ...], k: int | None, total: int, setting: str = "k"
+) -> TuneResult:
     """The result of a tuning stopped after `len(table)` of `total` candidates."""
-    reason = f"stopped after {len(table)} of {total} values of k; k stays {k}"
+    shown = "auto" if k is None else k
+    reason = f"stopped after {len(table)} of {total} values of {setting}; {setting} stays {shown}"
     if table:
         best = max(table, key=lambda row: row.speedup_vs_ar)
-        reason += f" (the best measured: k={best.k}, {best.speedup_vs_ar:.2f}x vs ar)"
-    return TuneResult(method=method, table=table, k=k, reason=reason, stopped=True)
+        reason += f" (the best measured: {setting}={best.k}, {best.speedup_vs_ar:.2f}x vs ar)"
+    return TuneResult(method, table, k, reason, stopped=True, setting=setting)
 
 
 def tune_on_device(
@@ -93,15 +110,18 @@ def tune_on_device(
     config: DecodeConfig,
     specs: dict[str, str],
     prompts: Sequence[str] = TUNING_PROMPTS,
-    candidates: Sequence[int] = CANDIDATES,
+    candidates: Sequence[int] | None = None,
     progress: Callable[[SweepProgress], None] | None = None,
     extra: Extra = None,
     stop: StopFlag | None = None,
+    trees: bool = False,
 ) -> TuneResult:
     """`autotune_k` with the real models: short runs (`TUNING_MAX_NEW_TOKENS`) on `prompts`.
     `extra` is the method's draft / head if already loaded (the GUI's Tune), else from `specs`;
-    `stop` ends it after the point being measured."""
-    check_tunable(method)
+    `stop` ends it after the point being measured; `trees`: a tree method tunes its size
+    (the GUI's Tune; `--k auto` has a k to set, so it refuses trees)."""
+    if not trees or method == "ar":
+        check_tunable(method)
     short = replace(config, max_new_tokens=min(config.max_new_tokens, TUNING_MAX_NEW_TOKENS))
     extras = {method: extra} if extra is not None else None
     measure = BenchMeasure(target, prompts, specs, raw=False, extras=extras)
@@ -118,10 +138,10 @@ def check_tunable(method: str) -> None:
         )
 
 
-def _row(record: dict[str, Any]) -> TuneRow:
+def _row(record: dict[str, Any], setting: str = "k") -> TuneRow:
     """A sweep point's record (`sweep._record`) as a row of the tuning table."""
     return TuneRow(
-        k=record["point"]["k"],
+        k=record["point"][setting],
         tokens_per_second=record["tokens_per_second"],
         speedup_vs_ar=record["speedup_vs_ar"],
         mean_accept_length=record["mean_accept_length"],

@@ -101,9 +101,10 @@ def _temp(record: dict[str, Any]) -> float:
 
 @dataclass(frozen=True)
 class TuneRow:
-    """One measured k: its speed, the `ar` speed it was divided by, and τ."""
+    """One measured value of the tuned setting (k, or a tree's size in tokens): its speed, the
+    `ar` speed it was divided by, and τ."""
 
-    k: int
+    k: int  # the value of the tuned setting
     tokens_per_second: float
     speedup_vs_ar: float
     mean_accept_length: float
@@ -113,17 +114,20 @@ class TuneRow:
 @dataclass(frozen=True)
 class TuneResult:
     method: str
-    table: tuple[TuneRow, ...]  # one row per candidate k
-    k: int  # the choice (stopped: the k it was given)
+    table: tuple[TuneRow, ...]  # one row per candidate value
+    k: int  # the chosen value of `setting` (stopped: the one it was given)
     reason: str
     stopped: bool = False  # Stop came before every candidate was measured
+    setting: str = "k"  # what was tuned: k (a chain) or tree_tokens (a tree)
 
     def format_table(self) -> str:
-        lines = [f"{'k':>3}{'tok/s':>9}{'speedup':>9}{'tau':>7}", "-" * 28]
+        name = "tokens" if self.setting == "tree_tokens" else self.setting
+        width = max(3, len(name))
+        lines = [f"{name:>{width}}{'tok/s':>9}{'speedup':>9}{'tau':>7}", "-" * (25 + width)]
         for row in self.table:
             mark = "  <- chosen" if row.k == self.k else ""
             lines.append(
-                f"{row.k:>3}{row.tokens_per_second:>9.1f}{row.speedup_vs_ar:>8.2f}x"
+                f"{row.k:>{width}}{row.tokens_per_second:>9.1f}{row.speedup_vs_ar:>8.2f}x"
                 f"{row.mean_accept_length:>7.2f}{mark}"
             )
         return "\n".join(lines)

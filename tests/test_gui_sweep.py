@@ -150,6 +150,18 @@ def test_tune_applies_the_argmax_k(qtbot, sweep_window):
     assert "k=3" in sweep_window.sweep.result_box.text()
 
 
+def test_tune_on_the_default_tree_method_applies_the_best_tree_size(qtbot, sweep_window):
+    sweep_window.decoding.apply({**sweep_window.decoding.values(), "method": "eagle2-lookup"})
+    assert sweep_window.sweep.tune()
+    qtbot.waitUntil(lambda: not sweep_window.sweep.running, timeout=5000)
+    result = sweep_window.sweep.last_result
+    assert result.setting == "tree_tokens" and [r.k for r in result.table] == [4, 8, 16, 32]
+    assert result.k == 4  # the fake measurement's fastest size (1.70x)
+    assert sweep_window.decoding.tree_tokens.value() == 4
+    assert "tree_tokens=4" in sweep_window.sweep.result_box.text()
+    assert "tokens" in result.format_table().splitlines()[0]
+
+
 def test_stop_ends_tune_k_after_the_current_point_and_keeps_k(qtbot, sweep_window):
     measure = sweep_window.sweep.measure
     measure.gate.clear()  # the tuning waits inside its first measurement
@@ -178,12 +190,6 @@ def test_closing_the_window_mid_tune_ends_the_tuning(qtbot, sweep_window):
     opener.join()
     assert sweep_window.jobs.live_threads() == 0
     assert len(measure.calls) <= 2  # it stopped, not ran through every k
-
-
-def test_tune_refuses_a_tree_method(sweep_window):
-    sweep_window.decoding.apply({**sweep_window.decoding.values(), "method": "eagle2"})
-    assert not sweep_window.sweep.tune()
-    assert "tree" in sweep_window.last_error
 
 
 def test_parse_values_rejects_empty():

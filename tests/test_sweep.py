@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from specdec_core.autotune import TuneRow, autotune_k, choose_k
+from specdec_core.autotune import TuneRow, autotune_k, check_tunable, choose_k
 from specdec_core.config import DecodeConfig
 from specdec_core.errors import SpecdecError
 from specdec_core.measure import Aggregate, Measurement
@@ -129,11 +129,14 @@ def test_stop_ends_autotune_after_the_current_point_and_keeps_the_k_it_was_given
     assert not autotune_k("classic", DecodeConfig(), FakeMeasure(), stop=threading.Event()).stopped
 
 
-def test_autotune_ties_go_to_the_smaller_k_and_trees_are_refused():
+def test_autotune_ties_go_to_the_smaller_k_a_tree_tunes_its_size_and_k_auto_refuses_trees():
     k, reason = choose_k([TuneRow(2, 15.0, 1.500, 2.0, 10.0), TuneRow(4, 15.05, 1.505, 2.5, 10.0)])
     assert k == 2 and "ties" in reason
-    with pytest.raises(SpecdecError, match="tree"):
-        autotune_k("eagle2", DecodeConfig(), FakeMeasure())
+    tree = autotune_k("eagle2", DecodeConfig(), FakeMeasure())
+    assert tree.setting == "tree_tokens" and [row.k for row in tree.table] == [4, 8, 16, 32]
+    assert tree.reason.startswith(f"tree_tokens={tree.k}:")
+    with pytest.raises(SpecdecError, match="tree"):  # `--k auto` has a k to set
+        check_tunable("eagle2")
 
 
 def test_png_heatmap_curve_and_fidelity_panel(tmp_path):
