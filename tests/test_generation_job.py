@@ -247,3 +247,14 @@ def test_one_batch_slowed_by_a_pause_does_not_set_the_rate():
     progress = job.SourceProgress(budget=1000, rates=[300.0, 310.0, 5.0, 290.0])
     assert progress.rate == 300.0  # the median of the recent batches, not the mean
     assert job.SourceProgress(budget=1000).rate is None
+
+
+def test_writing_ends_once_enough_user_turns_have_ended():
+    import torch
+
+    from specdec_core.eagle.data import EnoughEnded
+
+    ids = torch.tensor([[1, 1, 5, 2, 0], [1, 1, 5, 6, 7], [1, 1, 2, 0, 0], [1, 1, 9, 9, 9]])
+    assert EnoughEnded(2, {2}, 0.5)(ids, None).all()  # 2 of 4 rows ended: enough at half
+    assert not EnoughEnded(2, {2}, 0.9)(ids, None).any()
+    assert not EnoughEnded(3, {2}, 0.5)(ids[:, :3], None).any()  # the prompts' own ids

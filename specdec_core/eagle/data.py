@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from transformers import StoppingCriteria, StoppingCriteriaList
 
 from specdec_core.errors import SpecdecError
 
@@ -216,9 +217,12 @@ def answer_batch(
     *,
     keep_features: bool = False,
     temperature: float = 0.0,
+    enough: float = 1.0,
 ) -> list[tuple[list[int], torch.Tensor | None]]:
     """The target's answers to `prompts` in one left-padded `generate` call: per prompt, the
-    answer ids up to and including its first end-of-turn token (or `max_new_tokens` ids), and
+    answer ids up to and including its first end-of-turn token (or `max_new_tokens` ids; with
+    `enough` < 1 generation ends once that share of the rows has ended, and the rest come back
+    cut where they were, without an end-of-turn token), and
     with `keep_features` the final-norm features of the prompt and of every answer token but
     the last ([len(prompt) + len(answer) - 1, h]). Greedy unless `temperature` > 0, which
     samples from the full distribution (the caller seeds torch for reproducible samples)."""
@@ -231,10 +235,12 @@ def answer_batch(
     sampling = {"do_sample": False}
     if temperature > 0:
         sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0}
+    criteria = [EnoughEnded(width, eos_ids, enough)] if enough < 1.0 else []
     out = model.generate(
         input_ids=input_ids.to(model.device),
         attention_mask=mask.to(model.device),
         max_new_tokens=max_new_tokens,
+        stopping_criteria=StoppingCriteriaList(criteria),
         pad_token_id=pad,
         output_hidden_states=keep_features,  # the features come from the same passes
         return_dict_in_generate=True,
@@ -255,3 +261,17 @@ def answer_batch(
             rows = hidden[row, width - len(prompt) : width + cut - 1].clone()
         answers.append((answer[:cut], rows))
     return answers
+
+
+class EnoughEnded(StoppingCriteria):
+    """Ends a batch's generation once `share` of its rows hold an end-of-turn token after
+    `width` (the prompts' padded width): the rows still going would run to the cap for few."""
+
+    def __init__(self, width: int, eos_ids: set[int], share: float) -> None:
+        self.width, self.eos, self.share = width, torch.tensor(sorted(eos_ids)), share
+
+    def __call__(self, input_ids: torch.LongTensor, scores, **kwargs) -> torch.BoolTensor:
+        answers = input_ids[:, self.width :]
+        ended = torch.isin(answers, self.eos.to(answers.device)).any(dim=1)
+        enough = ended.float().mean() >= self.share
+        return torch.full_like(ended, bool(enough))

@@ -53,6 +53,9 @@ DEFAULT_MIX = {
 }
 MAGPIE_TURN_TOKENS = 128  # the longest user turn the target writes; longer ones are dropped
 MAGPIE_PROMPT_TOKENS = 256
+# writing ends once this share of the user turns has ended: the few still going would run to
+# MAGPIE_TURN_TOKENS, mostly to be dropped unfinished, at the cost of every row's steps
+MAGPIE_ENOUGH = 0.9
 MAX_PROMPT_TOKENS = 1024  # a longer request (history included) is dropped as "long"
 MAX_WORDS = 2000  # words of one request before its tokens are counted
 RECENT = 15  # batches whose median rate sets a source's tokens/s and ETA
@@ -405,7 +408,7 @@ class GenerationJob:
             torch.manual_seed(self.plan.seed * 1_000_003 + number)
             turns = datasets.answer_batch(
                 self.target.model, [list(o.ids) for o in asked], MAGPIE_TURN_TOKENS, self.pad,
-                self.eos, temperature=1.0,
+                self.eos, temperature=1.0, enough=MAGPIE_ENOUGH,
             )  # fmt: skip
         written, requests = [], []
         for opening, (turn, _) in zip(asked, turns, strict=True):
