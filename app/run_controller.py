@@ -47,7 +47,7 @@ class RunController(QObject):
         self.current: RunRequest | None = None
         self._queue: list[RunRequest] = []
         self._keep_going = False
-        self._run_job: Job | None = None
+        self.run_job: Job | None = None
         self._task_job: Job | None = None
         self._on_result: Callable[[object], None] | None = None
         self._result: tuple[object] | None = None
@@ -55,7 +55,7 @@ class RunController(QObject):
     # -- state ----------------------------------------------------------------------------
     @property
     def running(self) -> bool:
-        return self._run_job is not None
+        return self.run_job is not None
 
     @property
     def task_running(self) -> bool:
@@ -79,8 +79,8 @@ class RunController(QObject):
 
     def stop(self) -> None:
         self._queue.clear()
-        if self._run_job is not None:
-            self._run_job.stop()
+        if self.run_job is not None:
+            self.run_job.stop()
 
     def _next(self) -> None:
         if not self._queue:
@@ -98,7 +98,7 @@ class RunController(QObject):
         worker.progress.connect(self.progress)
         worker.errored.connect(self._on_error)
         worker.done.connect(self._on_run_done)
-        self._run_job = self.jobs.start(worker)
+        self.run_job = self.jobs.start(worker)
         self.run_begun.emit(request)
 
     @Slot(object)
@@ -114,7 +114,7 @@ class RunController(QObject):
 
     @Slot()
     def _on_run_done(self) -> None:
-        self._run_job = None
+        self.run_job = None
         self._next()
 
     # -- background tasks -----------------------------------------------------------------

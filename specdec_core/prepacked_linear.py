@@ -95,9 +95,9 @@ class PackedWeight:
         return PackedWeight(copy.deepcopy(self.weight, memo), copy.deepcopy(self.bias, memo))
 
     def _pack(self) -> None:
-        self._packed = None
+        self.packed = None
         if enabled(self.weight.device, self.weight.dtype):
-            self._packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), BATCH_HINT)
+            self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), BATCH_HINT)
         self._stamp = self._weights_stamp()
 
     def _weights_stamp(self) -> tuple:
@@ -106,7 +106,7 @@ class PackedWeight:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self._weights_stamp() != self._stamp:
             self._pack()
-        packed = self._packed
+        packed = self.packed
         if (
             packed is None
             or torch.is_grad_enabled()
@@ -138,12 +138,12 @@ class PrepackedLinear(nn.Module):
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.weight = linear.weight
         self.bias = linear.bias
-        self._packed = PackedWeight(self.weight, self.bias)
+        self.packed = PackedWeight(self.weight, self.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self._packed.weight is not self.weight or self._packed.bias is not self.bias:
-            self._packed = PackedWeight(self.weight, self.bias)  # e.g. load_state_dict(assign=)
-        return self._packed(x)
+        if self.packed.weight is not self.weight or self.packed.bias is not self.bias:
+            self.packed = PackedWeight(self.weight, self.bias)  # e.g. load_state_dict(assign=)
+        return self.packed(x)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, oneDNN"

@@ -20,7 +20,7 @@ def test_the_window_runs_the_embedded_model_end_to_end(qtbot, tmp_path, monkeypa
     qtbot.waitUntil(window.ready, timeout=180_000)  # imports torch, loads the target
     assert window.target is not None and window.target.spec == "embedded"
     window.decoding.max_new_tokens.setValue(6)
-    window.decoding._select(window.decoding.method, "ar")
+    window.decoding.select(window.decoding.method, "ar")
     window.prompt.set_text("Say hello.")
 
     window.generate()

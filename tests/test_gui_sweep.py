@@ -99,7 +99,7 @@ def test_clicking_the_scene_maps_to_a_cell(qtbot, sweep_window):
         def scenePos(self):
             return scene_pos
 
-    view._on_click(Click())
+    view.on_click(Click())
     assert sweep_window.decoding.k.value() == 2
     assert sweep_window.decoding.temperature.value() == pytest.approx(0.0)
 

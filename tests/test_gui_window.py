@@ -42,12 +42,12 @@ def test_methods_and_policies_come_from_the_registries(make_window):
     window = make_window()
     labels = [window.decoding.method.itemText(i) for i in range(window.decoding.method.count())]
     assert labels == ["Autoregressive", "Classic draft", "EAGLE", "EAGLE-2", "EAGLE-2 + lookup"]
-    form = window.decoding._form
+    form = window.decoding.form
     assert not form.isRowVisible(window.decoding.tree_depth)
-    window.decoding._select(window.decoding.method, "eagle2")
+    window.decoding.select(window.decoding.method, "eagle2")
     assert form.isRowVisible(window.decoding.tree_depth)
     assert not window.decoding.lossy_badge.isVisibleTo(window)
-    window.decoding._select(window.decoding.policy, "threshold")
+    window.decoding.select(window.decoding.policy, "threshold")
     assert window.decoding.lossy_badge.isVisibleTo(window)
     assert window.decoding.policy.currentText() == "threshold (lossy)"
     assert set(window.compare.checks) == {"ar", "classic", "eagle", "eagle2", "eagle2-lookup"}
@@ -158,7 +158,7 @@ def test_closing_during_a_run_leaves_no_live_thread(make_window, qtbot):
     window = make_window(engine)
     window.generate()
     qtbot.waitUntil(lambda: engine.produced >= 2, timeout=5000)
-    job = window.controller._run_job
+    job = window.controller.run_job
     assert job is not None and job.is_running()
     window.close()
     assert not job.thread.isRunning()
@@ -221,10 +221,10 @@ def test_a_max_new_tokens_above_the_maximum_is_capped_and_said_so(make_window, q
     wait_idle(qtbot, window)
     assert window.engine.requests[0].config.max_new_tokens == MAX_NEW_TOKENS
     assert spin.value() == MAX_NEW_TOKENS
-    assert window.decoding._form.isRowVisible(note)
+    assert window.decoding.form.isRowVisible(note)
     assert note.text() == f"the most is {MAX_NEW_TOKENS} (999999999 typed)"
     spin.setValue(100)
-    assert not window.decoding._form.isRowVisible(note)
+    assert not window.decoding.form.isRowVisible(note)
 
 
 def test_the_window_module_does_not_import_torch():
@@ -237,8 +237,8 @@ def test_the_window_module_does_not_import_torch():
 def test_a_lossy_policy_shows_its_parameters_and_they_reach_the_engine(make_window, qtbot):
     window = make_window()
     assert not window.decoding.params
-    window.decoding._select(window.decoding.policy, "threshold")
-    assert window.decoding._form.isRowVisible(window.decoding.params_box)
+    window.decoding.select(window.decoding.policy, "threshold")
+    assert window.decoding.form.isRowVisible(window.decoding.params_box)
     assert window.decoding.params["tau"].value() == 0.3
     window.decoding.params["tau"].setValue(0.15)
     window.generate()

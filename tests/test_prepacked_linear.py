@@ -86,7 +86,7 @@ def test_with_autograd_it_falls_back_to_torch_and_trains(calls):
 def test_a_deep_copy_packs_its_own_copied_weights():
     linear = PrepackedLinear(torch.nn.Linear(16, 8))
     twin = copy.deepcopy(linear)
-    assert twin._packed.weight is twin.weight and twin.weight is not linear.weight
+    assert twin.packed.weight is twin.weight and twin.weight is not linear.weight
     with torch.no_grad():
         twin.weight.mul_(2.0)
         x = torch.randn(3, 16)

@@ -214,7 +214,7 @@ def test_the_window_stops_and_reports_errors_across_the_process(qtbot, tmp_path,
     assert summary.steps <= shown + 1  # ar: a token a step; the one in flight at most
     assert window.last_error is None
 
-    window.decoding._select(window.decoding.method, "classic")
+    window.decoding.select(window.decoding.method, "classic")
     window.models.draft.set_spec(str(tmp_path / "missing"))
     window.decoding.max_new_tokens.setValue(4)
     window.generate()
@@ -222,7 +222,7 @@ def test_the_window_stops_and_reports_errors_across_the_process(qtbot, tmp_path,
     assert window.last_error is not None and "not found" in window.last_error
     assert window.error_box is not None and window.error_box.windowTitle() == "Cannot do that"
 
-    window.decoding._select(window.decoding.method, "ar")
+    window.decoding.select(window.decoding.method, "ar")
     window.generate()  # the next run works
     qtbot.waitUntil(lambda: not window.controller.running, timeout=30_000)
     assert window.session.last_results["run"].stop_reason == "max_tokens"

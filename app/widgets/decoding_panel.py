@@ -111,18 +111,18 @@ class DecodingPanel(QGroupBox):
         numbers.addWidget(self.top_p)
         numbers.addWidget(QLabel("seed"))
         numbers.addWidget(self.seed)
-        self._form = QFormLayout(self)
-        self._form.addRow("Method", self.method)
-        self._form.addRow("Policy", policy_row)
-        self._form.addRow("Policy params", self.params_box)
-        self._form.addRow("Draft length k", self.k)
-        self._form.addRow("Temperature", self.temperature)
-        self._form.addRow("Top-p", numbers)
-        self._form.addRow("Max new tokens", self.max_new_tokens)
-        self._form.addRow("", self.max_note)
-        self._form.addRow("Tree depth", self.tree_depth)
-        self._form.addRow("Tree top-k", self.tree_topk)
-        self._form.addRow("Tree size", self.tree_tokens)
+        self.form = QFormLayout(self)
+        self.form.addRow("Method", self.method)
+        self.form.addRow("Policy", policy_row)
+        self.form.addRow("Policy params", self.params_box)
+        self.form.addRow("Draft length k", self.k)
+        self.form.addRow("Temperature", self.temperature)
+        self.form.addRow("Top-p", numbers)
+        self.form.addRow("Max new tokens", self.max_new_tokens)
+        self.form.addRow("", self.max_note)
+        self.form.addRow("Tree depth", self.tree_depth)
+        self.form.addRow("Tree top-k", self.tree_topk)
+        self.form.addRow("Tree size", self.tree_tokens)
         tips = {
             self.method: "how tokens are drafted (the engine's methods); hover an entry for it",
             self.policy: "how drafts are verified: lossless keeps the target's output exactly",
@@ -138,8 +138,8 @@ class DecodingPanel(QGroupBox):
         for widget, tip in tips.items():
             widget.setToolTip(tip)
         self._show_tree(False)
-        self._form.setRowVisible(self.params_box, False)
-        self._form.setRowVisible(self.max_note, False)
+        self.form.setRowVisible(self.params_box, False)
+        self.form.setRowVisible(self.max_note, False)
 
     # -- registries -------------------------------------------------------------------------
     def set_registries(self, registries: Registries) -> None:
@@ -163,8 +163,8 @@ class DecodingPanel(QGroupBox):
         self.policy.blockSignals(False)
         self.method.setEnabled(True)
         self.policy.setEnabled(True)
-        self._select(self.method, wanted_method)
-        self._select(self.policy, wanted_policy or "lossless")
+        self.select(self.method, wanted_method)
+        self.select(self.policy, wanted_policy or "lossless")
         self._on_method()
         self._on_policy()
 
@@ -220,20 +220,20 @@ class DecodingPanel(QGroupBox):
         self.tree_topk.setValue(int(values["tree_topk"]))
         self.tree_tokens.setValue(int(values["tree_tokens"]))
         if self._registries is not None:
-            self._select(self.method, values["method"])
-            self._select(self.policy, values["policy"])
+            self.select(self.method, values["method"])
+            self.select(self.policy, values["policy"])
 
     # -- internals --------------------------------------------------------------------------
     def _show_capped(self, typed: str) -> None:
         self.max_note.setText(f"the most is {MAX_NEW_TOKENS} ({typed} typed)")
-        self._form.setRowVisible(self.max_note, True)
+        self.form.setRowVisible(self.max_note, True)
 
     def _hide_capped(self, value: int) -> None:
         if value < MAX_NEW_TOKENS:
-            self._form.setRowVisible(self.max_note, False)
+            self.form.setRowVisible(self.max_note, False)
 
     @staticmethod
-    def _select(combo: QComboBox, name: str) -> None:
+    def select(combo: QComboBox, name: str) -> None:
         index = combo.findData(name)
         if index >= 0:
             combo.setCurrentIndex(index)
@@ -276,8 +276,8 @@ class DecodingPanel(QGroupBox):
             self.params_layout.addWidget(QLabel(name))
             self.params_layout.addWidget(spin, 1)
             self.params[name] = spin
-        self._form.setRowVisible(self.params_box, bool(self.params))
+        self.form.setRowVisible(self.params_box, bool(self.params))
 
     def _show_tree(self, visible: bool) -> None:
         for widget in (self.tree_depth, self.tree_topk, self.tree_tokens):
-            self._form.setRowVisible(widget, visible)
+            self.form.setRowVisible(widget, visible)

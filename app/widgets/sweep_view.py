@@ -107,7 +107,7 @@ class SweepView(QWidget):
         self.plot.setMouseEnabled(x=False, y=False)
         self.plot.hideButtons()
         self.plot.setLabel("left", "temperature")
-        self.plot.scene().sigMouseClicked.connect(self._on_click)
+        self.plot.scene().sigMouseClicked.connect(self.on_click)
         self._cmap = pg.colormap.get(COLORMAP)
 
         layout = QVBoxLayout(self)
@@ -251,7 +251,7 @@ class SweepView(QWidget):
             self.labels[key].setText(f"{speedup:.2f}x")
             self.labels[key].setColor("k" if share > 0.5 else "w")
 
-    def _on_click(self, event: Any) -> None:
+    def on_click(self, event: Any) -> None:
         position = self.plot.getViewBox().mapSceneToView(event.scenePos())
         self.click_at(position)
 
