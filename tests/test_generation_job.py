@@ -205,7 +205,10 @@ def test_start_detaches_refuses_a_second_job_and_stop_then_start_resumes(setup, 
         assert main(["data", "stop", "--work", str(work)]) == 0
     first = len(list((work / "shards").glob("*/*.json.gz")))
     assert job.running_pid(work) is None
-    done = subprocess.run(start, env=env, capture_output=True, text=True, timeout=120)
+    # as `stop` and `status` say: `start --work W` alone resumes the job as it was started
+    resume = [sys.executable, "-m", "specdec_core.cli", "data", "start", "--work", str(work)]
+    done = subprocess.run([*resume, "--nice", "0"], env=env, capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
     assert done.returncode == 0, done.stderr
     try:
         for _ in range(600):

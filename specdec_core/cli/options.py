@@ -83,12 +83,14 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_exclude_prompts(parser: argparse.ArgumentParser, what: str) -> None:
+def add_exclude_prompts(
+    parser: argparse.ArgumentParser, what: str, default: str | None = "environment"
+) -> None:
     """`--exclude-prompts`: evaluation prompt files that `what` must never match or nearly
-    match (default $SPECDEC_EVAL_PROMPTS)."""
+    match (default $SPECDEC_EVAL_PROMPTS; `default=None` leaves it to the caller)."""
     parser.add_argument(
         "--exclude-prompts",
-        default=os.environ.get("SPECDEC_EVAL_PROMPTS", ""),
+        default=os.environ.get("SPECDEC_EVAL_PROMPTS", "") if default == "environment" else None,
         help=f"evaluation prompt files (JSONL; comma-separated paths or globs) that {what} "
         "must never match or nearly match, e.g. your benchmark sets (default: "
         "$SPECDEC_EVAL_PROMPTS); the built-in held-out prompts per kind are always excluded",
