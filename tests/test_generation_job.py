@@ -34,7 +34,7 @@ def _words(rng: random.Random, n: int) -> str:
     return " ".join(f"w{rng.randrange(3, VOCAB - 3)}" for _ in range(n))
 
 
-def _conversation(rng: random.Random, index: int) -> dict:
+def tiny_conversation(rng: random.Random, index: int) -> dict:
     turns = [{"from": "human", "value": _words(rng, 6)}, {"from": "gpt", "value": _words(rng, 9)}]
     if index % 3 == 0:
         turns += [{"from": "human", "value": _words(rng, 5)}, {"from": "gpt", "value": "w3"}]
@@ -57,7 +57,7 @@ def setup(tmp_path_factory):
     tiny_model(1).save_pretrained(root / "target")
     tokenizer.save_pretrained(root / "target")
     rng = random.Random(0)
-    chats = [_conversation(rng, i) for i in range(400)]
+    chats = [tiny_conversation(rng, i) for i in range(400)]
     (root / "chats.json").write_text(json.dumps(chats))
     (root / "eval.jsonl").write_text(json.dumps({"turns": [EVALUATION]}) + "\n")
     return root

@@ -13,7 +13,7 @@ import pytest
 
 from app.training_plan import default_work, read_generation
 from tests.gui_window import make_window_fixture  # noqa: F401 (a fixture)
-from tests.test_generation_job import TEMPLATE, _conversation
+from tests.test_generation_job import TEMPLATE, tiny_conversation
 from tests.tiny import tiny_model, tiny_tokenizer
 
 
@@ -25,7 +25,7 @@ def tiny_target(tmp_path_factory) -> tuple[Path, Path]:
     tiny_model(1).save_pretrained(root / "target")
     tokenizer.save_pretrained(root / "target")
     rng = random.Random(0)
-    (root / "chats.json").write_text(json.dumps([_conversation(rng, i) for i in range(400)]))
+    (root / "chats.json").write_text(json.dumps([tiny_conversation(rng, i) for i in range(400)]))
     return root / "target", root / "chats.json"
 
 

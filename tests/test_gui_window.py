@@ -329,8 +329,8 @@ def test_a_dead_engine_offers_a_restart_that_reloads_the_models_and_keeps_the_pr
     assert window.error_box.buttonRole(restart) == QMessageBox.ButtonRole.AcceptRole
     restart.click()
     qtbot.waitUntil(lambda: len(engine.loads) == loads + 1, timeout=5000)
-    wait_idle(qtbot, window)
-    assert window.prompt.text() == "keep me" and window.ready()
+    qtbot.waitUntil(window.ready, timeout=5000)  # the new engine's model is in place
+    assert window.prompt.text() == "keep me"
     window.generate()  # and it runs again
     wait_idle(qtbot, window)
     assert window.token_view.tokens
