@@ -20,13 +20,13 @@ from PySide6.QtCore import QObject, QProcess, QTimer, Signal
 from app.training_plan import (
     TrainingPlan,
     default_work,
-    duration,
     finished_head,
     generation_done,
     read_generation,
     read_training,
 )
 from app.widgets.train_view import TrainView
+from specdec_core.files import format_duration
 
 POLL_MS = 500
 KILL_AFTER_MS = 15_000
@@ -179,7 +179,7 @@ class TrainController(QObject):
         if generation is not None:
             self.view.generation_bar.setValue(round(generation.fraction * 1000))
             rate = f"{generation.tokens_per_s:.0f}" if generation.tokens_per_s else "-"
-            eta = "done" if generation.state == "finished" else duration(generation.eta_s)
+            eta = "done" if generation.state == "finished" else format_duration(generation.eta_s)
             self.view.generation_text.setText(
                 f"{generation.answer_tokens:,} / {generation.budget:,} answer tokens, "
                 f"{generation.batches} batches; {rate} tokens/s; ETA {eta} ({generation.state})"
@@ -188,7 +188,7 @@ class TrainController(QObject):
         if training is not None:
             self.view.training_bar.setValue(round(1000 * training.step / max(1, training.steps)))
             rate = f"{training.tokens_per_s:.0f}" if training.tokens_per_s else "-"
-            eta = "done" if training.finished else duration(training.eta_s)
+            eta = "done" if training.finished else format_duration(training.eta_s)
             self.view.training_text.setText(
                 f"epoch {training.epoch:.2f}, step {training.step} / {training.steps}; "
                 f"{rate} tokens/s; ETA {eta}"

@@ -168,12 +168,3 @@ def finished_head(plan: TrainingPlan) -> tuple[KindValidation, ...] | None:
 def generation_done(plan: TrainingPlan) -> bool:
     progress = read_generation(plan.work)
     return progress is not None and progress.state == "finished"
-
-
-def duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "?"
-    seconds = int(seconds)
-    if seconds >= 3600:
-        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
-    return f"{seconds // 60}m{seconds % 60:02d}s"

@@ -109,7 +109,8 @@ def test_a_job_killed_mid_batch_resumes_without_duplicate_or_lost_samples(setup,
     target.model.generate = generate
     cut = json.loads((tmp_path / "cut" / "status.json").read_text())
     assert cut["state"] == "stopped" and 0 < cut["answer_tokens"] < whole["answer_tokens"]
-    assert not list((tmp_path / "cut").rglob("*.part"))  # no half-written shard left behind
+    scratch = [p for p in (tmp_path / "cut").rglob("*") if p.name.endswith((".tmp", ".part"))]
+    assert not scratch  # no half-written shard left behind
     resumed = run_job(tmp_path / "cut", plan, target)
 
     assert _shards(tmp_path / "cut") == _shards(tmp_path / "whole")

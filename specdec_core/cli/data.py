@@ -20,6 +20,7 @@ from pathlib import Path
 
 from specdec_core.cli.options import add_exclude_prompts
 from specdec_core.errors import SpecdecError
+from specdec_core.files import format_duration
 
 
 def default_work() -> Path:
@@ -249,17 +250,6 @@ def stop(args: argparse.Namespace) -> int:
     return 0
 
 
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "?"
-    seconds = int(seconds)
-    return (
-        f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
-        if seconds >= 3600
-        else (f"{seconds // 60}m{seconds % 60:02d}s")
-    )
-
-
 def format_status(report: dict, pid: int | None, work: Path) -> str:
     """The status as a table: per source answer tokens of budget, tokens/s and ETA; per kind."""
     if pid is not None:
@@ -272,14 +262,14 @@ def format_status(report: dict, pid: int | None, work: Path) -> str:
     age = time.time() - report["updated"]
     lines = [
         f"generation job in {work}: {state}",
-        f"target {report['target']}; last update {_duration(age)} ago; "
+        f"target {report['target']}; last update {format_duration(age)} ago; "
         f"{report['generation_seconds'] / 3600:.2f} h of generation",
         "",
         f"{'source':<16}{'answer tokens':>24}{'done':>7}{'samples':>9}{'tokens/s':>10}{'ETA':>9}",
     ]
     for name, s in report["sources"].items():
         share = s["answer_tokens"] / s["budget"] if s["budget"] else 1.0
-        eta = "done" if s["done"] else _duration(s["eta_s"])
+        eta = "done" if s["done"] else format_duration(s["eta_s"])
         rate = f"{s['tokens_per_s']:.0f}" if s["tokens_per_s"] else "-"
         lines.append(
             f"{name:<16}{s['answer_tokens']:>11,} / {s['budget']:>10,}{share:>7.0%}"
@@ -289,7 +279,7 @@ def format_status(report: dict, pid: int | None, work: Path) -> str:
     rate = f"{report['tokens_per_s']:.0f}" if report["tokens_per_s"] else "-"
     lines.append(
         f"{'all':<16}{report['answer_tokens']:>11,} / {report['budget']:>10,}{total:>7.0%}"
-        f"{'':>9}{rate:>10}{_duration(report['eta_s']):>9}"
+        f"{'':>9}{rate:>10}{format_duration(report['eta_s']):>9}"
     )
     kinds = ", ".join(f"{kind} {count:,}" for kind, count in report["kinds"].items())
     lines += ["", f"answer tokens by kind: {kinds or 'none yet'}"]

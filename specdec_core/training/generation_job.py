@@ -39,6 +39,7 @@ import torch
 
 from specdec_core.eagle import data as datasets
 from specdec_core.errors import SpecdecError
+from specdec_core.files import write_atomic
 from specdec_core.models import LoadedModel
 from specdec_core.training.kinds import held_out_prompts
 from specdec_core.training.magpie import PromptFilter, evaluation_prompts, openings
@@ -163,17 +164,6 @@ class SourceProgress:
 
 def shard_path(work: Path, source: str, number: int) -> Path:
     return work / "shards" / source / f"{number:06d}.json.gz"
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    """Write `data` to `path` so that a reader (or a killed writer) never sees half of it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".part")
-    with open(partial, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    partial.replace(path)
 
 
 def read_shards(work: Path, source: str) -> Iterator[dict]:
@@ -389,7 +379,7 @@ class GenerationJob:
             "write_seconds": round(writing, 3),  # magpie: the target writing its prompts
             "samples": [asdict(a) for a in answered],
         }
-        write_atomically(
+        write_atomic(
             shard_path(self.work, source.name, number), gzip.compress(json.dumps(shard).encode())
         )
         self._count(source, shard)
@@ -514,7 +504,7 @@ class GenerationJob:
 
     def write_status(self) -> dict:
         status = self.status()
-        write_atomically(self.work / "status.json", json.dumps(status, indent=1).encode())
+        write_atomic(self.work / "status.json", json.dumps(status, indent=1).encode())
         return status
 
 
@@ -548,7 +538,7 @@ def prepare(work: Path, plan: JobPlan) -> JobPlan:
                 f"{work} holds a job with other settings ({', '.join(changed)}); resume it with "
                 "the same settings (only --tokens may change) or use another --work"
             )
-    write_atomically(saved_path, json.dumps(asdict(plan), indent=1).encode())
+    write_atomic(saved_path, json.dumps(asdict(plan), indent=1).encode())
     return plan
 
 

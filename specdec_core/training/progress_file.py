@@ -11,10 +11,11 @@ written atomically (a reader never sees half of it), so a window or a script can
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from specdec_core.files import write_atomic
 
 MIN_INTERVAL_S = 0.5  # between writes for plain steps; an epoch's end is always written
 
@@ -81,10 +82,7 @@ class ProgressFile:
         self.write({**saved, "eta_s": 0.0, "validation": history, "finished": True})
 
     def write(self, record: dict) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        partial = self.path.with_name(self.path.name + ".part")
-        partial.write_text(json.dumps(record))
-        os.replace(partial, self.path)
+        write_atomic(self.path, json.dumps(record))
 
 
 def read_progress(path: Path) -> TrainProgress | None:
