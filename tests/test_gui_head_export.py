@@ -1,8 +1,9 @@
 """File ▸ Export to server… writes the EAGLE head for the chosen engine and shows the command
 that serves the folder; what cannot be written is one line, and nothing is lost.
 
-The writer here does in this process what the engine process does for the window (whose
-process never imports torch): `export_head`, then `serve_command` on the folder."""
+The writer here does at once, in this process, what the engine process does for the window
+(whose process never imports torch) in a worker: `export_head`, then `serve_command` on the
+folder, and hands back the command or the error's line."""
 
 from __future__ import annotations
 
@@ -14,11 +15,12 @@ from pathlib import Path
 import pytest
 from safetensors import safe_open
 
-from app.widgets.server_export_dialog import HeadExportSource, ServerExportDialog
+from app.widgets.server_export_dialog import HeadDone, HeadExportSource, ServerExportDialog
 from specdec_core.config import DecodeConfig
 from specdec_core.eagle.formats import save_head
+from specdec_core.errors import SpecdecError
 from specdec_core.head_export import export_head
-from specdec_core.serve import ServeCommand, serve_command
+from specdec_core.serve import serve_command
 from tests.eagle_tiny import tiny_head
 from tests.tiny import tiny_loaded
 
@@ -40,12 +42,16 @@ def saved_head(target, directory: Path, kind: str = "eagle1") -> str:
 
 
 def writer(head: str, calls: list | None = None):
-    def write(engine: str, folder: Path) -> ServeCommand:
+    def write(engine: str, folder: Path, done: HeadDone) -> None:
         if calls is not None:
             calls.append((engine, folder))
-        written = export_head(engine, head, folder)
+        try:
+            written = export_head(engine, head, folder)
+        except SpecdecError as error:
+            done(str(error))
+            return
         command = serve_command(engine, "eagle", CONFIG, "org/target", str(written.directory))
-        return replace(command, notes=[*written.notes, *command.notes])
+        done(replace(command, notes=[*written.notes, *command.notes]))
 
     return write
 
@@ -61,9 +67,11 @@ def dialog_for(qtbot, head: HeadExportSource | str) -> ServerExportDialog:
 
 
 def write(dialog: ServerExportDialog, engine: str, folder: Path | str) -> bool:
+    """Write Head for `engine` into `folder`; True when the command serving it is shown."""
     dialog.head_engine.setCurrentIndex(dialog.head_engine.findData(engine))
     dialog.head_folder.setText(str(folder))
-    return dialog.write_head()
+    dialog.write_head()
+    return dialog.head_status.text().startswith("wrote ")
 
 
 def test_writing_the_head_for_sglang_gives_the_fixture_files_and_the_command(
@@ -141,16 +149,35 @@ def test_a_folder_that_cannot_take_the_head_is_one_line_and_its_files_stay(qtbot
     assert a_file.read_text() == "mine"
 
 
-def test_a_folder_the_engine_cannot_write_is_one_line(qtbot, tmp_path):
-    def denied(engine: str, folder: Path) -> ServeCommand:
-        raise PermissionError(13, "Permission denied", str(folder))
-
-    dialog = dialog_for(qtbot, HeadExportSource("embedded", denied))
-    assert not write(dialog, "sglang", tmp_path / "head")
+def test_a_folder_this_user_cannot_write_is_one_line(qtbot, tmp_path, monkeypatch):
+    calls: list = []
+    dialog = dialog_for(qtbot, HeadExportSource("embedded", writer("embedded", calls)))
+    monkeypatch.setattr("os.access", lambda path, mode: False)  # a folder of another user
+    assert not write(dialog, "sglang", tmp_path / "new" / "head")
     assert dialog.head_status.text() == (
-        f"cannot write the head into {tmp_path / 'head'}: Permission denied; choose a folder "
-        "you can write to"
+        f"cannot write into {tmp_path} (no permission); choose a folder you can write to"
     )
+    assert calls == []
+
+
+def test_writing_runs_elsewhere_and_the_dialog_waits_for_its_answer(qtbot, tmp_path):
+    pending: list = []
+    dialog = dialog_for(qtbot, HeadExportSource("embedded", lambda *call: pending.append(call)))
+    before = dialog.texts["sglang"].toPlainText()
+    assert dialog.write_head() is False  # no folder yet
+    dialog.head_engine.setCurrentIndex(dialog.head_engine.findData("sglang"))
+    dialog.head_folder.setText(str(tmp_path / "head"))
+    assert dialog.write_head()
+    assert len(pending) == 1 and pending[0][:2] == ("sglang", tmp_path / "head")
+    assert not dialog.write_button.isEnabled()  # one writing at a time
+    assert dialog.head_status.text() == f"writing the head for SGLang into {tmp_path / 'head'}…"
+    assert not dialog.write_head()
+    pending[0][2]("the engine process ended unexpectedly (exit code -9); start it again\nTrace")
+    assert dialog.write_button.isEnabled()
+    assert dialog.head_status.text() == (
+        "the engine process ended unexpectedly (exit code -9); start it again"
+    )
+    assert dialog.texts["sglang"].toPlainText() == before
 
 
 def test_a_method_without_a_head_says_so_and_offers_no_writing(qtbot):

@@ -8,25 +8,26 @@ the clipboard) and Save as shell script… (an executable `#!/usr/bin/env bash` 
 
 Below, for a method that drafts with an EAGLE head: the engine (vLLM / SGLang), a folder and
 Write head. Writing the head reads and rewrites its weights, which needs torch, and the
-window's process never imports torch: the caller passes a `HeadWriter` that writes in the
-engine process (`specdec_core.head_export.export_head`, then `serve_command` on the folder)
-and returns the command serving the folder. That command replaces the engine's box, so Copy
-and Save as shell script… give it. What cannot be written (a head the engine cannot carry, a
-folder that is a file, holds another checkpoint or cannot be written) is one line under the
-controls; the folder field, the commands shown and the folder's files stay as they were.
+window's process never imports torch: the caller passes a `HeadWriter` that starts the writing
+in the engine process (`specdec_core.head_export.export_head`, then `serve_command` on the
+folder), off the GUI thread, and hands back the command serving the folder, or one line
+saying why nothing was written. That command replaces the engine's box, so Copy and Save as
+shell script… give it. What cannot be written (a head the engine cannot carry, a folder that
+is a file, holds another checkpoint or cannot be written) is one line under the controls; the
+folder field, the commands shown and the folder's files stay as they were.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeAlias
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QFont, QGuiApplication
 from PySide6.QtWidgets import (
-    QApplication,
     QComboBox,
     QDialog,
     QDialogButtonBox,
@@ -42,7 +43,6 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from specdec_core.errors import SpecdecError
 from specdec_core.serve import ServeCommand, write_script
 
 ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
@@ -53,11 +53,14 @@ HEAD_HELP = (
 )
 
 
+HeadDone: TypeAlias = Callable[[ServeCommand | str], None]
+
+
 class HeadWriter(Protocol):
-    def __call__(self, engine: str, folder: Path) -> ServeCommand:
-        """Write the head into `folder` as `engine` loads it; -> the command that serves the
-        folder. Raises `SpecdecError` (one line: what cannot be carried and what to do) or
-        `OSError` when the folder cannot be written."""
+    def __call__(self, engine: str, folder: Path, done: HeadDone) -> None:
+        """Start writing the head into `folder` as `engine` loads it, off the GUI thread;
+        later call `done`, on the GUI thread, with the command that serves the folder or the
+        one line saying why nothing was written (what cannot be carried and what to do)."""
         ...
 
 
@@ -212,10 +215,10 @@ class ServerExportDialog(QDialog):
             self.head_folder.setText(folder)
 
     def write_head(self) -> bool:
-        """Write the head for the chosen engine into the folder; its command replaces the
-        engine's box. False, with one line saying why, when nothing was written."""
+        """Start writing the head for the chosen engine into the folder (its command then
+        replaces the engine's box). False, with one line saying why, when it cannot start."""
         source = self.head_source
-        if not isinstance(source, HeadExportSource):
+        if not isinstance(source, HeadExportSource) or not self.write_button.isEnabled():
             return False
         engine = self.head_engine.currentData()
         text = self.head_folder.text().strip()
@@ -225,19 +228,20 @@ class ServerExportDialog(QDialog):
         problem = folder_problem(folder)
         if problem:
             return self._head_failed(problem)
-        QApplication.setOverrideCursor(Qt.CursorShape.WaitCursor)
-        try:
-            command = source.write(engine, folder)
-        except SpecdecError as error:
-            return self._head_failed(one_line(str(error)))
-        except OSError as error:
-            reason = error.strerror or str(error)
-            return self._head_failed(
-                f"cannot write the head into {folder}: {reason}; choose a folder you can write to"
-            )
-        finally:
-            QApplication.restoreOverrideCursor()
-        self._show(engine, command)
+        self.write_button.setEnabled(False)
+        self.head_status.setStyleSheet("")
+        name = ENGINE_NAMES.get(engine, engine)
+        self.head_status.setText(f"writing the head for {name} into {folder}…")
+        source.write(engine, folder, lambda result: self.head_done(engine, folder, result))
+        return True
+
+    def head_done(self, engine: str, folder: Path, result: ServeCommand | str) -> None:
+        """The writing ended: show the command serving `folder`, or why nothing was written."""
+        self.write_button.setEnabled(True)
+        if not isinstance(result, ServeCommand):
+            self._head_failed(one_line(result))
+            return
+        self._show(engine, result)
         name = ENGINE_NAMES.get(engine, engine)
         self.boxes[engine].setTitle(f"{name}: serving the head written to {folder}")
         written = ", ".join(sorted(p.name for p in folder.iterdir())) if folder.is_dir() else ""
@@ -246,7 +250,6 @@ class ServerExportDialog(QDialog):
             f"wrote {written} to {folder}; the {name} command above serves it "
             "(copy the folder to the serving machine, to the same path)"
         )
-        return True
 
     def _head_failed(self, message: str) -> bool:
         self.head_status.setStyleSheet("color: #c1121f")
