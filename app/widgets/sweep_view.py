@@ -1,9 +1,15 @@
-"""Sweep view: choose a grid, run it in the background, a heatmap of speedup vs `ar`.
+"""Sweep view: choose a grid, run it in the background, a heatmap of speedup vs autoregressive.
 
 Rows are temperatures, columns the draft length k (chain methods) or the tree size (tree
 methods); each cell is coloured by its measured speedup and shows it as text. Clicking a cell
 emits `apply_requested` with that point's settings, which the window applies to the sliders.
-The view only parses and draws; `app/sweep_controller.py` runs the sweep.
+The view only parses, draws and words; `app/sweep_controller.py` runs the sweep.
+
+The colour scale is absolute, the same for every sweep (`speedup_color`, drawn as the colour
+bar beside the map): 1.00× (no gain) is a neutral light grey, a point slower than
+autoregressive decoding is red (darker the slower, full at 0.5×), a faster one blue (darker
+the faster, full at 3× and above); a point not measured yet is hatched. A 1.36× best cell
+is therefore a light blue, not the darkest colour of its map.
 """
 
 from __future__ import annotations
@@ -11,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 import pyqtgraph as pg
-from PySide6.QtCore import QPointF, QRectF, Signal
+from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QBrush, QColor, QPen
 from PySide6.QtWidgets import (
     QComboBox,
@@ -29,9 +35,85 @@ from PySide6.QtWidgets import (
 from specdec_core.errors import SpecdecError
 
 PARAM_PREFIX = "policy_params."  # as specdec_core.sweep.PARAM_PREFIX (no torch import here)
-PENDING = QColor("#d0d0d0")
-COLORMAP = "viridis"
+PENDING = QBrush(QColor("#a0a0a0"), Qt.BrushStyle.BDiagPattern)  # hatched: not measured yet
+SLOWEST, FASTEST = 0.5, 3.0  # speedups that get the full colour of their side of the scale
+NEUTRAL_BAND = 0.005  # within it of 1.0 a cell reads 1.00×: no gain either way
+NEUTRAL = QColor("#ececec")
+SLOWER = pg.ColorMap([0.0, 1.0], ["#f4a582", "#b2182b"])  # just slower -> half as fast
+FASTER = pg.ColorMap([0.0, 0.5, 1.0], ["#d1e5f0", "#4393c3", "#053061"])  # just faster -> 3×
+SCALE_TICKS = ((0.5, "0.5×"), (1.0, "1×"), (1.5, "1.5×"), (2.0, "2×"), (2.5, "2.5×"), (3.0, "≥3×"))
+LEGEND = (
+    "colour: speedup vs autoregressive on a fixed scale — red: slower; grey: no gain (1.00×); "
+    "blue: faster, darkest at 3× and above; hatched: not measured yet"
+)
 PROMPT_CURRENT, PROMPT_FILE = "current prompt", "JSONL file"
+
+
+def speedup_color(speedup: float) -> QColor:
+    """The colour of a cell measuring `speedup` (× autoregressive), the same in every sweep."""
+    if abs(speedup - 1.0) <= NEUTRAL_BAND:
+        return QColor(NEUTRAL)
+    if speedup < 1.0:
+        share = (1.0 - NEUTRAL_BAND - speedup) / (1.0 - NEUTRAL_BAND - SLOWEST)
+        return SLOWER.map(min(1.0, max(0.0, share)), mode="qcolor")
+    share = (speedup - 1.0 - NEUTRAL_BAND) / (FASTEST - 1.0 - NEUTRAL_BAND)
+    return FASTER.map(min(1.0, max(0.0, share)), mode="qcolor")
+
+
+def scale_colormap(samples: int = 251) -> pg.ColorMap:
+    """`speedup_color` from SLOWEST to FASTEST as one colour map, for the colour bar."""
+    values = [SLOWEST + (FASTEST - SLOWEST) * i / (samples - 1) for i in range(samples)]
+    positions = [i / (samples - 1) for i in range(samples)]
+    return pg.ColorMap(positions, [speedup_color(v) for v in values])
+
+
+def _value(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def setting_words(name: str, value: Any) -> str:
+    """One sweep setting in words: 'temperature 0.7', '3 drafted tokens per step', 'a tree of
+    16 tokens', "the policy's tau at 0.3"."""
+    if name == "temperature":
+        return f"temperature {_value(value)}"
+    if name == "k":
+        return f"{value} drafted token{'' if value == 1 else 's'} per step"
+    if name == "tree_tokens":
+        return "a tree sized automatically" if value is None else f"a tree of {value} tokens"
+    if name.startswith(PARAM_PREFIX):
+        return f"the policy's {name.removeprefix(PARAM_PREFIX)} at {_value(value)}"
+    return f"{name.replace('_', ' ')} {'auto' if value is None else _value(value)}"
+
+
+def point_words(point: dict[str, Any]) -> str:
+    """A sweep point in words, temperature first: 'temperature 0, a tree of 16 tokens'."""
+    names = sorted(point, key=lambda name: name != "temperature")
+    return ", ".join(setting_words(name, point[name]) for name in names)
+
+
+def speedup_words(speedup: float) -> str:
+    """'1.90× vs autoregressive' (a ratio of tokens per second, measured side by side)."""
+    return f"{speedup:.2f}× vs autoregressive"
+
+
+def result_words(records: list[dict[str, Any]], method: str) -> str:
+    """The line after a sweep: how many points, the fastest, at which settings; `method` as
+    the Method box names it."""
+    measured = [r for r in records if r.get("speedup_vs_ar") is not None]
+    if not measured:
+        return f"no point of the {method} sweep was measured"
+    best = max(measured, key=lambda r: r["speedup_vs_ar"])
+    speedup = best["speedup_vs_ar"]
+    count = f"{len(measured)} point{'' if len(measured) == 1 else 's'} of {method} measured"
+    where = point_words(best["point"])
+    if speedup < 1.0 - NEUTRAL_BAND:
+        return (
+            f"{count}; every one is slower than autoregressive decoding, the least slow "
+            f"{speedup_words(speedup)} at {where}"
+        )
+    if speedup <= 1.0 + NEUTRAL_BAND:
+        return f"{count}; none is faster than autoregressive decoding, the best {where}"
+    return f"{count}; fastest: {speedup_words(speedup)} at {where}; click a cell to use it"
 
 
 def parse_values(text: str, kind: type, name: str) -> list[Any]:
@@ -108,13 +190,27 @@ class SweepView(QWidget):
         self.plot.hideButtons()
         self.plot.setLabel("left", "temperature")
         self.plot.scene().sigMouseClicked.connect(self.on_click)
-        self._cmap = pg.colormap.get(COLORMAP)
+        self.colorbar = pg.ColorBarItem(
+            values=(SLOWEST, FASTEST),
+            colorMap=scale_colormap(),
+            label="speedup vs autoregressive",
+            interactive=False,
+            width=14,
+            colorMapMenu=False,
+        )
+        self.colorbar.getAxis("right").setTicks([list(SCALE_TICKS)])
+        self.plot.getPlotItem().layout.addItem(self.colorbar, 2, 5)
+        self.plot.getPlotItem().layout.setContentsMargins(4, 10, 4, 4)  # room for "≥3×"
+        self.legend = QLabel(LEGEND)
+        self.legend.setWordWrap(True)
+        self.legend.setStyleSheet("color: #555")
 
         layout = QVBoxLayout(self)
         layout.addLayout(form)
         layout.addLayout(buttons)
         layout.addWidget(self.status)
         layout.addWidget(self.plot, 1)
+        layout.addWidget(self.legend)
 
         # trade-off view of a lossy-policy threshold sweep: τ against agreement with `ar`
         self.tradeoff = pg.PlotWidget()
@@ -189,7 +285,7 @@ class SweepView(QWidget):
         for row in range(len(self.rows)):
             for col in range(len(self.columns)):
                 rect = QGraphicsRectItem(QRectF(col, row, 1, 1))
-                rect.setBrush(QBrush(PENDING))
+                rect.setBrush(PENDING)
                 rect.setPen(QPen(QColor("white"), 0))
                 self.plot.addItem(rect)
                 self.cells[(row, col)] = rect
@@ -242,14 +338,24 @@ class SweepView(QWidget):
             self.tradeoff_labels.append(label)
 
     def _recolor(self) -> None:
-        speedups = [r["speedup_vs_ar"] for r in self.records.values()]
-        low, high = min(speedups), max(speedups)
         for key, record in self.records.items():
             speedup = record["speedup_vs_ar"]
-            share = (speedup - low) / (high - low) if high > low else 1.0
-            self.cells[key].setBrush(QBrush(self._cmap.map(share, mode="qcolor")))
+            color = speedup_color(speedup)
+            self.cells[key].setBrush(QBrush(color))
             self.labels[key].setText(f"{speedup:.2f}x")
-            self.labels[key].setColor("k" if share > 0.5 else "w")
+            self.labels[key].setColor("k" if color.lightnessF() > 0.55 else "w")
+
+    def cell_color(self, row: int, col: int) -> QColor | None:
+        """The colour a cell is painted (None while it is not measured: hatched)."""
+        brush = self.cells[(row, col)].brush()
+        return brush.color() if brush.style() == Qt.BrushStyle.SolidPattern else None
+
+    def show_started(self, method: str, points: int) -> None:
+        """`method` as the Method box names it."""
+        self.status.setText(f"sweeping {method}: {points} point{'' if points == 1 else 's'}…")
+
+    def show_result(self, records: list[dict[str, Any]], method: str) -> None:
+        self.status.setText(result_words(records, method))
 
     def on_click(self, event: Any) -> None:
         position = self.plot.getViewBox().mapSceneToView(event.scenePos())
@@ -263,6 +369,6 @@ class SweepView(QWidget):
     def select_cell(self, row: int, col: int) -> None:
         settings = {"temperature": self.rows[row], self.axis: self.columns[col]}
         record = self.records.get((row, col))
-        note = f" ({record['speedup_vs_ar']:.2f}x vs ar)" if record else " (not measured)"
-        self.status.setText("applied " + ", ".join(f"{k}={v}" for k, v in settings.items()) + note)
+        note = speedup_words(record["speedup_vs_ar"]) if record else "not measured yet"
+        self.status.setText(f"applied {point_words(settings)} ({note})")
         self.apply_requested.emit(settings)
