@@ -171,10 +171,14 @@ def test_status_reports_tokens_rate_and_eta_per_source_and_kind(setup, tmp_path,
     assert code["eta_s"] is not None and report["eta_s"] >= code["eta_s"] >= 0
 
 
-def test_a_job_refuses_other_settings_in_its_folder_but_takes_a_new_budget(setup, tmp_path):
+def test_a_job_refuses_other_settings_in_its_folder_but_takes_a_new_budget_and_rows(
+    setup, tmp_path
+):
     work = tmp_path / "work"
     job.prepare(work, tiny_plan(setup))
     job.prepare(work, tiny_plan(setup, tokens=99_000))  # only the budget changed
+    resumed = job.prepare(work, tiny_plan(setup, tokens=99_000, rows=2))  # and the grouping
+    assert job.JobPlan.read(work / "job.json") == resumed and resumed.rows == 2
     with pytest.raises(SpecdecError, match="other settings .*max_new_tokens"):
         job.prepare(work, tiny_plan(setup, max_new_tokens=64))
     with pytest.raises(SpecdecError, match="unknown source.*poems"):

@@ -90,8 +90,8 @@ def _plan_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--rows",
         type=int,
-        help="requests answered together in one generate call, sorted by length (default 32; "
-        "a GPU takes more)",
+        help="requests answered together in one generate call, sorted by length (default 64; "
+        "a GPU takes more; may change when a job resumes)",
     )
     parser.add_argument("--max-new-tokens", type=int, help="longest answer (default 256)")
     parser.add_argument("--seed", type=int, help="default 0")

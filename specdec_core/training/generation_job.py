@@ -59,12 +59,14 @@ MAGPIE_PROMPT_TOKENS = 256
 MAGPIE_ENOUGH = 0.9
 MAX_PROMPT_TOKENS = 1024  # a longer request (history included) is dropped as "long"
 MAX_WORDS = 2000  # words of one request before its tokens are counted
+RESUMABLE = ("tokens", "rows")  # settings a resumed job may change
 RECENT = 15  # batches whose median rate sets a source's tokens/s and ETA
 
 
 @dataclass(frozen=True)
 class JobPlan:
-    """What a job generates; `job.json`. Only `tokens` may change between runs of one job."""
+    """What a job generates; `job.json`. Only `tokens` and `rows` may change between runs of
+    one job (`rows` groups the requests of the batches still to come; written shards stay)."""
 
     target: str = "embedded"
     device: str = "cpu"
@@ -73,7 +75,7 @@ class JobPlan:
     mix: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_MIX))
     batch: int = 128  # requests per batch (one shard)
     long_batch: int = 32  # requests per batch of the `long` source
-    rows: int = 32  # requests answered together in one generate call, sorted by length
+    rows: int = 64  # requests answered together in one generate call, sorted by length
     max_new_tokens: int = 256
     seed: int = 0
     exclude: tuple[str, ...] = ()  # evaluation prompt files (JSONL, paths or globs)
@@ -109,11 +111,11 @@ class JobPlan:
         return self.long_batch if source == "long" else self.batch
 
     def differs_from(self, other: JobPlan) -> list[str]:
-        """The settings other than `tokens` in which the two plans differ."""
+        """The settings other than `tokens` and `rows` in which the two plans differ."""
         return [
             f.name
             for f in fields(self)
-            if f.name != "tokens" and getattr(self, f.name) != getattr(other, f.name)
+            if f.name not in RESUMABLE and getattr(self, f.name) != getattr(other, f.name)
         ]
 
     @classmethod
@@ -526,8 +528,8 @@ def _read_conversations(path: str | None) -> list[list[dict]]:
 
 
 def prepare(work: Path, plan: JobPlan) -> JobPlan:
-    """Record `plan` in WORK/job.json, or check it against the one there (only --tokens may
-    change); -> the plan to run."""
+    """Record `plan` in WORK/job.json, or check it against the one there (only --tokens and
+    --rows may change); -> the plan to run."""
     work.mkdir(parents=True, exist_ok=True)
     saved_path = work / "job.json"
     if saved_path.is_file():
@@ -536,7 +538,7 @@ def prepare(work: Path, plan: JobPlan) -> JobPlan:
         if changed:
             raise SpecdecError(
                 f"{work} holds a job with other settings ({', '.join(changed)}); resume it with "
-                "the same settings (only --tokens may change) or use another --work"
+                "the same settings (only --tokens and --rows may change) or use another --work"
             )
     write_atomic(saved_path, json.dumps(asdict(plan), indent=1).encode())
     return plan
