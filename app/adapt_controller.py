@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from PySide6.QtCore import QObject, Slot
 
-from app.engine import Engine, Progress
+from app.engine_api import Engine, Progress
 from app.jobs import JobRunner
 from app.run_controller import RunController
 from app.session import Activity, Session

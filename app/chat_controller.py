@@ -17,7 +17,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Slot
 
 from app.chat import CONVERSATION, Chat
-from app.engine import Engine, RunRequest
+from app.engine_api import Engine, RunRequest
 from app.palette import REFERENCE_COLOR
 from app.reference import REFERENCE, speedup
 from app.run_controller import RunController

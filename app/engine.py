@@ -1,9 +1,10 @@
-"""The GUI's view of the engine: a small facade that the worker threads call.
+"""The engine in the window's process: `SpecdecEngine`, specdec_core behind the `Engine`
+protocol (app/engine_api.py).
 
-`Engine` is the protocol the window depends on; `SpecdecEngine` implements it on
-specdec_core, and tests pass a fake that yields a synthetic event stream. Heavy modules
-(torch, transformers) are imported inside the methods, which run in worker threads, so the
-window opens before torch is imported.
+Heavy modules (torch, transformers) are imported inside the methods, which run in worker
+threads, so the window opens before torch is imported. One lock keeps a load, a run, a sweep
+or an adaptation from touching the models while another does. The records of the protocol
+are also named from here.
 """
 
 from __future__ import annotations
@@ -11,150 +12,51 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterator
-from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
-from specdec_core.config import DecodeConfig
-from specdec_core.control import Progress, StopFlag
+from app.engine_api import (
+    ChatMessage,
+    Engine,
+    LoadSettings,
+    MethodInfo,
+    OnPoint,
+    PolicyInfo,
+    Progress,
+    Registries,
+    RunRequest,
+    StopFlag,
+    SweepRequest,
+    TargetInfo,
+    TuneRequest,
+)
 from specdec_core.errors import SpecdecError
 from specdec_core.events import Event, Finished
 
 if TYPE_CHECKING:  # torch-heavy: imported by the worker threads only
-    from app.sweep_backend import SweepBackend
     from specdec_core.adaptation import Adapter
     from specdec_core.drafters.suffix import History
     from specdec_core.methods import Extra
     from specdec_core.models import LoadedModel
     from specdec_core.prefix_cache import PrefixCache
+    from specdec_core.sweep_records import SweepResult, TuneResult
+
+__all__ = [
+    "ChatMessage",
+    "Engine",
+    "LoadSettings",
+    "MethodInfo",
+    "PolicyInfo",
+    "Progress",
+    "Registries",
+    "RunRequest",
+    "SpecdecEngine",
+    "StopFlag",
+    "TargetInfo",
+]
 
 
-@dataclass(frozen=True)
-class MethodInfo:
-    name: str
-    label: str
-    needs: str | None  # "draft", "head" or None
-    tree: bool = False
-
-
-@dataclass(frozen=True)
-class PolicyInfo:
-    name: str
-    lossy: bool
-    params: tuple[tuple[str, float], ...] = ()  # parameter names and defaults (lossy policies)
-
-
-@dataclass(frozen=True)
-class Registries:
-    methods: tuple[MethodInfo, ...]
-    policies: tuple[PolicyInfo, ...]
-
-    def method(self, name: str) -> MethodInfo | None:
-        return next((m for m in self.methods if m.name == name), None)
-
-
-@dataclass(frozen=True)
-class TargetInfo:
-    spec: str
-    device: str
-    dtype: str
-    parameters: int
-    config: dict = field(default_factory=dict)  # its config.json (which heads / drafts fit)
-
-
-@dataclass(frozen=True)
-class LoadSettings:
-    """The Models panel's placement choices (specdec_core.models.LoadOptions, Qt-free)."""
-
-    device_map: str | None = None  # auto, balanced, sequential
-    max_memory: str = ""  # DEVICE=SIZE[,DEVICE=SIZE…]
-    trust_remote_code: bool = False
-
-
-@dataclass(frozen=True)
-class ChatMessage:
-    role: str  # "user" or "assistant"
-    content: str
-
-
-@dataclass(frozen=True)
-class RunRequest:
-    method: str
-    prompt: str
-    config: DecodeConfig
-    raw: bool = False
-    specs: dict[str, str] = field(default_factory=dict)  # "draft" / "head" -> spec
-    # a chat turn: the whole conversation, the template applied over it (`prompt` is then
-    # the last user message), and the name of the conversation whose cache it reuses
-    messages: tuple[ChatMessage, ...] = ()
-    conversation: str = ""
-    # the Compare this run is part of (an id): a suffix method drafts from the suffix history
-    # as it was when the Compare began and adds nothing to it, so no method of the Compare
-    # drafts from another's output of the same prompt ("": the window's history, recorded)
-    comparison: str = ""
-
-
-class Engine(Protocol):
-    def registries(self) -> Registries: ...
-
-    def load_target(
-        self,
-        spec: str,
-        device: str,
-        dtype: str,
-        progress: Progress,
-        stop: StopFlag | None = None,
-        settings: LoadSettings | None = None,
-    ) -> TargetInfo:
-        """Load the target; `stop` cancels a download or load between chunks and stages."""
-        ...
-
-    def events(
-        self, request: RunRequest, stop: StopFlag, progress: Progress
-    ) -> Iterator[Event]: ...
-
-    def token_text(self, token_id: int) -> str: ...
-
-    def exclusive(self) -> AbstractContextManager[LoadedModel]:
-        """The loaded target, held so that no run or load touches the models meanwhile (a
-        sweep or Tune measures inside it); SpecdecError when no target is loaded."""
-        ...
-
-    def forget(self, conversation: str) -> None:
-        """Drop the cache a conversation keeps between its turns."""
-        ...
-
-    def extra(self, method: str, specs: dict[str, str], progress: Progress) -> Extra:
-        """The draft / head `method` needs with these specs (loaded once, then cached); call
-        inside `exclusive()` or a run."""
-        ...
-
-    def close(self) -> None:
-        """Release what the engine holds (its process, if it has one); the window calls it
-        when it closes."""
-        ...
-
-    def sweep_backend(self) -> SweepBackend | None:
-        """Where sweeps and Tune measure when the models are not in this process (None: here,
-        inside `exclusive()`)."""
-        ...
-
-    def set_adapt(self, on: bool) -> None:
-        """Adapt EAGLE heads to the runs from now on (runs are kept; `adapt` trains)."""
-        ...
-
-    def adapt(self, budget_seconds: float, progress: Progress) -> str:
-        """Between runs: take the runs kept since the last call, fine-tune the head on them
-        for about `budget_seconds`; -> the τ line (before adaptation against the latest)."""
-        ...
-
-    def reset_adaptation(self) -> str:
-        """Every adapted head back to the loaded one; -> a note for the user."""
-        ...
-
-    def save_adapted(self, directory: str) -> str:
-        """Write the last adapted head to a new directory; -> a note for the user."""
-        ...
+def _quiet(message: str, fraction: float) -> None:
+    """Progress nobody shows (a draft loading for a sweep reports through its points)."""
 
 
 class SpecdecEngine:
@@ -217,7 +119,7 @@ class SpecdecEngine:
         from specdec_core.prefix_cache import PrefixCache
         from specdec_core.prompts import encode_chat, encode_prompt
 
-        with self.exclusive() as target:
+        with self._held() as target:
             if request.messages:
                 messages = [{"role": m.role, "content": m.content} for m in request.messages]
                 ids = encode_chat(target.tokenizer, messages)
@@ -276,7 +178,7 @@ class SpecdecEngine:
         self._adapt = on
 
     def adapt(self, budget_seconds: float, progress: Progress) -> str:
-        with self.exclusive():
+        with self._held():
             pending, self._pending = self._pending, []
             for spec, ids, token_ids, tau in pending:
                 progress("adapting the head: reading the run", 0.0)
@@ -289,14 +191,14 @@ class SpecdecEngine:
             return adapter.tau_line() if adapter is not None else ""
 
     def reset_adaptation(self) -> str:
-        with self.exclusive():
+        with self._held():
             for adapter in self._adapters.values():
                 adapter.reset()
             self._pending.clear()
         return "the head is back to the loaded one"
 
     def save_adapted(self, directory: str) -> str:
-        with self.exclusive():
+        with self._held():
             adapter = self._adapters.get(self._last_adapted or "")
             if adapter is None or not adapter.steps:
                 raise SpecdecError(
@@ -313,9 +215,39 @@ class SpecdecEngine:
     def close(self) -> None:
         """Nothing to release: the models live in this process."""
 
-    def sweep_backend(self) -> None:
-        """None: sweeps measure here, inside `exclusive()`."""
-        return None
+    def sweep(self, request: SweepRequest, on_point: OnPoint, stop: StopFlag) -> SweepResult:
+        """The benchmark's measurement on the loaded target and its cached draft / head."""
+        from specdec_core.baselines import HF_METHODS
+        from specdec_core.sweep import BenchMeasure, run_sweep
+
+        method, specs = request.method, request.specs
+        with self._held() as target:
+            # the HF baselines are not engine methods: the benchmark loads what they need
+            extras = None if method in HF_METHODS else {method: self.extra(method, specs)}
+            measure = BenchMeasure(target, request.prompts, specs, raw=False, extras=extras)
+            header = {"prompts": len(request.prompts), "source": "gui"}
+            grid, base = request.grid, request.base
+            return run_sweep(
+                method, grid, base, measure, header=header, progress=on_point, stop=stop
+            )
+
+    def tune(self, request: TuneRequest, on_point: OnPoint, stop: StopFlag) -> TuneResult:
+        """Short runs on the tuning prompts; a tree method tunes its size in tokens."""
+        from specdec_core.autotune import tune_on_device
+
+        method, specs = request.method, request.specs
+        with self._held() as target:
+            extra = self.extra(method, specs)
+            return tune_on_device(
+                target,
+                method,
+                request.config,
+                specs,
+                progress=on_point,
+                extra=extra,
+                stop=stop,
+                trees=True,
+            )
 
     def token_text(self, token_id: int) -> str:
         target = self._target
@@ -326,14 +258,25 @@ class SpecdecEngine:
         except Exception:  # a label is not worth an error; the id says enough
             return str(token_id)
 
+    def token_texts(self) -> list[str]:
+        """The label of every token id the loaded target can emit (the engine process sends
+        them to the window once per load, so that labels never wait for it)."""
+        with self._held() as target:
+            size = max(len(target.tokenizer), target.vocab_size)
+        return [self.token_text(token_id) for token_id in range(size)]
+
     @contextlib.contextmanager
-    def exclusive(self) -> Iterator[LoadedModel]:
+    def _held(self) -> Iterator[LoadedModel]:
+        """The loaded target, held so that no run or load touches the models meanwhile."""
         with self._lock:
             if self._target is None:
                 raise SpecdecError("no target model is loaded; press Load in the Models panel")
             yield self._target
 
-    def extra(self, method: str, specs: dict[str, str], progress: Progress) -> Extra:
+    def extra(self, method: str, specs: dict[str, str], progress: Progress = _quiet) -> Extra:
+        """The draft / head `method` needs with these specs (loaded once, then cached); called
+        with the models held (a run, a sweep, Tune). Not part of the `Engine` protocol: the
+        window never holds a draft or a head."""
         from specdec_core.methods import get_method
         from specdec_core.runner import EXTRA_LOADERS
 

@@ -1,19 +1,24 @@
 """The engine in its own process, so that the window does not slow down what it measures.
 
 In one process the GUI thread (painting, pyqtgraph) and the engine's worker thread share one
-interpreter lock, and a run's tokens/s drops by 10-25 %. `ProcessEngine` implements the
-`Engine` protocol (app/engine.py) by talking to a child process that holds a `SpecdecEngine`
-and its models (loaded once per process). `ProcessBackend` runs sweeps and Tune there too.
+interpreter lock, and a run's tokens/s drops by 10-25 %. `ProcessEngine` fulfils the `Engine`
+protocol (app/engine_api.py) by talking to a child process that holds a `SpecdecEngine` and
+its models (loaded once per process): sweeps and Tune measure there too.
 
 The child is started with "spawn" (a fork of a process with Qt or torch threads is unsafe)
 at the first call, and talks over one duplex `multiprocessing` Pipe, one request at a time:
 
-- window -> engine: `(command, args)`; commands: registries, load_target, run, forget,
-  sweep, tune, close. Arguments and results are the frozen dataclasses of app/engine.py,
-  specdec_core.events, .sweep and .autotune (picklable).
+- window -> engine: `(command, arguments)`: a method of the protocol by its own name
+  (`engine_api.COMMANDS`: registries, load_target, events, forget, sweep, tune, set_adapt,
+  adapt, reset_adaptation, save_adapted; `close` ends the process) and its value arguments by
+  name, or `LABELS` (the label of every token id). The child calls its engine's method of that
+  name; the `progress`, `on_point` and `stop` parameters become messages (below). Arguments
+  and results are the frozen dataclasses of app/engine_api.py, specdec_core.events and
+  .sweep_records (picklable).
 - engine -> window, for each request: any number of `("progress", message, fraction)`,
-  `("event", Started | Step | Finished)` and `("point", SweepProgress)`, then exactly one of
-  `("result", value)` or `("error", type name, message, is a user error, traceback)`.
+  `("event", Started | Step | Finished)` (what a streaming method yields) and
+  `("point", SweepProgress)`, then exactly one of `("result", value)` or
+  `("error", type name, message, is a user error, traceback)`.
 - Stop: a `multiprocessing.Event`, set from the window's stop flag while it waits for the next
   message and checked by the child between steps (and between sweep points). Closing the
   event generator early sets it too, then reads the run to its end, so the next request
@@ -29,13 +34,15 @@ how to start it again; the request after that starts a fresh process. The child 
 window's process exits.
 
 Labels: `token_text` is called per token of every drafted tree, so it must not wait for the
-child. `load_target` brings back the text of every token id with the `TargetInfo`, decoded
+child. `load_target` brings back the text of every token id after the `TargetInfo`, decoded
 by the child's own `token_text`, and labels are looked up in that table.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import logging
 import multiprocessing
 import signal
@@ -45,23 +52,22 @@ from collections.abc import Callable, Generator, Iterator
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
-from app.engine import (
+from app.engine import SpecdecEngine
+from app.engine_api import (
+    COMMANDS,
+    Engine,
     LoadSettings,
+    OnPoint,
     Progress,
-    Registries,
     RunRequest,
-    SpecdecEngine,
     StopFlag,
     TargetInfo,
 )
-from app.sweep_backend import EngineBackend, OnPoint
 from specdec_core.errors import SpecdecError
 from specdec_core.events import Event, Step
 
-if TYPE_CHECKING:  # torch-heavy: the window's process imports them only to read results
+if TYPE_CHECKING:
     from multiprocessing.synchronize import Event as SharedFlag
-
-    from specdec_core.sweep_records import SweepResult, TuneResult
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +75,8 @@ POLL_SECONDS = 0.02  # how often a waiting request looks at the window's stop fl
 CLOSE_SECONDS = 10.0
 REAP_SECONDS = 1.0  # how long to wait for a dying process's exit code
 Message = tuple[Any, ...]
+CHANNELS = ("progress", "on_point", "stop")  # parameters answered by messages, not sent
+LABELS = "token_texts"  # the one request that is not a protocol method
 GONE = (EOFError, OSError)  # a closed or broken pipe: BrokenPipeError, ConnectionResetError, …
 
 
@@ -114,18 +122,10 @@ class _Host:
     def __init__(self, engine: SpecdecEngine, conn: Connection, flag: SharedFlag) -> None:
         self.engine = engine
         self.conn = conn
-        self.stop = _ChildStop(flag)
-        self.commands: dict[str, Callable[..., Any]] = {
-            "registries": engine.registries,
-            "load_target": self.load_target,
-            "run": self.run,
-            "forget": engine.forget,
-            "set_adapt": engine.set_adapt,
-            "adapt": lambda budget: engine.adapt(budget, self.progress),
-            "reset_adaptation": engine.reset_adaptation,
-            "save_adapted": engine.save_adapted,
-            "sweep": self.sweep,
-            "tune": self.tune,
+        self.channels: dict[str, Any] = {
+            "progress": self.progress,
+            "on_point": self.point,
+            "stop": _ChildStop(flag),
         }
 
     def send(self, *message: Any) -> None:
@@ -137,9 +137,9 @@ class _Host:
     def point(self, progress: object) -> None:
         self.send("point", progress)
 
-    def handle(self, command: str, args: tuple) -> None:
+    def handle(self, command: str, arguments: dict[str, Any]) -> None:
         try:
-            result = self.commands[command](*args)
+            result = self.answer(command, arguments)
         except (BrokenPipeError, EOFError):
             raise  # the window's process is gone: nothing to report to
         except SpecdecError as error:
@@ -149,24 +149,19 @@ class _Host:
         else:
             self.send("result", result)
 
-    def load_target(
-        self, spec: str, device: str, dtype: str, settings: LoadSettings | None = None
-    ) -> tuple[TargetInfo, list[str]]:
-        info = self.engine.load_target(spec, device, dtype, self.progress, self.stop, settings)
-        with self.engine.exclusive() as target:  # every id the model can emit
-            size = max(len(target.tokenizer), target.vocab_size)
-        return info, [self.engine.token_text(token_id) for token_id in range(size)]
-
-    def run(self, request: RunRequest) -> None:
-        for event in self.engine.events(request, self.stop, self.progress):
-            self.send("event", event)
-
-    def sweep(self, method, grid, base, prompts, specs) -> SweepResult:
-        backend = EngineBackend(self.engine)
-        return backend.sweep(method, grid, base, prompts, specs, self.point, self.stop)
-
-    def tune(self, method, config, specs) -> TuneResult:
-        return EngineBackend(self.engine).tune(method, config, specs, self.point, self.stop)
+    def answer(self, command: str, arguments: dict[str, Any]) -> Any:
+        """Call the engine's method `command`, its channels connected to the Pipe; what a
+        streaming method yields goes back as events."""
+        if command == LABELS:
+            return self.engine.token_texts()
+        signature = COMMANDS[command]
+        channels = {name: self.channels[name] for name in CHANNELS if name in signature.parameters}
+        result = getattr(self.engine, command)(**arguments, **channels)
+        if inspect.isgenerator(result):
+            for event in result:
+                self.send("event", event)
+            return None
+        return result
 
 
 def serve(conn: Connection, flag: SharedFlag, make_engine: Callable[[], SpecdecEngine]) -> None:
@@ -176,10 +171,10 @@ def serve(conn: Connection, flag: SharedFlag, make_engine: Callable[[], SpecdecE
     host = _Host(make_engine(), conn, flag)
     with contextlib.suppress(BrokenPipeError, EOFError, KeyboardInterrupt):
         while True:
-            command, args = conn.recv()
+            command, arguments = conn.recv()
             if command == "close":
                 break
-            host.handle(command, args)
+            host.handle(command, arguments)
     conn.close()
 
 
@@ -188,13 +183,14 @@ class ProcessEngine:
     """The `Engine` protocol over a child process that holds a `SpecdecEngine`.
 
     `make_engine` builds the child's engine (a picklable callable: a class or a module-level
-    function). Every method may be called from any thread; requests go one at a time.
+    function). Every method may be called from any thread; requests go one at a time. The
+    protocol's methods not defined here send their own name (`_forwarding`, below the class).
     """
 
     def __init__(self, make_engine: Callable[[], SpecdecEngine] = SpecdecEngine) -> None:
         self._make_engine = make_engine
         self._context = multiprocessing.get_context("spawn")
-        self._lock = threading.Lock()  # one request on the Pipe at a time
+        self._lock = threading.RLock()  # one request on the Pipe at a time
         self.process: multiprocessing.process.BaseProcess | None = None
         self._conn: Connection | None = None
         self._stop: SharedFlag | None = None
@@ -256,7 +252,7 @@ class ProcessEngine:
         try:
             if held and process.is_alive() and self._conn is not None:
                 with contextlib.suppress(OSError):
-                    self._conn.send(("close", ()))
+                    self._conn.send(("close", {}))
                 process.join(CLOSE_SECONDS)
             if process.is_alive():
                 process.terminate()
@@ -267,14 +263,16 @@ class ProcessEngine:
                 self._lock.release()
 
     # -- one request ---------------------------------------------------------------------------
-    def _request(self, command: str, args: tuple, stop: StopFlag | None = None) -> Generator:
+    def _request(
+        self, command: str, arguments: dict[str, Any], stop: StopFlag | None = None
+    ) -> Generator:
         """Send one request; yield its progress / event / point messages and return its
         result, or raise its error. Call with the lock held. Closed early, it stops the
         child's work and reads the request to its end."""
         conn = self._started()
         assert self._stop is not None
         self._stop.clear()
-        self._send(conn, (command, args))
+        self._send(conn, (command, arguments))
         ended = False
         try:
             while True:
@@ -310,14 +308,14 @@ class ProcessEngine:
     def _call(
         self,
         command: str,
-        *args: Any,
+        arguments: dict[str, Any],
         progress: Progress | None = None,
         on_point: OnPoint | None = None,
         stop: StopFlag | None = None,
     ) -> Any:
         """One request to its result, passing its progress and sweep points on."""
         with self._lock:
-            messages = self._request(command, args, stop)
+            messages = self._request(command, arguments, stop)
             while True:
                 try:
                     kind, payload = next(messages)
@@ -328,10 +326,14 @@ class ProcessEngine:
                 elif kind == "point" and on_point is not None:
                     on_point(payload[0])
 
-    # -- the Engine protocol -------------------------------------------------------------------
-    def registries(self) -> Registries:
-        return self._call("registries")
+    def _forward(self, command: str, *args: Any, **kwargs: Any) -> Any:
+        """Call the protocol's method `command` in the engine process: its arguments are bound
+        by the protocol's signature, the channels stay here and hear the child's messages."""
+        arguments = dict(COMMANDS[command].bind(*args, **kwargs).arguments)
+        channels = {name: arguments.pop(name, None) for name in CHANNELS}
+        return self._call(command, arguments, **channels)
 
+    # -- the Engine methods that do more than forward ------------------------------------------
     def load_target(
         self,
         spec: str,
@@ -341,16 +343,16 @@ class ProcessEngine:
         stop: StopFlag | None = None,
         settings: LoadSettings | None = None,
     ) -> TargetInfo:
-        """Loads in the engine process; Cancel (`stop`) reaches it between loading stages."""
-        info, texts = self._call(
-            "load_target", spec, device, dtype, settings, progress=progress, stop=stop
-        )
-        self._texts = texts
+        """Loads in the engine process (Cancel, `stop`, reaches it between loading stages),
+        then brings back the label of every token id."""
+        with self._lock:
+            info = self._forward("load_target", spec, device, dtype, progress, stop, settings)
+            self._texts = self._call(LABELS, {})
         return info
 
     def events(self, request: RunRequest, stop: StopFlag, progress: Progress) -> Iterator[Event]:
         with self._lock:
-            messages = self._request("run", (request,), stop)
+            messages = self._request("events", {"request": request}, stop)
             try:
                 stopping = False
                 for kind, payload in messages:
@@ -369,46 +371,17 @@ class ProcessEngine:
         texts = self._texts
         return texts[token_id] if 0 <= token_id < len(texts) else str(token_id)
 
-    def forget(self, conversation: str) -> None:
-        self._call("forget", conversation)
 
-    def set_adapt(self, on: bool) -> None:
-        self._call("set_adapt", on)
+def _forwarding(command: str) -> Callable[..., Any]:
+    """A method that forwards the protocol's `command`, with its signature and docstring."""
 
-    def adapt(self, budget_seconds: float, progress: Progress) -> str:
-        """The head adapts in the engine process, where the runs were kept."""
-        return self._call("adapt", budget_seconds, progress=progress)
+    @functools.wraps(getattr(Engine, command))
+    def method(self: ProcessEngine, *args: Any, **kwargs: Any) -> Any:
+        return self._forward(command, *args, **kwargs)
 
-    def reset_adaptation(self) -> str:
-        return self._call("reset_adaptation")
-
-    def save_adapted(self, directory: str) -> str:
-        return self._call("save_adapted", directory)
-
-    def exclusive(self) -> contextlib.AbstractContextManager:
-        raise SpecdecError(
-            "the models live in the engine process; measure through ProcessEngine.sweep_backend()"
-        )
-
-    def extra(self, method: str, specs: dict[str, str], progress: Progress) -> None:
-        raise SpecdecError("the drafts and heads live in the engine process, not in the window")
-
-    def sweep_backend(self) -> ProcessBackend:
-        """Sweeps and Tune measure in the engine process (`backend_for` picks this)."""
-        return ProcessBackend(self)
+    return method
 
 
-class ProcessBackend:
-    """The `SweepBackend` protocol: the child runs `EngineBackend` over its own engine and
-    sends every measured point back as it comes."""
-
-    def __init__(self, engine: ProcessEngine) -> None:
-        self.engine = engine
-
-    def sweep(self, method, grid, base, prompts, specs, on_point, stop) -> SweepResult:
-        args = (method, grid, base, list(prompts), specs)
-        return self.engine._call("sweep", *args, on_point=on_point, stop=stop)
-
-    def tune(self, method, config, specs, on_point, stop) -> TuneResult:
-        """Stop (`stop`) reaches the child's tuning, which ends after the current point."""
-        return self.engine._call("tune", method, config, specs, on_point=on_point, stop=stop)
+for _command in COMMANDS:
+    if _command not in vars(ProcessEngine):  # the others forward as they are
+        setattr(ProcessEngine, _command, _forwarding(_command))

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from PySide6.QtCore import QObject, Signal, Slot
 
-from app.engine import Engine, RunRequest
+from app.engine_api import Engine, RunRequest
 from app.jobs import JobRunner
 from app.session import Activity, Session
 from app.worker import EventWorker, Job, TaskWorker

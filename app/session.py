@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from app.engine import Registries, TargetInfo
+from app.engine_api import Registries, TargetInfo
 
 
 class Activity(StrEnum):

@@ -1,7 +1,8 @@
 """The Sweep tab and Run ▸ Tune k: what to measure, from the decoding panel and the prompt.
 
 `SweepController` is given what it reads and nothing more: the `Session` (is the engine
-free? errors and notes go there, and the window shows them), the decoding panel (method,
+free? errors and notes go there, and the window shows them), the engine (its `sweep` and
+`tune` measure), the decoding panel (method,
 policy and fixed settings; a clicked cell and the tuned k go back through its public
 `values()` / `apply()`), the current prompt and model specs as callables, and the shared
 `JobRunner`. The window adds its tab and the Run ▸ Tune k action.
@@ -16,10 +17,10 @@ from PySide6.QtCore import QObject, Slot
 from PySide6.QtGui import QAction, QFont
 from PySide6.QtWidgets import QMessageBox
 
-from app.engine import Engine
+from app.engine_api import Engine, SweepRequest, TuneRequest
 from app.jobs import JobRunner
 from app.session import Activity, Session
-from app.sweep_worker import SweepBackend, SweepWorker, backend_for
+from app.sweep_worker import SweepWorker
 from app.widgets.decoding_panel import DecodingPanel
 from app.widgets.sweep_view import SweepView
 from app.worker import Job
@@ -40,7 +41,6 @@ class SweepController(QObject):
         prompt_text: Callable[[], str],
         specs: Callable[[], dict[str, str]],
         jobs: JobRunner,
-        backend: SweepBackend | None = None,
         parent: QObject | None = None,
     ) -> None:
         super().__init__(parent)
@@ -49,7 +49,7 @@ class SweepController(QObject):
         self.prompt_text = prompt_text
         self.specs = specs
         self.jobs = jobs
-        self.backend = backend or backend_for(engine)
+        self.engine = engine
         self.view = SweepView()
         self.tune_action = QAction("&Tune k", self)
         self.tune_action.setToolTip("measure k on this device and set the fastest")
@@ -112,17 +112,11 @@ class SweepController(QObject):
         except SpecdecError as error:
             self.session.report(str(error))
             return False
-        base = self.decoding.config()
-        specs = self.specs()
-        backend = self.backend
+        request = SweepRequest(method, grid, self.decoding.config(), tuple(prompts), self.specs())
+        engine = self.engine
         self.view.begin(axes)
         self.view.status.setText(f"sweeping {method}: {len(grid.points())} points…")
-        self._start(
-            "sweep",
-            lambda on_point, stop: backend.sweep(
-                method, grid, base, prompts, specs, on_point, stop
-            ),
-        )
+        self._start("sweep", lambda on_point, stop: engine.sweep(request, on_point, stop))
         return True
 
     # -- tune -----------------------------------------------------------------------------------
@@ -134,15 +128,12 @@ class SweepController(QObject):
         except SpecdecError as error:
             self.session.report(str(error))
             return False
-        config = self.decoding.config()
-        specs = self.specs()
-        backend = self.backend
+        request = TuneRequest(method, self.decoding.config(), self.specs())
+        engine = self.engine
         what = "the tree size" if tree else "k"  # a tree has no k: its size is tuned instead
         self.view.status.setText(f"tuning {what} for {method}…")
         self.session.report(f"tuning {what} for {method}…", error=False)
-        self._start(
-            "tune", lambda on_point, stop: backend.tune(method, config, specs, on_point, stop)
-        )
+        self._start("tune", lambda on_point, stop: engine.tune(request, on_point, stop))
         return True
 
     # -- jobs -----------------------------------------------------------------------------------

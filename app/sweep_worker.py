@@ -1,8 +1,7 @@
-"""Background sweeps and auto-tune for the GUI: a worker that runs a backend's measurement.
+"""Background sweeps and Tune for the GUI: a worker that runs one measurement of the engine.
 
-The backends (where the numbers come from) are Qt-free, in app/sweep_backend.py:
-`MeasureBackend` on any `Measure` (tests inject a fake one), `EngineBackend` on the engine's
-loaded target; an engine whose models live in another process brings its own backend.
+The measurement itself is the engine's (`Engine.sweep`, `Engine.tune`, app/engine_api.py):
+in the engine process by default, in this process with `--in-process`, a fake one in tests.
 
 `SweepWorker` follows app/worker.py: a QObject moved to a QThread (via `Job`), signals out,
 errors as messages, Stop through a `threading.Event` checked between grid points. It never
@@ -16,22 +15,8 @@ from typing import Any
 
 from PySide6.QtCore import Signal
 
-from app.engine import Engine, StopFlag
-from app.sweep_backend import EngineBackend, MeasureBackend, OnPoint, SweepBackend
+from app.engine_api import OnPoint, StopFlag
 from app.worker import Worker
-
-__all__ = [
-    "EngineBackend",
-    "MeasureBackend",
-    "OnPoint",
-    "SweepBackend",
-    "SweepWorker",
-    "backend_for",
-]
-
-
-def backend_for(engine: Engine) -> SweepBackend:
-    return engine.sweep_backend() or EngineBackend(engine)  # another process measures there
 
 
 class SweepWorker(Worker):

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
-from app.engine import Progress, StopFlag
+from app.engine_api import Progress, StopFlag
 from specdec_core.errors import SpecdecError, is_out_of_memory, out_of_memory
 from specdec_core.events import Event, Finished, Started, Step
 

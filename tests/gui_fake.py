@@ -1,4 +1,5 @@
-"""A fake engine for GUI tests: a synthetic event stream, no model, no torch work."""
+"""A fake engine for GUI tests: the whole `Engine` protocol on a synthetic event stream and a
+synthetic measurement, no model, no torch work."""
 
 from __future__ import annotations
 
@@ -6,19 +7,29 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
-from app.engine import (
+from app.engine_api import (
+    LoadSettings,
     MethodInfo,
+    OnPoint,
     PolicyInfo,
     Progress,
     Registries,
     RunRequest,
     StopFlag,
+    SweepRequest,
     TargetInfo,
+    TuneRequest,
 )
+from specdec_core.config import DecodeConfig
 from specdec_core.errors import SpecdecError
 from specdec_core.events import DraftTree, Event, Finished, RunSummary, Started, Step, Token
 from specdec_core.events import TokenKind as Kind
+from specdec_core.sweep_records import SweepResult, TuneResult
+
+if TYPE_CHECKING:
+    from specdec_core.measure import Measurement
 
 METHODS = (
     MethodInfo("ar", "Autoregressive", None),
@@ -55,6 +66,36 @@ def fake_step(index: int, method: str) -> Step:
     return Step(index, tuple(tokens), 4, accepted, 0.002, 0.01, rejected=rejected)
 
 
+# speedup of the fake measurement: best at k=3, and higher at lower temperature
+SPEEDUP = {1: 1.2, 2: 1.5, 3: 1.9, 4: 1.7, 6: 1.4, 8: 1.1}
+
+
+class FakeMeasure:
+    """Tokens/s by k (or tree size), temperature and threshold, without a model; `gate`
+    holds a measurement until it is set (to stop or close mid-sweep)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, dict]] = []
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def __call__(self, method: str, config: DecodeConfig, reference) -> Measurement:
+        from specdec_core.measure import Aggregate, Measurement  # torch: only when measuring
+
+        self.gate.wait(5)
+        self.calls.append((method, config.as_dict()))
+        if method == "ar":
+            tps = 100.0
+        else:
+            size = config.tree_tokens if config.tree_tokens else config.k
+            tps = 100.0 * SPEEDUP.get(size, 1.0 + size / 100) * (1 - 0.1 * config.temperature)
+        tau = config.policy_params.get("tau", 0.0)
+        aggregate = Aggregate(
+            tokens_per_second=tps, mean_accept_length=2.0 + tau, token_agreement=1.0 - tau
+        )
+        return Measurement(aggregate, ((1, 2),))
+
+
 class FakeEngine:
     def __init__(self, steps: int = 12, delay: float = 0.0, honour_stop: bool = True) -> None:
         self.steps = steps
@@ -71,12 +112,21 @@ class FakeEngine:
         self.produced = 0  # steps yielded by the current/last run
         self.after_stop = 0  # of those, steps yielded once the stop flag was set
         self.step_event = threading.Event()  # set at each yielded step
+        self.measure = FakeMeasure()  # what sweeps and Tune measure
+        self.sweeps: list[SweepRequest] = []
+        self.closed = False
 
     def registries(self) -> Registries:
         return Registries(METHODS, POLICIES)
 
     def load_target(
-        self, spec: str, device: str, dtype: str, progress: Progress, stop=None, settings=None
+        self,
+        spec: str,
+        device: str,
+        dtype: str,
+        progress: Progress,
+        stop: StopFlag | None = None,
+        settings: LoadSettings | None = None,
     ) -> TargetInfo:
         progress(f"loading {spec}", 0.5)
         self.loads.append(spec)
@@ -122,18 +172,29 @@ class FakeEngine:
     def close(self) -> None:
         self.closed = True
 
-    def sweep_backend(self) -> None:
-        return None
-
     def forget(self, conversation: str) -> None:
         self.forgotten.append(conversation)
         self.cached.pop(conversation, None)
 
-    def exclusive(self):
-        raise SpecdecError("the fake engine has no model to measure; inject a MeasureBackend")
+    def sweep(self, request: SweepRequest, on_point: OnPoint, stop: StopFlag) -> SweepResult:
+        from specdec_core.sweep import run_sweep
 
-    def extra(self, method: str, specs: dict[str, str], progress: Progress) -> None:
-        return None
+        self.sweeps.append(request)
+        header = {"prompts": len(request.prompts), "source": "gui"}
+        return run_sweep(
+            request.method,
+            request.grid,
+            request.base,
+            self.measure,
+            header=header,
+            progress=on_point,
+            stop=stop,
+        )
+
+    def tune(self, request: TuneRequest, on_point: OnPoint, stop: StopFlag) -> TuneResult:
+        from specdec_core.autotune import autotune_k
+
+        return autotune_k(request.method, request.config, self.measure, None, on_point, stop)
 
     # adaptation: records what was asked, and whether a run was under way meanwhile
     adapting = False

@@ -7,44 +7,17 @@ import threading
 import pytest
 from PySide6.QtCore import QPointF
 
-from app.sweep_worker import MeasureBackend
 from specdec_core.errors import SpecdecError
-from specdec_core.measure import Aggregate, Measurement
+from tests.gui_fake import FakeEngine
 from tests.gui_window import make_window_fixture  # noqa: F401  (fixture)
-
-# speedup of the fake measurement: best at k=3, and higher at lower temperature
-SPEEDUP = {1: 1.2, 2: 1.5, 3: 1.9, 4: 1.7, 6: 1.4, 8: 1.1}
-
-
-class FakeMeasure:
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, dict]] = []
-        self.gate = threading.Event()
-        self.gate.set()
-
-    def __call__(self, method, config, reference):
-        self.gate.wait(5)
-        self.calls.append((method, config.as_dict()))
-        if method == "ar":
-            tps = 100.0
-        else:
-            size = config.tree_tokens if config.tree_tokens else config.k
-            tps = 100.0 * SPEEDUP.get(size, 1.0 + size / 100) * (1 - 0.1 * config.temperature)
-        tau = config.policy_params.get("tau", 0.0)
-        aggregate = Aggregate(
-            tokens_per_second=tps, mean_accept_length=2.0 + tau, token_agreement=1.0 - tau
-        )
-        return Measurement(aggregate, ((1, 2),))
 
 
 @pytest.fixture
 def sweep_window(make_window):  # noqa: F811
-    window = make_window()
-    measure = FakeMeasure()
-    window.sweep.backend = MeasureBackend(lambda method, prompts, specs: measure)
+    engine = FakeEngine()
+    window = make_window(engine)
     window.decoding.apply({**window.decoding.values(), "method": "classic"})
     window.prompt.set_text("Tell me a story.")
-    window.sweep.measure = measure
     return window
 
 
@@ -70,7 +43,7 @@ def test_heatmap_has_one_cell_per_grid_point(qtbot, sweep_window):
     assert len(view.records) == 12  # every cell measured and coloured
     assert view.labels[(0, 2)].textItem.toPlainText() == "1.90x"  # k=3, temperature 0
     assert sweep_window.sweep.last_result.best()["point"] == {"temperature": 0.0, "k": 3}
-    measured = [c for m, c in sweep_window.sweep.measure.calls if m == "classic"]
+    measured = [c for m, c in sweep_window.engine.measure.calls if m == "classic"]
     assert all(c["policy"] == "lossless" for c in measured)
 
 
@@ -105,7 +78,7 @@ def test_clicking_the_scene_maps_to_a_cell(qtbot, sweep_window):
 
 
 def test_stop_keeps_the_points_measured(qtbot, sweep_window):
-    measure = sweep_window.sweep.measure
+    measure = sweep_window.engine.measure
     measure.gate.clear()
     view = sweep_window.sweep.view
     view.k_values.setText("1,2,3,4")
@@ -127,16 +100,11 @@ def test_bad_grid_is_a_message_not_a_crash(sweep_window):
 def test_jsonl_prompts(qtbot, sweep_window, tmp_path):
     path = tmp_path / "p.jsonl"
     path.write_text('{"prompt": "a"}\n{"prompt": "b"}\n')
-    seen = []
-    inner = sweep_window.sweep.backend.make_measure
-    sweep_window.sweep.backend.make_measure = lambda m, prompts, s: (
-        seen.append(prompts) or inner(m, prompts, s)
-    )
     view = sweep_window.sweep.view
     view.prompt_file.setText(str(path))
     view.prompt_source.setCurrentText("JSONL file")
     _run(qtbot, sweep_window, k="1", temperatures="0")
-    assert seen == [["a", "b"]]
+    assert [request.prompts for request in sweep_window.engine.sweeps] == [("a", "b")]
 
 
 def test_tune_applies_the_argmax_k(qtbot, sweep_window):
@@ -163,7 +131,7 @@ def test_tune_on_the_default_tree_method_applies_the_best_tree_size(qtbot, sweep
 
 
 def test_stop_ends_tune_k_after_the_current_point_and_keeps_k(qtbot, sweep_window):
-    measure = sweep_window.sweep.measure
+    measure = sweep_window.engine.measure
     measure.gate.clear()  # the tuning waits inside its first measurement
     sweep_window.decoding.k.setValue(8)
     assert sweep_window.sweep.tune()
@@ -179,7 +147,7 @@ def test_stop_ends_tune_k_after_the_current_point_and_keeps_k(qtbot, sweep_windo
 
 
 def test_closing_the_window_mid_tune_ends_the_tuning(qtbot, sweep_window):
-    measure = sweep_window.sweep.measure
+    measure = sweep_window.engine.measure
     measure.gate.clear()  # the tuning waits inside its first measurement
     assert sweep_window.sweep.tune()
     stop_flag = sweep_window.sweep.job.worker.stop_flag
@@ -209,7 +177,7 @@ def test_threshold_sweep_of_a_lossy_policy_shows_the_tradeoff(qtbot, sweep_windo
     assert view.axis == "policy_params.tau"
     assert len(view.cells) == 6
     assert len(view.tradeoff_points.data) == 6 and not view.tradeoff.isHidden()
-    measured = [c for m, c in sweep_window.sweep.measure.calls if m == "classic"]
+    measured = [c for m, c in sweep_window.engine.measure.calls if m == "classic"]
     assert sorted({c["policy_params"]["tau"] for c in measured}) == [0.1, 0.3, 0.5]
     view.select_cell(0, 2)
     assert sweep_window.decoding.params["tau"].value() == pytest.approx(0.5)
@@ -222,13 +190,13 @@ def test_thresholds_need_a_lossy_policy(sweep_window):
 
 
 def test_closing_the_window_mid_sweep_leaves_no_live_thread(qtbot, sweep_window):
-    sweep_window.sweep.measure.gate.clear()  # the sweep waits inside its first measurement
+    sweep_window.engine.measure.gate.clear()  # the sweep waits inside its first measurement
     view = sweep_window.sweep.view
     view.k_values.setText("1,2,3")
     view.temperatures.setText("0")
     assert sweep_window.sweep.run_sweep()
     qtbot.waitUntil(lambda: sweep_window.jobs.live_threads() == 1, timeout=5000)
-    sweep_window.sweep.measure.gate.set()  # a measurement in flight ends; Stop ends the rest
+    sweep_window.engine.measure.gate.set()  # a measurement in flight ends; Stop ends the rest
     sweep_window.close()
     assert sweep_window.jobs.live_threads() == 0
 

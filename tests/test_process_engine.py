@@ -11,10 +11,10 @@ from dataclasses import replace
 
 import pytest
 
-from app.engine import RunRequest, SpecdecEngine
+from app.engine import SpecdecEngine
+from app.engine_api import RunRequest, SweepRequest, TuneRequest
 from app.main_window import MainWindow
-from app.process_engine import EngineProcessError, ProcessBackend, ProcessEngine
-from app.sweep_worker import backend_for
+from app.process_engine import EngineProcessError, ProcessEngine
 from specdec_core.config import DecodeConfig
 from specdec_core.errors import SpecdecError
 from specdec_core.events import Finished, Started, Step, StepPhases
@@ -121,24 +121,22 @@ def test_errors_come_across_as_the_window_shows_them(slow):
 
 
 def test_a_sweep_and_a_tune_run_in_the_engine_process(slow, tiny_dir):
-    from specdec_core.sweep import Grid
+    from specdec_core.sweep_records import Grid
 
-    backend = backend_for(slow)
-    assert isinstance(backend, ProcessBackend)
     points = []
     specs = {"draft": str(tiny_dir)}
     base = DecodeConfig(max_new_tokens=6)
-    result = backend.sweep(
-        "classic", Grid({"k": [1, 2]}), base, [PROMPT], specs, points.append, threading.Event()
-    )
+    grid = Grid({"k": [1, 2]})
+    sweep = SweepRequest("classic", grid, base, (PROMPT,), specs)
+    result = slow.sweep(sweep, points.append, threading.Event())
     assert [p.done for p in points] == [1, 2]
     assert [r["point"] for r in result.points] == [{"k": 1}, {"k": 2}]
     assert result.points[0]["speedup_vs_ar"] > 0
     with pytest.raises(SpecdecError):  # ar has no k; the error comes across
-        backend.tune("ar", base, specs, points.append, threading.Event())
+        slow.tune(TuneRequest("ar", base, specs), points.append, threading.Event())
     stopped = threading.Event()
     stopped.set()  # Stop reaches the child's tuning: it ends after the point being measured
-    tuned = backend.tune("classic", base, specs, points.append, stopped)
+    tuned = slow.tune(TuneRequest("classic", base, specs), points.append, stopped)
     assert tuned.stopped and len(tuned.table) <= 1
 
 

@@ -1,0 +1,210 @@
+"""The one boundary between the window and the engine: the records they exchange and the
+`Engine` protocol.
+
+Every engine the window runs on fulfils the whole protocol: `SpecdecEngine` (app/engine.py,
+the models in this process), `ProcessEngine` (app/process_engine.py, the models in a child
+process) and the tests' fake (tests/gui_fake.py). Nothing here imports torch or Qt, and every
+record is a frozen dataclass that pickles, so the same values cross the process boundary.
+
+Three parameter names are the same wherever they appear: `progress` (a status line and how
+far along), `on_point` (one measured sweep point) and `stop` (checked between steps or
+points). They stay in the caller's process; every other argument is a value.
+`COMMANDS` (each method's name and signature, in declaration order) is read from the protocol
+itself, so what the engine process answers is defined here once.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Protocol
+
+from specdec_core.config import DecodeConfig
+from specdec_core.control import Progress, StopFlag
+from specdec_core.events import Event
+from specdec_core.sweep_records import Grid, SweepProgress, SweepResult, TuneResult
+
+__all__ = [
+    "COMMANDS",
+    "ChatMessage",
+    "Engine",
+    "LoadSettings",
+    "MethodInfo",
+    "OnPoint",
+    "PolicyInfo",
+    "Progress",
+    "Registries",
+    "RunRequest",
+    "StopFlag",
+    "SweepRequest",
+    "TargetInfo",
+    "TuneRequest",
+]
+
+OnPoint = Callable[[SweepProgress], None]
+
+
+@dataclass(frozen=True)
+class MethodInfo:
+    name: str
+    label: str
+    needs: str | None  # "draft", "head" or None
+    tree: bool = False
+
+
+@dataclass(frozen=True)
+class PolicyInfo:
+    name: str
+    lossy: bool
+    params: tuple[tuple[str, float], ...] = ()  # parameter names and defaults (lossy policies)
+
+
+@dataclass(frozen=True)
+class Registries:
+    methods: tuple[MethodInfo, ...]
+    policies: tuple[PolicyInfo, ...]
+
+    def method(self, name: str) -> MethodInfo | None:
+        return next((m for m in self.methods if m.name == name), None)
+
+
+@dataclass(frozen=True)
+class TargetInfo:
+    spec: str
+    device: str
+    dtype: str
+    parameters: int
+    config: dict = field(default_factory=dict)  # its config.json (which heads / drafts fit)
+
+
+@dataclass(frozen=True)
+class LoadSettings:
+    """The Models panel's placement choices (specdec_core.models.LoadOptions, Qt-free)."""
+
+    device_map: str | None = None  # auto, balanced, sequential
+    max_memory: str = ""  # DEVICE=SIZE[,DEVICE=SIZE…]
+    trust_remote_code: bool = False
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    role: str  # "user" or "assistant"
+    content: str
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    method: str
+    prompt: str
+    config: DecodeConfig
+    raw: bool = False
+    specs: dict[str, str] = field(default_factory=dict)  # "draft" / "head" -> spec
+    # a chat turn: the whole conversation, the template applied over it (`prompt` is then
+    # the last user message), and the name of the conversation whose cache it reuses
+    messages: tuple[ChatMessage, ...] = ()
+    conversation: str = ""
+    # the Compare this run is part of (an id): a suffix method drafts from the suffix history
+    # as it was when the Compare began and adds nothing to it, so no method of the Compare
+    # drafts from another's output of the same prompt ("": the window's history, recorded)
+    comparison: str = ""
+
+
+@dataclass(frozen=True)
+class SweepRequest:
+    """Measure `method` at every point of `grid` on `prompts`, all else as in `base`."""
+
+    method: str
+    grid: Grid
+    base: DecodeConfig
+    prompts: tuple[str, ...]
+    specs: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TuneRequest:
+    """Measure `method`'s k (a tree method: its size in tokens) and pick the fastest."""
+
+    method: str
+    config: DecodeConfig
+    specs: dict[str, str] = field(default_factory=dict)
+
+
+class Engine(Protocol):
+    """What the window asks of an engine. A method may block (a load, a run, a sweep): the
+    window calls them from worker threads, never from the GUI thread."""
+
+    def registries(self) -> Registries:
+        """The methods and verification policies this engine offers."""
+        ...
+
+    def load_target(
+        self,
+        spec: str,
+        device: str,
+        dtype: str,
+        progress: Progress,
+        stop: StopFlag | None = None,
+        settings: LoadSettings | None = None,
+    ) -> TargetInfo:
+        """Load the target; `stop` cancels a download or load between chunks and stages. The
+        model loaded before stays until the new one has loaded."""
+        ...
+
+    def events(self, request: RunRequest, stop: StopFlag, progress: Progress) -> Iterator[Event]:
+        """One run: Started, a Step per target forward, Finished (specdec_core.events)."""
+        ...
+
+    def token_text(self, token_id: int) -> str:
+        """A token's label; called per drawn token, so it answers at once."""
+        ...
+
+    def forget(self, conversation: str) -> None:
+        """Drop the cache a conversation keeps between its turns."""
+        ...
+
+    def sweep(self, request: SweepRequest, on_point: OnPoint, stop: StopFlag) -> SweepResult:
+        """Measure a grid on the loaded models (no run or load meanwhile); `stop` ends it
+        after the point being measured."""
+        ...
+
+    def tune(self, request: TuneRequest, on_point: OnPoint, stop: StopFlag) -> TuneResult:
+        """Tune k (or a tree's size); `stop` ends it after the point being measured
+        (`TuneResult.stopped`)."""
+        ...
+
+    def set_adapt(self, on: bool) -> None:
+        """Adapt EAGLE heads to the runs from now on (runs are kept; `adapt` trains)."""
+        ...
+
+    def adapt(self, budget_seconds: float, progress: Progress) -> str:
+        """Between runs: take the runs kept since the last call, fine-tune the head on them
+        for about `budget_seconds`; -> the τ line (before adaptation against the latest)."""
+        ...
+
+    def reset_adaptation(self) -> str:
+        """Every adapted head back to the loaded one; -> a note for the user."""
+        ...
+
+    def save_adapted(self, directory: str) -> str:
+        """Write the last adapted head to a new directory; -> a note for the user."""
+        ...
+
+    def close(self) -> None:
+        """Release what the engine holds (its process, if it has one); the window calls it
+        when it closes."""
+        ...
+
+
+def _commands() -> dict[str, inspect.Signature]:
+    """The protocol's methods by name, each with its signature without `self`."""
+    found: dict[str, inspect.Signature] = {}
+    for name, member in vars(Engine).items():
+        if inspect.isfunction(member) and not name.startswith("_"):
+            signature = inspect.signature(member)
+            found[name] = signature.replace(parameters=list(signature.parameters.values())[1:])
+    return found
+
+
+COMMANDS: Mapping[str, inspect.Signature] = MappingProxyType(_commands())
