@@ -3,7 +3,7 @@
 After a run, `Adapter.add_run` re-runs the target once over prompt + output (teacher-forced,
 not timed) and keeps the (feature, next token) pairs in an `AdaptationBuffer` bounded in
 tokens (the oldest runs are evicted first). `Adapter.adapt(budget_seconds)` then takes a few
-optimiser steps on the buffer with the training objective (eagle/train.py: feature SmoothL1 +
+optimiser steps on the buffer with the training objective (training/objective.py: feature SmoothL1 +
 token cross-entropy, the unrolled second pass), starting from the loaded head and regularised
 toward it so it does not forget what it knew: an L2 penalty to the initial weights and a KL
 term KL(initial head || adapted head) on the draft vocabulary. The trained float32 copy is then
@@ -30,11 +30,11 @@ import torch
 import torch.nn.functional as F
 
 from specdec_core.eagle.data import Sample
-from specdec_core.eagle.features import Featured, extract_features
 from specdec_core.eagle.head import EagleHead
-from specdec_core.eagle.train import Objective, collate
 from specdec_core.errors import SpecdecError
 from specdec_core.models import LoadedModel
+from specdec_core.training.features import Featured, extract_features
+from specdec_core.training.objective import Objective, collate
 
 
 @dataclass(frozen=True)

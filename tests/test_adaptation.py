@@ -11,12 +11,12 @@ from specdec_core import runner
 from specdec_core.adaptation import AdaptationBuffer, Adapter, AdaptSettings
 from specdec_core.config import DecodeConfig
 from specdec_core.drafters.eagle import EagleDrafter
-from specdec_core.eagle.features import Featured
 from specdec_core.eagle.formats import load_head
 from specdec_core.errors import SpecdecError
 from specdec_core.events import Finished, Step
 from specdec_core.runner import run
 from specdec_core.target import Target
+from specdec_core.training.features import Featured
 from tests.eagle_tiny import tiny_head
 from tests.tiny import prompt
 

@@ -9,13 +9,15 @@ import torch
 from specdec_core.cli import main
 from specdec_core.config import DecodeConfig
 from specdec_core.eagle.data import Sample
-from specdec_core.eagle.features import extract_features
 from specdec_core.eagle.formats import load_head
 from specdec_core.eagle.head import fused_layers
-from specdec_core.eagle.train import Objective, build_model, collate, train_step
 from specdec_core.models import load_model
 from specdec_core.runner import run
 from specdec_core.target import Target
+from specdec_core.training.features import extract_features
+from specdec_core.training.loop import train_step
+from specdec_core.training.objective import Objective, collate
+from specdec_core.training.starting_model import build_model
 from tests.tiny import VOCAB, training_dir
 
 LAYERS = 4  # fused layers (2, 2, 1): an EAGLE-3 head needs a few target layers

@@ -11,7 +11,7 @@ from specdec_core.config import DecodeConfig
 from specdec_core.eagle.formats import load_head, save_head
 from specdec_core.models import load_model
 from specdec_core.runner import run
-from specdec_core.training.layout import starting_model
+from specdec_core.training.starting_model import starting_model
 from tests.tiny import training_dir
 
 

@@ -53,7 +53,7 @@ def test_a_short_training_run_produces_a_loadable_model(tiny_dir, tmp_path, kind
 
 def test_self_distillation_keeps_features_equal_to_a_fresh_forward(tiny_target, tmp_path):
     from specdec_core.eagle.data import generate_answers
-    from specdec_core.eagle.features import extract_features
+    from specdec_core.training.features import extract_features
 
     prompts = [[1, 5, 9], [1, 7, 8, 9, 10, 11], [1, 4]]
     model = tiny_target.model
@@ -70,7 +70,7 @@ def test_self_distillation_keeps_features_equal_to_a_fresh_forward(tiny_target, 
 
 def test_sampled_answers_without_kept_features_get_them_from_one_forward(tiny_target, tmp_path):
     from specdec_core.eagle.data import generate_answers
-    from specdec_core.eagle.features import extract_features
+    from specdec_core.training.features import extract_features
 
     prompts = [[1, 5 + i, 9, 4 + i] for i in range(8)]
     model, tok = tiny_target.model, tiny_target.tokenizer
@@ -105,7 +105,7 @@ def test_an_init_head_is_read_in_float32_not_rounded_through_a_bf16_target(tiny_
 
 
 def test_unrolled_training_pass_matches_drafting_step_by_step(tiny_target):
-    from specdec_core.eagle.train import Objective
+    from specdec_core.training.objective import Objective
     from tests.eagle_tiny import tiny_head
 
     head = tiny_head(tiny_target)
@@ -237,8 +237,10 @@ def test_a_checkpoint_from_other_data_is_refused_not_resumed_at_a_wrong_step(
 
 def test_a_time_budget_stops_training_with_the_schedule_decayed(tiny_target, tmp_path):
     from specdec_core.eagle.data import Sample
-    from specdec_core.eagle.features import extract_features
-    from specdec_core.eagle.train import Objective, TrainConfig, build_model, train
+    from specdec_core.training.features import extract_features
+    from specdec_core.training.loop import TrainConfig, train
+    from specdec_core.training.objective import Objective
+    from specdec_core.training.starting_model import build_model
 
     model = tiny_target.model
     generator = torch.Generator().manual_seed(0)
@@ -267,7 +269,7 @@ def test_a_time_budget_stops_training_with_the_schedule_decayed(tiny_target, tmp
 
 def test_feature_shards_of_other_samples_are_redone_not_reused(tiny_target, tmp_path):
     from specdec_core.eagle.data import Sample
-    from specdec_core.eagle.features import extract_features
+    from specdec_core.training.features import extract_features
 
     model = tiny_target.model
     first = [Sample([1, 5, 9, 4, 7], 2), Sample([1, 6, 3], 1)]

@@ -1,8 +1,10 @@
-"""scripts/gpu_distill.py (training within a time budget) end to end on a tiny target, on a CPU."""
+"""Training within a time budget (`specdec_core.training.distill`, the stages of
+scripts/gpu_distill.py) end to end on a tiny target, on a CPU."""
 
-import importlib.util
 import json
+import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -11,42 +13,36 @@ import torch
 
 from specdec_core.config import DecodeConfig
 from specdec_core.eagle.formats import load_head
+from specdec_core.errors import SpecdecError
 from specdec_core.models import load_model
 from specdec_core.runner import run
+from specdec_core.training import distill
+from specdec_core.training.distill import DistillSettings, length_groups, pack, unpack
 from tests.tiny import VOCAB, tiny_model, tiny_tokenizer
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "gpu_distill.py"
+COMMAND = "python scripts/gpu_distill.py run"
 
 
-@pytest.fixture(scope="module")
-def distill():
-    spec = importlib.util.spec_from_file_location("gpu_distill", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def _settings(root: Path, **changes) -> DistillSettings:
+    """A timed run on the tiny target in `root` (target/, prompts.npz): a fresh head into
+    root/out, on the CPU, two epochs of small batches; `changes` says what differs."""
+    settings = DistillSettings(
+        target=str(root / "target"), prompts=str(root / "prompts.npz"), out=str(root / "out"),
+        work=str(root / "work"), init="", device="cpu", batch=4, max_new=6, total_seconds=120,
+        reserve_seconds=0, batch_tokens=128, max_epochs=2,
+    )  # fmt: skip
+    return replace(settings, **changes)
 
 
-def _run(distill, monkeypatch, root, *extra: str) -> None:
-    """`gpu_distill.py run` on the tiny target in `root` (target/, prompts.npz), a fresh head
-    into root/out, on the CPU, two epochs of small batches; `extra` says what differs."""
-    argv = [
-        *("run", "--target", str(root / "target"), "--prompts", str(root / "prompts.npz")),
-        *("--out", str(root / "out"), "--work", str(root / "work"), "--init", "", "--device"),
-        *("cpu", "--batch", "4", "--max-new", "6", "--total-seconds", "120"),
-        *("--reserve-seconds", "0", "--batch-tokens", "128", "--max-epochs", "2", *extra),
-    ]
-    monkeypatch.setattr(sys, "argv", ["gpu_distill.py", *argv])
-    distill.main()
-
-
-def test_prompts_pack_and_unpack_losslessly(distill):
+def test_prompts_pack_and_unpack_losslessly():
     lists = [[1, 2, 3], [], [49151, 0]]
-    assert distill.unpack(*distill.pack(lists)) == lists
+    assert unpack(*pack(lists)) == lists
 
 
-def test_length_groups_respect_the_count_and_the_padded_token_budget(distill):
+def test_length_groups_respect_the_count_and_the_padded_token_budget():
     prompts = [[1] * n for n in (9, 1, 5, 3, 7, 2, 8)]
-    groups = distill.length_groups(prompts, batch=3, batch_tokens=40, max_new=4)
+    groups = length_groups(prompts, batch=3, batch_tokens=40, max_new=4)
     assert sorted(i for g in groups for i in g) == list(range(len(prompts)))
     for group in groups:
         longest = max(len(prompts[i]) for i in group)
@@ -55,27 +51,25 @@ def test_length_groups_respect_the_count_and_the_padded_token_budget(distill):
     assert lengths == sorted(lengths)  # groups of similar length
 
 
-def test_a_timed_run_answers_trains_and_saves_a_lossless_two_layer_head(
-    distill, tmp_path, monkeypatch
-):
+def test_a_timed_run_answers_trains_and_saves_a_lossless_two_layer_head(tmp_path):
     tiny_model(1).save_pretrained(tmp_path / "target")
     tiny_tokenizer().save_pretrained(tmp_path / "target")
     generator = torch.Generator().manual_seed(0)
     prompts = [
         [1, *torch.randint(3, VOCAB, (n,), generator=generator).tolist()] for n in range(2, 14)
     ]
-    train, train_offsets = distill.pack(prompts)
-    held, held_offsets = distill.pack(prompts[:3])
+    train, train_offsets = pack(prompts)
+    held, held_offsets = pack(prompts[:3])
     np.savez(tmp_path / "prompts.npz", train=train, train_offsets=train_offsets, held=held,
              held_offsets=held_offsets)  # fmt: skip
     out = tmp_path / "out"
-    _run(distill, monkeypatch, tmp_path, "--gen-seconds", "60", "--layers", "2")
+    distill.run(_settings(tmp_path, gen_seconds=60, layers=2), COMMAND)
     report = json.loads((out / "report.json").read_text())
     generated = report["stages"]["generate"]
     assert generated["greedy_answers"] == len(prompts) == generated["sampled_answers"]
     assert report["stages"]["train"]["epochs"] == 2
     saved = np.load(out / "greedy_ids.npz")
-    answers = distill.unpack(saved["ids"], saved["offsets"])
+    answers = unpack(saved["ids"], saved["offsets"])
     assert sorted(a[:s] for a, s in zip(answers, saved["starts"], strict=True)) == sorted(prompts)
     card = json.loads((out / "head" / "specdec_card.json").read_text())
     assert card["epochs"] == 2 and card["init"] is None and card["draft_vocab"] == VOCAB
@@ -90,14 +84,23 @@ def test_a_timed_run_answers_trains_and_saves_a_lossless_two_layer_head(
     )
 
 
-def test_a_missing_prompts_file_says_how_to_make_it(distill, tmp_path, monkeypatch):
-    argv = ["gpu_distill.py", "run", "--prompts", str(tmp_path / "none.npz"), "--out", "x"]
-    monkeypatch.setattr(sys, "argv", argv)
-    with pytest.raises(SystemExit, match="gpu_distill.py export"):
-        distill.main()
+def test_a_missing_prompts_file_says_how_to_make_it(tmp_path):
+    with pytest.raises(SpecdecError, match="gpu_distill.py export"):
+        distill.run(DistillSettings(prompts=str(tmp_path / "none.npz"), out="x"), COMMAND)
 
 
-def _saved_answers(distill, root, layers: int, count: int):
+def test_the_script_passes_its_flags_and_says_what_went_wrong_in_one_line(tmp_path):
+    missing = str(tmp_path / "none.npz")
+    flags = ["--prompts", missing, "--out", "x", "--lr", "1", "--init", "", "--arch", "eagle3"]
+    argv = [sys.executable, str(SCRIPT), "run", *flags]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        f"gpu_distill: {missing} not found; make it with: gpu_distill.py export"
+    )
+
+
+def _saved_answers(root, layers: int, count: int):
     """A tiny target (`layers` layers) in root/target, `count` answers of an earlier run in
     root/answers.npz and the first three's prompts (held out too) in root/prompts.npz."""
     from specdec_core.eagle.data import Sample, save_answers
@@ -110,17 +113,18 @@ def _saved_answers(distill, root, layers: int, count: int):
         for n in range(8, 8 + count)
     ]
     save_answers(answers, root / "answers.npz")
-    held, held_offsets = distill.pack([a.ids[:3] for a in answers[:3]])
+    held, held_offsets = pack([a.ids[:3] for a in answers[:3]])
     np.savez(root / "prompts.npz", train=held, train_offsets=held_offsets, held=held,
              held_offsets=held_offsets)  # fmt: skip
     return answers
 
 
-def test_a_run_on_saved_answers_trains_a_fresh_eagle3_head(distill, tmp_path, monkeypatch):
-    answers = _saved_answers(distill, tmp_path, layers=4, count=12)
+def test_a_run_on_saved_answers_trains_a_fresh_eagle3_head(tmp_path):
+    answers = _saved_answers(tmp_path, layers=4, count=12)
     out = tmp_path / "out"
-    extra = ("--answers", str(tmp_path / "answers.npz"), "--arch", "eagle3", "--unroll", "3")
-    _run(distill, monkeypatch, tmp_path, *extra, "--draft-vocab", "16")
+    saved = str(tmp_path / "answers.npz")
+    settings = _settings(tmp_path, answers=saved, arch="eagle3", unroll=3, draft_vocab=16)
+    distill.run(settings, COMMAND)
     assert not (out / "greedy_ids.npz").exists()  # nothing generated but the held-out answers
     card = json.loads((out / "head" / "specdec_card.json").read_text())
     assert card["arch"] == "eagle3" and card["sequences"] == len(answers)
@@ -136,13 +140,13 @@ def test_a_run_on_saved_answers_trains_a_fresh_eagle3_head(distill, tmp_path, mo
     )
 
 
-def test_the_script_and_specdec_train_write_the_same_card_on_the_same_answers(
-    distill, tmp_path, monkeypatch
+def test_a_timed_run_and_specdec_train_write_the_same_card_on_the_same_answers(
+    tmp_path, monkeypatch
 ):
     from specdec_core.cli import main
 
-    _saved_answers(distill, tmp_path, layers=2, count=8)
-    _run(distill, monkeypatch, tmp_path, "--answers", str(tmp_path / "answers.npz"))
+    _saved_answers(tmp_path, layers=2, count=8)
+    distill.run(_settings(tmp_path, answers=str(tmp_path / "answers.npz")), COMMAND)
     argv = [
         *("train", "eagle", "--target", str(tmp_path / "target"), "--data"),
         *(str(tmp_path / "answers.npz"), "--draft-vocab", "0", "--batch-tokens", "128"),
@@ -156,7 +160,7 @@ def test_the_script_and_specdec_train_write_the_same_card_on_the_same_answers(
     assert set(script["train_config"]) == set(cli["train_config"])
     for key in ("kind", "arch", "tokens", "sequences", "epochs", "draft_vocab", "init", "layers"):
         assert script[key] == cli[key], key
-    assert script["command"].startswith("python scripts/gpu_distill.py run")
+    assert script["command"] == COMMAND
     assert cli["command"] == "specdec " + " ".join(argv)
     assert cli["data"] == [str(tmp_path / "answers.npz")] and script["data"][0].startswith("self")
     assert script["stages"]["train"]["epochs"] == script["epochs"] == 2

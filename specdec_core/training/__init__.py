@@ -1,15 +1,24 @@
-"""`specdec train` and scripts/gpu_distill.py: one driver from settings to a saved head or draft.
+"""Training EAGLE heads and token-level drafts: `specdec train`, scripts/gpu_distill.py, and the
+data they train on (`specdec data`).
 
 - `request.py`: `TrainRequest`, every setting of a training run, checked before a model loads.
 - `data_sources.py`: the `--data` sources (ShareGPT, self-distillation, JSONL, saved answers)
-  and the held-out split.
+  and the held-out split; the samples themselves (`Sample`, answering, ShareGPT) are in
+  `specdec_core/eagle/data.py`.
 - `magpie.py`: `--data magpie`, prompts the target writes itself, deduplicated and kept apart
   from evaluation prompts; `kinds.py`: the kinds of request, their hints and held-out prompts.
-- `layout.py`: the model to train (layout, depth, the --init head, the fused target layers).
+- `features.py`: the target's features of each sample, in resumable shards.
+- `layout.py`: what to train (layout, depth, the --init head, the fused target layers);
+  `starting_model.py`: the model it starts as, built around the target.
+- `objective.py`: a batch's prediction and losses; `loop.py`: `TrainConfig` and the
+  checkpointed, resumable training loop.
 - `driver.py`: `train_from_request` (collects the data itself) and `train_on_samples` (for
   data collected elsewhere): features -> training with per-epoch validation -> save + card.
+- `distill.py`: scripts/gpu_distill.py's stages: answer prompts and train within a
+  wall-clock budget.
 - `card.py`: the model card (`specdec_card.json`) both write.
-- `validation.py`: tau of real greedy decoding on held-out prompts, and the table by kind.
-
-The model code itself (head, objective, training loop, features) lives in `specdec_core/eagle/`.
+- `validation.py`: teacher-forced top-1, tau of real greedy decoding on held-out prompts, and
+  the table by kind; `progress_file.py`: `--progress-file`.
+- `generation_job.py`, `request_streams.py`: `specdec data`, a resumable job that generates
+  answers to train on.
 """

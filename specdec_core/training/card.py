@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 
-from specdec_core.eagle.features import Featured
-from specdec_core.eagle.train import TrainConfig
+from specdec_core.training.features import Featured
+from specdec_core.training.loop import TrainConfig
 from specdec_core.training.request import TrainRequest
 
 

@@ -1,7 +1,7 @@
 """One training run: data -> target features -> the starting model -> `train` -> saved + card.
 
 `train_from_request` is `specdec train`: it loads the target and collects `--data` itself
-(data_sources.py). `train_on_samples` takes samples collected elsewhere (scripts/gpu_distill.py
+(data_sources.py). `train_on_samples` takes samples collected elsewhere (distill.py
 answers prompts within a wall-clock budget) and does the rest the same way. Everything
 expensive is cached under the request's work directory and reused by a rerun: generated
 answers, feature shards, and the training checkpoint (a rerun resumes).
@@ -12,34 +12,41 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from specdec_core.eagle.features import Featured, extract_features
-from specdec_core.eagle.train import (
-    Objective,
-    TrainConfig,
-    teacher_forced_agreement,
-    train,
-    trainable,
-)
 from specdec_core.errors import SpecdecError
 from specdec_core.models import LoadedModel, load_model
 from specdec_core.training.card import model_card, trained_epochs
 from specdec_core.training.data_sources import Collected, collect
-from specdec_core.training.layout import (
-    Layout,
-    head_layers,
-    layout_settings,
-    resolve_layout,
-    starting_model,
-)
+from specdec_core.training.features import Featured, extract_features
+from specdec_core.training.layout import Layout, layout_settings, resolve_layout
+from specdec_core.training.loop import TrainConfig, train
 from specdec_core.training.magpie import evaluation_prompts
+from specdec_core.training.objective import Objective
 from specdec_core.training.progress_file import ProgressFile
 from specdec_core.training.request import TrainRequest
-from specdec_core.training.validation import held_out_by_kind, validation_by_kind, validation_tau
+from specdec_core.training.starting_model import head_layers, starting_model, trainable
+from specdec_core.training.validation import (
+    held_out_by_kind,
+    teacher_forced_agreement,
+    validation_by_kind,
+    validation_tau,
+)
+
+
+@dataclass
+class TrainingData:
+    """Features to train on and to validate on, and the data mix the card records: sequences
+    and tokens per source (`by_source`, in order), generated prompts per kind (`by_kind`)."""
+
+    train: list[Featured] = field(default_factory=list)
+    held: list[Featured] = field(default_factory=list)  # the first source's held-out samples
+    held_prompts: list[list[int]] = field(default_factory=list)
+    mix: dict = field(default_factory=lambda: {"by_source": {}, "by_kind": {}})
 
 
 def _log(message: str) -> None:
@@ -85,75 +92,48 @@ def train_on_samples(
     began, started = time.monotonic(), started or time.time()
     target.model.requires_grad_(False)
     layout = layout or resolve_layout(request, target)
-    data, held, held_prompts, mix = _features(request, target, sources, layout.fused)
+    data = _features(request, target, sources, layout.fused)
     if stages is not None:
         stages["features"] = {"seconds": round(time.monotonic() - began, 1)}
-    if not data:
+    if not data.train:
         raise SpecdecError("no training data; check --data and --tokens")
-    eagle = request.trains == "eagle"
-    config = TrainConfig(
-        trains=request.trains,
-        epochs=request.epochs,
-        lr=request.lr,
-        batch_tokens=request.batch_tokens,
-        draft_vocab=request.draft_vocab,
-        seed=request.seed,
-        unroll=request.unroll,
-        save_every=request.save_every,
-        **layout_settings(layout.arch, request.ce_weight, request.noise),
-    )
+    config = train_config(request, layout)
     model, draft_ids = starting_model(
-        request.trains, layout.init_head, target, data, config.draft_vocab, layout.arch,
+        request.trains, layout.init_head, target, data.train, config.draft_vocab, layout.arch,
         layout.depth, request.input_norms,
     )  # fmt: skip
     lm_head = target.model.get_output_embeddings()
+    eagle = request.trains == "eagle"
     noise, unroll = (config.noise, config.unroll) if eagle else (0.0, 1)
     objective = Objective(request.trains, model, lm_head, draft_ids, noise, unroll)
     what = f"{layout.arch} head" if eagle else "draft"
     size = sum(p.numel() for p in trainable(model, request.trains))
     _log(f"{what}: {size / 1e6:.1f}M trained parameters")
     if stages is not None:
-        before = teacher_forced_agreement(objective.eval(), held, lm_head)
+        before = teacher_forced_agreement(objective.eval(), data.held, lm_head)
     out = Path(request.out)
     out.mkdir(parents=True, exist_ok=True)
     request.checkpoint_dir.mkdir(parents=True, exist_ok=True)
-    partial = {"kind": request.trains, **({"arch": layout.arch} if eagle else {})}
-
-    def validate(objective: Objective) -> dict:
-        result = {"teacher_forced_top1": teacher_forced_agreement(objective, held, lm_head)}
-        if held_prompts and request.val_prompts:
-            prompts = held_prompts[: request.val_prompts]
-            result["tau"] = validation_tau(request.trains, objective.model, target, prompts)
-        save_trained(request.trains, model, target, out, {**partial, "partial": result})
-        return result
-
+    validate = _validation(request, target, data, out, layout.arch)
     if request.seconds:
         config.seconds = max(1.0, request.seconds - (time.monotonic() - began))
         _log(f"training for {config.seconds:.0f}s (at most {config.epochs} epochs)")
     training = time.monotonic()
-    progress = (
-        ProgressFile(Path(request.progress_file), sum(len(item.ids) for item in data))
-        if request.progress_file
-        else None
-    )
+    tokens = sum(len(item.ids) for item in data.train)
+    progress = ProgressFile(Path(request.progress_file), tokens) if request.progress_file else None
     history = train(
-        objective, data, config, request.checkpoint_dir, validate if held else None,
+        objective, data.train, config, request.checkpoint_dir, validate if data.held else None,
         progress.update if progress else None,
     )  # fmt: skip
-    extra = {"data_mix": mix, **(card_extra or {})}
+    extra = {"data_mix": data.mix, **(card_extra or {})}
     if request.val_kinds:
-        by_kind = held_out_by_kind(target, request.work_dir, request.val_kinds)
-        taken = {kind: (prompts, _featured(request, target, answers, f"kinds-heldout-{kind}",
-                                           layout.fused))
-                 for kind, (prompts, answers) in by_kind.items()}  # fmt: skip
-        extra["validation_by_kind"] = validation_by_kind(request.trains, objective, target, taken)
-        _log(f"validation by kind: {json.dumps(extra['validation_by_kind'])}")
+        extra["validation_by_kind"] = _by_kind(request, target, objective, layout.fused)
     if stages is not None:
         stages["train"] = {
             "seconds": round(time.monotonic() - training, 1),
             "epochs": trained_epochs(history),
-            "sequences": len(data),
-            "tokens": sum(len(item.ids) for item in data),
+            "sequences": len(data.train),
+            "tokens": tokens,
             "teacher_forced_top1_before": before,
             "history": history,
         }
@@ -161,8 +141,8 @@ def train_on_samples(
     card = model_card(
         request,
         config,
-        data=list(mix["by_source"]),
-        trained=data,
+        data=list(data.mix["by_source"]),
+        trained=data.train,
         draft_vocab=len(draft_ids),
         layers=head_layers(model),
         history=history,
@@ -176,6 +156,55 @@ def train_on_samples(
     return card
 
 
+def train_config(request: TrainRequest, layout: Layout) -> TrainConfig:
+    """The training loop's settings for `request` on `layout` (the layout's loss weights and
+    noise unless the request sets them)."""
+    return TrainConfig(
+        trains=request.trains,
+        epochs=request.epochs,
+        lr=request.lr,
+        batch_tokens=request.batch_tokens,
+        draft_vocab=request.draft_vocab,
+        seed=request.seed,
+        unroll=request.unroll,
+        save_every=request.save_every,
+        **layout_settings(layout.arch, request.ce_weight, request.noise),
+    )
+
+
+def _validation(
+    request: TrainRequest, target: LoadedModel, data: TrainingData, out: Path, arch: str
+) -> Callable[[Objective], dict]:
+    """What each epoch ends with: teacher-forced top-1 on the held-out samples, tau on up to
+    `request.val_prompts` held-out prompts; then the model so far is saved with a partial card
+    (so a run cut off keeps it)."""
+    lm_head = target.model.get_output_embeddings()
+    eagle = request.trains == "eagle"
+    partial = {"kind": request.trains, **({"arch": arch} if eagle else {})}
+
+    def validate(objective: Objective) -> dict:
+        result = {"teacher_forced_top1": teacher_forced_agreement(objective, data.held, lm_head)}
+        if data.held_prompts and request.val_prompts:
+            prompts = data.held_prompts[: request.val_prompts]
+            result["tau"] = validation_tau(request.trains, objective.model, target, prompts)
+        save_trained(request.trains, objective.model, target, out, {**partial, "partial": result})
+        return result
+
+    return validate
+
+
+def _by_kind(request: TrainRequest, target: LoadedModel, objective: Objective, fused) -> dict:
+    """The validation table by kind of request (`validation.validation_by_kind`)."""
+    by_kind = held_out_by_kind(target, request.work_dir, request.val_kinds)
+    taken = {
+        kind: (prompts, _featured(request, target, answers, f"kinds-heldout-{kind}", fused))
+        for kind, (prompts, answers) in by_kind.items()
+    }
+    table = validation_by_kind(request.trains, objective, target, taken)
+    _log(f"validation by kind: {json.dumps(table)}")
+    return table
+
+
 def _featured(request: TrainRequest, target: LoadedModel, samples, name: str, fused, **kwargs):
     """Features of `samples`, in shards WORK/features-NAME (unless `cache_features` is off)."""
     suffix = "-eagle3" if fused else ""  # EAGLE-3 shards also hold the fused layers
@@ -183,30 +212,28 @@ def _featured(request: TrainRequest, target: LoadedModel, samples, name: str, fu
     return extract_features(target.model, samples, shards, layers=fused, **kwargs)
 
 
-def _features(request: TrainRequest, target: LoadedModel, sources, fused: tuple[int, ...]):
-    """-> (training features, held-out features, held-out prompts, the data mix): the held-out
-    part is the first source's that has any; the mix counts sequences and tokens per source
-    (`by_source`, in order) and generated prompts per kind (`by_kind`, magpie)."""
-    data: list[Featured] = []
-    held: list[Featured] = []
-    held_prompts: list[list[int]] = []
-    mix: dict = {"by_source": {}, "by_kind": {}}
+def _features(
+    request: TrainRequest, target: LoadedModel, sources, fused: tuple[int, ...]
+) -> TrainingData:
+    """Each source's samples as features, in order; the held-out part is the first source's
+    that has any."""
+    data = TrainingData()
     for source in sources:
         tokens = sum(len(s.ids) for s in source.samples)
         _log(f"{source.name}: {len(source.samples)} sequences, {tokens} tokens")
         counts = {"sequences": len(source.samples), "tokens": tokens}
-        mix["by_source"][source.source] = {**counts, **source.mix}
+        data.mix["by_source"][source.source] = {**counts, **source.mix}
         for kind, count in source.mix.get("kinds", {}).items():
-            mix["by_kind"][kind] = mix["by_kind"].get(kind, 0) + count
-        data += _featured(
+            data.mix["by_kind"][kind] = data.mix["by_kind"].get(kind, 0) + count
+        data.train += _featured(
             request, target, source.samples, source.name, fused,
             batch_tokens=request.feature_batch_tokens,
             progress=lambda n, total, made: _log(f"features {n}/{total} sequences: {made} tokens"),
         )  # fmt: skip
-        if source.held and not held:
-            held = _featured(request, target, source.held, "heldout", fused)
-            held_prompts = source.held_prompts
-    return data, held, held_prompts, mix
+        if source.held and not data.held:
+            data.held = _featured(request, target, source.held, "heldout", fused)
+            data.held_prompts = source.held_prompts
+    return data
 
 
 def save_trained(trains: str, model, target: LoadedModel, out: Path, card: dict) -> None:

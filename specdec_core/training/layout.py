@@ -1,21 +1,19 @@
-"""The model a training run starts from: its layout, depth and draft vocabulary, the --init
-head it continues, and the target layers its features must hold."""
+"""The layout a training run trains: EAGLE-1 or EAGLE-3, its depth, the --init head it continues,
+and the target layers its features must hold; all checked before any data is collected. The
+model itself is built in starting_model.py."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
-from specdec_core.eagle.head import OFFICIAL, Eagle3Variant, fused_layers
-from specdec_core.eagle.train import TrainConfig, build_model, frequent_tokens
+from specdec_core.eagle.head import EagleHead, fused_layers
 from specdec_core.errors import SpecdecError
 from specdec_core.models import LoadedModel
+from specdec_core.training.loop import TrainConfig
 from specdec_core.training.request import TrainRequest, check_depth
-
-if TYPE_CHECKING:
-    from specdec_core.eagle.head import EagleHead
+from specdec_core.training.starting_model import head_layers
 
 
 @dataclass(frozen=True)
@@ -82,45 +80,6 @@ def input_layers(arch: str, target: LoadedModel) -> tuple[int, ...]:
     return fused_layers(target.model.config.num_hidden_layers) if arch == "eagle3" else ()
 
 
-def starting_model(
-    trains: str,
-    init_head,
-    target: LoadedModel,
-    data,
-    draft_vocab: int,
-    arch="eagle1",
-    layers=1,
-    input_norms: bool = False,
-):
-    """-> (model to train, its draft vocabulary's target ids), on the target's device.
-
-    With `init_head` (`read_init`): its layout, weights and draft vocabulary; `layers`
-    (`resolve_layers`) more than it has grows it by layers whose output projections are zero
-    (it drafts as before until trained). Without: a fresh model (layout `arch`, `layers`
-    decoder layers; `input_norms`: EAGLE 3.1's RMSNorm per fused target state before `fc`)
-    on the `draft_vocab` most frequent tokens of `data` (0 = all).
-    """
-    vocab = target.vocab_size
-    if init_head is None:
-        draft_ids = frequent_tokens(data, min(draft_vocab or vocab, vocab), vocab)
-        draft_ids = draft_ids.to(target.device)
-        variant = Eagle3Variant(fc_norm=True) if input_norms else OFFICIAL
-        return build_model(trains, target.model, draft_ids, arch, layers, variant), draft_ids
-    draft_ids = init_head.draft_ids()
-    have = head_layers(init_head)
-    layers = max(layers, have)
-    model = build_model(trains, target.model, draft_ids, init_head.kind, layers, init_head.variant)
-    missing, _ = model.load_state_dict(init_head.state_dict(), strict=False)
-    if layers > have:
-        with torch.no_grad():
-            for layer in model.layers[have:]:
-                layer.self_attn.o_proj.weight.zero_()
-                layer.mlp.down_proj.weight.zero_()
-    elif missing:
-        raise SpecdecError(f"the --init head lacks weights: {', '.join(missing[:4])}")
-    return model, draft_ids
-
-
 def resolve_layers(arch: str, init_head, layers: int | None) -> int:
     """The decoder layers to train (--layers, else the --init head's, else 1); checked before
     any data is collected."""
@@ -133,9 +92,3 @@ def resolve_layers(arch: str, init_head, layers: int | None) -> int:
             f"them: give --layers {have} or more, or drop --init to train a fresh head"
         )
     return layers
-
-
-def head_layers(model) -> int:
-    """Decoder layers of a model being trained (an EAGLE-3 head's midlayer counts as one)."""
-    layers = getattr(model, "layers", None)
-    return len(layers) if layers is not None else 1

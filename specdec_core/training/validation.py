@@ -1,5 +1,5 @@
-"""Validation of a model being trained by real decoding (beside the teacher-forced top-1), and
-both per kind of request on the held-out prompts of `kinds.HELD_OUT`."""
+"""Validation of a model being trained: teacher-forced top-1 agreement with the target, tau of
+real greedy decoding, and both per kind of request on the held-out prompts of `kinds.HELD_OUT`."""
 
 from __future__ import annotations
 
@@ -8,6 +8,22 @@ from pathlib import Path
 import torch
 
 from specdec_core.models import LoadedModel
+from specdec_core.training.features import Featured
+from specdec_core.training.objective import Objective, collate
+
+
+@torch.no_grad()
+def teacher_forced_agreement(objective: Objective, data: list[Featured], lm_head) -> float:
+    """Share of held-out answer positions where the model's top-1 equals the target's top-1."""
+    hits = total = 0
+    for item in data:
+        ids, hidden, mask, fused = collate([item], objective.lm_rows.device)
+        pred, true = objective(ids, hidden, mask, fused)
+        draft = objective.draft_logits(pred).argmax(-1)  # draft-vocab ids
+        draft_ids = objective.draft_ids[draft]
+        hits += int((draft_ids == lm_head(true.to(lm_head.weight.dtype)).argmax(-1)).sum())
+        total += len(true)
+    return hits / max(1, total)
 
 
 @torch.no_grad()
@@ -66,8 +82,6 @@ def held_out_by_kind(
 
 def validation_by_kind(trains: str, objective, target: LoadedModel, held: dict) -> dict:
     """{kind: {teacher_forced_top1, tau}} on `held` (`held_out_by_kind`, features taken)."""
-    from specdec_core.eagle.train import teacher_forced_agreement
-
     lm_head = target.model.get_output_embeddings()
     objective.eval()  # no input noise
     table = {}

@@ -1,0 +1,315 @@
+"""Self-distil and train an EAGLE head inside a fixed wall-clock budget (a GPU held for minutes).
+
+`scripts/gpu_distill.py` is the command line over this module; the bundled head's GPU stages
+were made with it (its card records the arguments). It answers the prompts itself, sized by
+time for a GPU that is held for minutes, not hours, then hands the answers to the driver of
+`specdec train eagle` (`driver.train_on_samples`: features, training with per-epoch
+validation, the head and its card):
+
+1. `export_prompts` (on any machine with the ShareGPT package): the first user prompts of
+   ShareGPT, chat-templated for the target, split like `specdec train` splits them (the same
+   64 held-out conversations), saved as token ids in one compressed .npz.
+2. `run` (on the GPU): answer the prompts greedily in large batches until `gen_seconds`
+   (batches in random order, so a cut-off drops a random subset, not the longest prompts),
+   then sample answers at T=1 with what is left of that time; save the answers' token ids;
+   take the target's features in one forward per sequence; continue the bundled head on them
+   until `total_seconds` (the schedule decays over the time left, at most `max_epochs`,
+   rather than from an up-front probe: the first epoch in a process runs several times slower
+   than later ones); save the head and card, and `report.json` (the settings and the stages).
+   `answers` skips generation and trains on an earlier run's saved answers; `arch="eagle3"`
+   trains a fresh EAGLE-3-layout head (`init=""`) instead of continuing the EAGLE-1 one;
+   `layers` grows the continued head by identity-initialised decoder layers. Several runs
+   with their own `out` and `work` can share one GPU (epoch times: docs/eagle.md).
+3. `smoke`: the same stages on a random model of the target's shape, a few batches each, to
+   time generation and catch device problems before a real run.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from specdec_core.eagle import data as datasets
+from specdec_core.eagle.data import Sample
+from specdec_core.errors import SpecdecError
+from specdec_core.models import LoadedModel
+from specdec_core.training.data_sources import HOLDOUT, Collected, trimmed
+from specdec_core.training.driver import train_on_samples
+from specdec_core.training.layout import resolve_layout
+from specdec_core.training.request import TrainRequest
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExportSettings:
+    """`gpu_distill.py export`: ShareGPT's first prompts for `target`, as token ids in `out`."""
+
+    target: str = "embedded"
+    out: str
+    max_prompt: int = 1024  # longest training prompt in tokens (held-out prompts: 256)
+    seed: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class DistillSettings:
+    """`gpu_distill.py run` (or `smoke`): every setting of a timed run, in the order report.json
+    records them."""
+
+    target: str = "embedded"
+    prompts: str  # the .npz `export_prompts` wrote
+    out: str  # OUT/head (the head and its card), the answers, report.json
+    work: str = "/tmp/gpu_distill"  # generated shards and the training checkpoint
+    init: str = "resources/head"  # head to continue; "" = a fresh head
+    draft_vocab: int = 8192  # a fresh head only
+    device: str = "cuda"
+    batch: int = 1024  # prompts per generation batch
+    gen_batch_tokens: int = 600_000  # padded tokens per generation batch (answers included)
+    max_new: int = 384
+    max_len: int = 1536
+    gen_seconds: float = 240
+    total_seconds: float = 520
+    reserve_seconds: float = 25  # kept at the end of the budget for saving
+    max_epochs: int = 6
+    batch_tokens: int = 32768
+    feature_batch_tokens: int = 131072
+    lr: float = 5e-4
+    unroll: int = 2
+    arch: str | None = None  # eagle1 | eagle3
+    ce_weight: float | None = None  # default 0.1; eagle3 1
+    layers: int | None = None  # eagle1 decoder layers
+    answers: str = ""  # an earlier run's greedy_ids.npz: train on it, generate nothing
+    seed: int = 0
+    smoke: bool = False  # a random target of SmolLM2-135M's shape, a few batches
+
+    @property
+    def work_dir(self) -> Path:
+        """`work`, or `work`-smoke for a smoke run (its shards never mix with a real run's)."""
+        return Path(self.work + ("-smoke" if self.smoke else ""))
+
+
+class Log:
+    """Progress lines on stderr with the seconds since `started` (time.monotonic())."""
+
+    def __init__(self, started: float | None = None) -> None:
+        self.started = time.monotonic() if started is None else started
+
+    def __call__(self, message: str) -> None:
+        elapsed = time.monotonic() - self.started
+        print(f"[{elapsed:6.1f}s] {message}", file=sys.stderr, flush=True)
+
+
+def pack(lists: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Token id lists as one flat uint16 array and their offsets (`unpack` reverses it)."""
+    flat = np.fromiter((t for ids in lists for t in ids), dtype=np.uint16)
+    return flat, np.cumsum([0] + [len(ids) for ids in lists]).astype(np.int64)
+
+
+def unpack(flat: np.ndarray, offsets: np.ndarray) -> list[list[int]]:
+    bounds = zip(offsets[:-1], offsets[1:], strict=True)
+    return [flat[a:b].astype(np.int64).tolist() for a, b in bounds]
+
+
+def export_prompts(settings: ExportSettings, log: Log | None = None) -> None:
+    """ShareGPT's first user prompts for the target, split as `specdec train` splits them."""
+    from specdec_core.models import load_model
+
+    log = log or Log()
+    target = load_model(settings.target, "cpu", "float32")
+    tok = target.tokenizer
+    conversations = list(datasets.iter_sharegpt())
+    rest, held = datasets.split_conversations(len(conversations), HOLDOUT, settings.seed)
+    first = datasets.first_prompt
+    train_prompts = [first(tok, conversations[i], settings.max_prompt) for i in rest]
+    held_prompts = [first(tok, conversations[i], 256) for i in held]
+    train_prompts = [p for p in train_prompts if p]
+    held_prompts = [p for p in held_prompts if p]
+    tf, to = pack(train_prompts)
+    hf, ho = pack(held_prompts)
+    Path(settings.out).parent.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(settings.out, train=tf, train_offsets=to, held=hf, held_offsets=ho)
+    log(f"{len(train_prompts)} prompts ({len(tf)} tokens), {len(held_prompts)} held out")
+
+
+def length_groups(prompts, batch: int, batch_tokens: int, max_new: int) -> list[list[int]]:
+    """Length-sorted groups of at most `batch` prompts and `batch_tokens` padded tokens."""
+    groups, group = [], []
+    for i in sorted(range(len(prompts)), key=lambda i: len(prompts[i])):
+        if group and (
+            len(group) >= batch or (len(group) + 1) * (len(prompts[i]) + max_new) > batch_tokens
+        ):
+            groups.append(group)
+            group = []
+        group.append(i)
+    return groups + [group] if group else groups
+
+
+class TimedAnswers:
+    """The target's answers batch by batch while the slowest batch so far still fits before
+    `deadline` (time.monotonic()); the batch times are shared by every `answer` call."""
+
+    def __init__(
+        self, target: LoadedModel, settings: DistillSettings, deadline: float, log: Log
+    ) -> None:
+        self.target, self.settings, self.deadline, self.log = target, settings, deadline, log
+        self.spent: list[float] = []  # seconds per batch so far
+
+    def answer(
+        self, prompts: list[list[int]], temperature: float, seed: int, label: str
+    ) -> list[Sample]:
+        """Answers to `prompts` in length-sorted batches taken in random order (`seed`)."""
+        settings = self.settings
+        groups = length_groups(prompts, settings.batch, settings.gen_batch_tokens, settings.max_new)
+        random.Random(seed).shuffle(groups)
+        samples: list[Sample] = []
+        for n, group in enumerate(groups):
+            left = self.deadline - time.monotonic()
+            if left <= 0 or (self.spent and left < 1.1 * max(self.spent)):
+                break
+            began = time.monotonic()
+            samples += datasets.generate_answers(
+                self.target.model,
+                self.target.tokenizer,
+                [prompts[i] for i in group],
+                settings.max_new,
+                len(group),
+                settings.work_dir / f"{label}-{n:04d}",
+                keep_features=False,
+                temperature=temperature,
+            )
+            self.spent.append(time.monotonic() - began)
+            made = sum(len(s.ids) - s.start for s in samples)
+            seconds = self.spent[-1]
+            self.log(f"{label} batch {n + 1}/{len(groups)}: {seconds:.1f}s, {made} answer tokens")
+        return samples
+
+
+def train_request(settings: DistillSettings, command: str) -> TrainRequest:
+    """The `specdec train eagle` request of a timed run (checked when made: before the model
+    loads). Features stay in memory; checkpoints only after each epoch, apart from the head."""
+    return TrainRequest(
+        "eagle", out=str(Path(settings.out) / "head"), target=settings.target,
+        epochs=settings.max_epochs, init=settings.init or None, arch=settings.arch,
+        layers=settings.layers, draft_vocab=settings.draft_vocab, max_len=settings.max_len,
+        batch_tokens=settings.batch_tokens, lr=settings.lr, unroll=settings.unroll,
+        ce_weight=settings.ce_weight, seed=settings.seed, val_prompts=0,
+        device=settings.device, command=command, save_every=10**9,
+        checkpoints=str(settings.work_dir / "train"), cache_features=False,
+        feature_batch_tokens=settings.feature_batch_tokens,
+    )  # fmt: skip
+
+
+def run(settings: DistillSettings, command: str, log: Log | None = None) -> dict:
+    """Answer, train and save within the settings' time budget (module docstring); -> the
+    head's card. `command`: the command line the card records; `log`: progress lines, whose
+    clock also starts the budget (`total_seconds`)."""
+    from specdec_core.models import load_model
+
+    log = log or Log()
+    if settings.smoke:
+        settings = replace(settings, init="")  # a random target: nothing to continue
+    if not Path(settings.prompts).is_file():  # before minutes of model loading
+        raise SpecdecError(f"{settings.prompts} not found; make it with: gpu_distill.py export")
+    out = Path(settings.out)
+    request = train_request(settings, command)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(settings.seed)
+    if settings.smoke:
+        target = smoke_target(settings.device)
+    else:
+        target = load_model(settings.target, settings.device, "bfloat16")
+    log(f"target on {target.model.device}, {target.model.dtype}")
+    layout = resolve_layout(request, target)  # a misfit --init is refused before generating
+    saved = np.load(settings.prompts)
+    prompts = unpack(saved["train"], saved["train_offsets"])
+    held_prompts = unpack(saved["held"], saved["held_offsets"])
+    if settings.smoke:
+        prompts = prompts[: 3 * settings.batch]
+    report = {"args": {"mode": "smoke" if settings.smoke else "run", **asdict(settings)}}
+    report["stages"] = {}
+    greedy, sampled, held = _answers(target, settings, prompts, held_prompts, report, log)
+    source = (
+        f"self (answers from {settings.answers})"
+        if settings.answers
+        else "self (GPU: greedy + T=1 answers to ShareGPT first prompts)"
+    )
+    samples = Collected(source, trimmed(greedy + sampled, settings.max_len), held, held_prompts)
+    left = settings.total_seconds - (time.monotonic() - log.started) - settings.reserve_seconds
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+    card = train_on_samples(
+        replace(request, seconds=left),
+        target,
+        [samples],
+        layout=layout,
+        stages=report["stages"],
+        card_extra={"device": device},
+    )
+    (out / "report.json").write_text(json.dumps(report, indent=2, default=str))
+    log(f"saved {out / 'head'}: {json.dumps(card['validation'] or {})}")
+    return card
+
+
+def _answers(
+    target: LoadedModel,
+    settings: DistillSettings,
+    prompts: list[list[int]],
+    held_prompts: list[list[int]],
+    report: dict,
+    log: Log,
+) -> tuple[list[Sample], list[Sample], list[Sample]]:
+    """-> (greedy answers, sampled answers, held-out answers), saved under `out` as .npz and
+    recorded in `report`'s generate stage; with `settings.answers`, the greedy ones are those."""
+    out, work = Path(settings.out), settings.work_dir
+    began = time.monotonic()
+    timed = TimedAnswers(target, settings, began + settings.gen_seconds, log)
+    model, tok = target.model, target.tokenizer
+    held = datasets.generate_answers(
+        model, tok, held_prompts[:32], settings.max_new, 32, work / "held", keep_features=False
+    )
+    if settings.answers:  # answered by an earlier run: train on those
+        greedy = datasets.load_answers(settings.answers)
+        greedy = greedy[: 3 * settings.batch if settings.smoke else None]
+        sampled = []
+    else:
+        greedy = timed.answer(prompts, 0.0, settings.seed, "greedy")
+        sampled = timed.answer(prompts, 1.0, settings.seed + 1, "sampled")
+    report["stages"]["generate"] = {
+        "seconds": round(time.monotonic() - began, 1),
+        "greedy_answers": len(greedy),
+        "sampled_answers": len(sampled),
+        "answer_tokens": sum(len(s.ids) - s.start for s in greedy + sampled),
+        "tokens": sum(len(s.ids) for s in greedy + sampled),
+    }
+    log(json.dumps(report["stages"]["generate"]))
+    if not settings.answers:
+        datasets.save_answers(greedy, out / "greedy_ids.npz")
+    if sampled:
+        datasets.save_answers(sampled, out / "sampled_ids.npz")
+    return greedy, sampled, held
+
+
+def smoke_target(device: str) -> LoadedModel:
+    """A random model of SmolLM2-135M's shape (timing and device checks; no weights needed)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+        num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=8192,
+        rope_theta=100000.0, tie_word_embeddings=True, eos_token_id=2, pad_token_id=2,
+    )  # fmt: skip
+    model = LlamaForCausalLM(config).to(device, torch.bfloat16).eval()
+    model.generation_config.eos_token_id = 2
+    return LoadedModel(model, SmokeTokenizer(), "smoke", "random", torch.device(device),
+                       torch.bfloat16)  # fmt: skip
+
+
+class SmokeTokenizer:
+    """What generation reads of a tokenizer: the pad and end-of-sequence ids."""
+
+    pad_token_id = 2
+    eos_token_id = 2

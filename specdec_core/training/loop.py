@@ -1,0 +1,292 @@
+"""The training loop: epochs of shuffled length-grouped batches, checkpointed and resumable.
+
+AdamW (0.9, 0.95), linear warm-up then cosine decay; bf16 autocast. Checkpoints
+(`OUT/checkpoint.pt`: the trained weights, the optimiser, the batch order's generator at the
+epoch's start and the input-feature noise's random state) are written every `save_every` steps
+and after each epoch; a rerun with the same OUT resumes at the step saved and ends with exactly
+the weights of a run that was never cut off. A checkpoint of other data or batches is refused.
+With a time budget (`seconds`, e.g. a GPU held for minutes) the cosine schedule runs over
+whichever ends first, the epochs or the time, and training stops at the budget (then validates
+and saves as after an epoch). Each epoch ends with the caller's validation.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from specdec_core.errors import SpecdecError
+from specdec_core.training.features import Featured
+from specdec_core.training.objective import Objective, collate
+from specdec_core.training.starting_model import trainable
+
+# `validate(objective)` -> what the epoch's record adds (teacher-forced top-1, tau)
+Validate = Callable[[Objective], dict]
+# `on_step(step, steps, steps_per_epoch, history)`
+OnStep = Callable[[int, int, int, list[dict]], None]
+
+
+@dataclass
+class TrainConfig:
+    trains: str = "eagle"  # what is trained: eagle (an EAGLE head) | draft (a token-level draft)
+    epochs: int = 2
+    lr: float = 1e-3
+    warmup: int = 50
+    batch_tokens: int = 4096
+    draft_vocab: int = 8192
+    noise: float = 0.2  # uniform noise width on input features (eagle)
+    ce_weight: float = 0.1
+    unroll: int = 2  # eagle: drafting steps simulated in training (1 = plain EAGLE-1)
+    arch: str = "eagle1"  # eagle: head layout, eagle1 | eagle3
+    seed: int = 0
+    save_every: int = 100
+    seconds: float = 0.0  # > 0: a time budget; the schedule decays over it and training stops
+
+
+def batches(data: list[Featured], batch_tokens: int, generator: torch.Generator):
+    """Shuffled batches of similar-length sequences, about `batch_tokens` padded tokens each."""
+    order = sorted(range(len(data)), key=lambda i: len(data[i].ids))
+    groups, group, width = [], [], 0
+    for i in order:
+        width = max(width, len(data[i].ids))
+        if group and (len(group) + 1) * width > batch_tokens:
+            groups.append(group)
+            group, width = [], len(data[i].ids)
+        group.append(i)
+    if group:
+        groups.append(group)
+    perm = torch.randperm(len(groups), generator=generator).tolist()
+    return [[data[i] for i in groups[j]] for j in perm]
+
+
+def train_step(objective: Objective, items, optimizer, params, ce_weight: float):
+    """One optimiser step on a batch of `items` -> (feature loss, ce, top-1 agreement)."""
+    device = objective.lm_rows.device  # the target's device: data moves there batch by batch
+    ids, hidden, mask, fused = collate(items, device)
+    with torch.autocast(device.type, dtype=torch.bfloat16):
+        pred, true = objective(ids, hidden, mask, fused)
+        feature, ce, agree = objective.losses(pred.float(), true.float())
+    optimizer.zero_grad(set_to_none=True)
+    (feature + ce_weight * ce).backward()
+    torch.nn.utils.clip_grad_norm_(params, 0.5)
+    optimizer.step()
+    return feature, ce, agree
+
+
+class Checkpoint:
+    """`directory/checkpoint.pt` of a run over `plan` (what a resumed run must share with it for
+    its step count to mean the same: sequences, tokens, batch size)."""
+
+    def __init__(self, directory: Path, plan: dict) -> None:
+        self.path = directory / "checkpoint.pt"
+        self.plan = plan
+
+    def resume(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, generator: torch.Generator
+    ) -> dict | None:
+        """Restore what was saved into `model`, `optimizer`, `generator` and the feature noise;
+        -> the run's state (None: nothing saved yet)."""
+        if not self.path.is_file():
+            return None
+        saved = torch.load(self.path, weights_only=True, map_location="cpu")
+        if saved["state"].get("plan", self.plan) != self.plan:
+            raise SpecdecError(
+                f"{self.path} is from a run on other data or batches ({saved['state']['plan']}; "
+                f"this run: {self.plan}), so it cannot resume; use a new --out, or delete the "
+                "checkpoint to start over (--init continues a finished head on new data)"
+            )
+        model.load_state_dict(saved["model"], strict=False)
+        optimizer.load_state_dict(saved["optimizer"])
+        generator.set_state(saved["generator"])
+        set_noise_state(saved.get("noise"))
+        return saved["state"]
+
+    def save(
+        self,
+        model: nn.Module,
+        trains: str,
+        optimizer: torch.optim.Optimizer,
+        epoch_start: torch.Tensor,
+        state: dict,
+    ) -> None:
+        """Save the run; `epoch_start`: the batch order's generator state at the epoch's start
+        (a run resumed mid-epoch redraws the same order)."""
+        own = model.state_dict()
+        if trains == "draft":  # the target's embedding and lm_head are not its own
+            own = {k: v for k, v in own.items() if "embed" not in k and "lm_head" not in k}
+        record = {
+            "model": own,
+            "optimizer": optimizer.state_dict(),
+            "generator": epoch_start,
+            "noise": noise_state(),
+            "state": state,
+        }
+        torch.save(record, self.path)
+
+
+def noise_state() -> dict:
+    """The random state the input-feature noise draws from (torch's default generators)."""
+    state = {"cpu": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_noise_state(state: dict | None) -> None:
+    if state is None:  # a checkpoint from before the noise state was kept
+        return
+    torch.set_rng_state(state["cpu"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+class Schedule:
+    """Linear warm-up, then cosine decay over the steps or the time budget, whichever is ahead;
+    `seconds_before`: training time a resumed run already spent."""
+
+    def __init__(self, config: TrainConfig, total_steps: int, seconds_before: float) -> None:
+        self.config, self.total = config, total_steps
+        self.clock = time.monotonic() - seconds_before
+
+    def seconds(self) -> float:
+        """Training time so far, a resumed run's earlier time included."""
+        return time.monotonic() - self.clock
+
+    def done(self, step: int) -> float:
+        """Share of the schedule done: of the steps, or of the time budget if that is ahead."""
+        done = step / self.total
+        if self.config.seconds:
+            done = max(done, self.seconds() / self.config.seconds)
+        return min(1.0, done)
+
+    def rate(self, step: int) -> float:
+        """The learning rate of optimiser step `step` + 1."""
+        lr = self.config.lr * min(1.0, (step + 1) / self.config.warmup)
+        return lr * (0.5 * (1 + math.cos(math.pi * self.done(step))))
+
+
+def train(
+    objective: Objective,
+    data: list[Featured],
+    config: TrainConfig,
+    out: Path,
+    validate: Validate | None = None,
+    on_step: OnStep | None = None,
+) -> list[dict]:
+    """Run the epochs (resuming from OUT/checkpoint.pt); return the per-epoch history.
+    `on_step(step, steps, steps_per_epoch, history)`, when given, is called after every
+    optimiser step and after each epoch's validation."""
+    return TrainingRun(objective, data, config, out, validate, on_step).run()
+
+
+class TrainingRun:
+    """One call of `train`: the optimiser, the batch order, the checkpoint and the state saved
+    in it (epoch, step, history, plan, seconds; `out_of_time` once the budget ended it)."""
+
+    def __init__(
+        self,
+        objective: Objective,
+        data: list[Featured],
+        config: TrainConfig,
+        out: Path,
+        validate: Validate | None,
+        on_step: OnStep | None,
+    ) -> None:
+        self.objective, self.data, self.config = objective, data, config
+        self.validate, self.on_step = validate, on_step
+        self.params = trainable(objective.model, config.trains)
+        for p in objective.model.parameters():
+            p.requires_grad_(False)
+        for p in self.params:
+            p.requires_grad_(True)
+        self.optimizer = torch.optim.AdamW(
+            self.params, lr=config.lr, betas=(0.9, 0.95), weight_decay=0.0
+        )
+        self.generator = torch.Generator().manual_seed(config.seed)
+        first = batches(data, config.batch_tokens, torch.Generator().manual_seed(0))
+        self.steps_per_epoch = len(first)
+        self.total = max(1, self.steps_per_epoch * config.epochs)
+        plan = {
+            "sequences": len(data),
+            "tokens": sum(len(item.ids) for item in data),
+            "batch_tokens": config.batch_tokens,
+        }
+        self.checkpoint = Checkpoint(out, plan)
+        resumed = self.checkpoint.resume(objective.model, self.optimizer, self.generator)
+        self.state = resumed or {"epoch": 0, "step": 0, "history": [], "plan": plan}
+        self.epoch_start = self.generator.get_state()
+        self.schedule = Schedule(config, self.total, self.state.get("seconds", 0.0))
+
+    def run(self) -> list[dict]:
+        state = self.state
+        while state["epoch"] < self.config.epochs and not state.get("out_of_time"):
+            self.epoch()
+            self.end_epoch()
+        return state["history"]
+
+    def epoch(self) -> None:
+        """The epoch's batches from where the state stands (mid-epoch after a resume)."""
+        state, config = self.state, self.config
+        self.epoch_start = self.generator.get_state()
+        order = batches(self.data, config.batch_tokens, self.generator)
+        done_in_epoch = state["step"] - state["epoch"] * self.steps_per_epoch
+        self.objective.train()
+        bar = tqdm(
+            order[done_in_epoch:],
+            desc=f"epoch {state['epoch'] + 1}/{config.epochs}",
+            unit="batch",
+            dynamic_ncols=True,
+        )
+        for items in bar:
+            if config.seconds and self.schedule.done(state["step"]) >= 1.0:
+                state["out_of_time"] = True
+                break
+            for group in self.optimizer.param_groups:
+                group["lr"] = self.schedule.rate(state["step"])
+            feature, ce, agree = train_step(
+                self.objective, items, self.optimizer, self.params, config.ce_weight
+            )
+            state["step"] += 1
+            bar.set_postfix(
+                feat=f"{feature.item():.3f}", ce=f"{ce.item():.2f}", acc=f"{agree.item():.2f}"
+            )
+            state["seconds"] = self.schedule.seconds()
+            if state["step"] % config.save_every == 0:
+                self.save()
+            self.stepped()
+
+    def end_epoch(self) -> None:
+        """The epoch's record (a fraction of an epoch where the time ran out), validated,
+        appended to the history and saved."""
+        state = self.state
+        if state.get("out_of_time"):  # epochs done so far, as a fraction
+            record = {"epoch": round(state["step"] / self.steps_per_epoch, 2), "stopped": "time"}
+        else:
+            state["epoch"] += 1
+            self.epoch_start = self.generator.get_state()
+            record = {"epoch": state["epoch"]}
+        record.update(step=state["step"], time=time.time())
+        if self.validate is not None:
+            self.objective.eval()
+            record.update(self.validate(self.objective))
+        state["history"].append(record)
+        print(json.dumps(record), flush=True)
+        self.save()
+        self.stepped()
+
+    def save(self) -> None:
+        model, trains = self.objective.model, self.config.trains
+        self.checkpoint.save(model, trains, self.optimizer, self.epoch_start, self.state)
+
+    def stepped(self) -> None:
+        if self.on_step is not None:
+            state = self.state
+            self.on_step(state["step"], self.total, self.steps_per_epoch, state["history"])

@@ -1,0 +1,138 @@
+"""The model a training run starts from, built around the target (it shares the target's
+embedding and lm_head, which it does not train).
+
+- EAGLE-1 head: it starts as "the next feature is this one": fc passes f_t through, the layers'
+  output projections are scaled down (the target's feature scale is ~2; a random layer is far
+  off). `layers` > 1 stacks decoder layers (the official EAGLE-1 code allows it); a trained
+  head grown by extra layers (`--init HEAD --layers N`) starts with their output projections
+  at zero, so it drafts exactly as the head it grew from until training moves them.
+- EAGLE-3 head: fc passes the highest of the three fused layers through, its norm and lm_head
+  are copied from the target's final norm and lm_head rows, the output projections scaled down.
+- token-level draft (docs/architecture.md#token-level-draft): one decoder layer on the target's
+  frozen embedding, its own final norm, the target's lm_head; it starts from the target's first
+  layer and final norm. Saved as a LlamaForCausalLM config with only its own weights (layer +
+  norm, ~7 MB fp16); the embedding / tied lm_head are copied from the target at load time
+  (`token_draft.load_draft_dir`), which keeps the bundled file small.
+
+The draft vocabulary of a fresh model is the most frequent tokens of its training data.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import torch
+from torch import nn
+
+from specdec_core.eagle.head import OFFICIAL, Eagle3Variant, EagleHead, head_config
+from specdec_core.errors import SpecdecError
+from specdec_core.models import LoadedModel
+from specdec_core.training.features import Featured
+
+
+def starting_model(
+    trains: str,
+    init_head: EagleHead | None,
+    target: LoadedModel,
+    data: list[Featured],
+    draft_vocab: int,
+    arch: str = "eagle1",
+    layers: int = 1,
+    input_norms: bool = False,
+) -> tuple[nn.Module, torch.Tensor]:
+    """-> (model to train, its draft vocabulary's target ids), on the target's device.
+
+    With `init_head` (`read_init`): its layout, weights and draft vocabulary; `layers`
+    (`resolve_layers`) more than it has grows it by layers whose output projections are zero
+    (it drafts as before until trained). Without: a fresh model (layout `arch`, `layers`
+    decoder layers; `input_norms`: EAGLE 3.1's RMSNorm per fused target state before `fc`)
+    on the `draft_vocab` most frequent tokens of `data` (0 = all).
+    """
+    vocab = target.vocab_size
+    if init_head is None:
+        draft_ids = frequent_tokens(data, min(draft_vocab or vocab, vocab), vocab)
+        draft_ids = draft_ids.to(target.device)
+        variant = Eagle3Variant(fc_norm=True) if input_norms else OFFICIAL
+        return build_model(trains, target.model, draft_ids, arch, layers, variant), draft_ids
+    draft_ids = init_head.draft_ids()
+    have = head_layers(init_head)
+    layers = max(layers, have)
+    model = build_model(trains, target.model, draft_ids, init_head.kind, layers, init_head.variant)
+    missing, _ = model.load_state_dict(init_head.state_dict(), strict=False)
+    if layers > have:
+        with torch.no_grad():
+            for layer in model.layers[have:]:
+                layer.self_attn.o_proj.weight.zero_()
+                layer.mlp.down_proj.weight.zero_()
+    elif missing:
+        raise SpecdecError(f"the --init head lacks weights: {', '.join(missing[:4])}")
+    return model, draft_ids
+
+
+def build_model(
+    trains: str,
+    target,
+    draft_ids: torch.Tensor,
+    arch: str = "eagle1",
+    layers: int = 1,
+    variant: Eagle3Variant = OFFICIAL,
+) -> nn.Module:
+    """A fresh EAGLE head (eagle, layout `arch`, `layers` decoder layers for eagle1, an
+    EAGLE-3 `variant` such as EAGLE 3.1's input norms) or one-layer LlamaForCausalLM (draft),
+    initialised from the target (see the module docstring), in float32 for training."""
+    from transformers import LlamaForCausalLM
+
+    config = head_config(target.config, num_hidden_layers=1)
+    if trains == "eagle":
+        head = EagleHead(
+            config, kind=arch, bias=True, draft_vocab=len(draft_ids), layers=layers,
+            variant=variant,
+        )  # fmt: skip
+        h = config.hidden_size
+        with torch.no_grad():
+            if arch == "eagle1":  # "the next feature is this feature": fc passes f_t
+                head.fc.weight[:, h:] = torch.eye(h)
+                head.fc.bias.zero_()
+            else:  # fc passes the highest fused layer; the target's norm and lm_head rows
+                head.fc.weight.zero_()
+                head.fc.weight[:, 2 * h :] = torch.eye(h)
+                head.norm.weight.copy_(target.model.norm.weight)
+                rows = target.get_output_embeddings().weight[draft_ids.to(target.device)]
+                head.lm_head.weight.copy_(rows)
+            for layer in head.layers if arch == "eagle1" else [head.midlayer]:
+                layer.self_attn.o_proj.weight.mul_(0.1)
+                layer.mlp.down_proj.weight.mul_(0.1)
+        head.set_draft_vocab(draft_ids)
+        head = head.float().to(target.device)
+        return head.bind(target.get_input_embeddings(), target.get_output_embeddings())
+    config.tie_word_embeddings = True
+    draft = LlamaForCausalLM(config)
+    draft.model.layers[0].load_state_dict(target.model.layers[0].state_dict())
+    draft.model.norm.load_state_dict(target.model.norm.state_dict())
+    draft.model.embed_tokens = target.get_input_embeddings()
+    draft.lm_head = target.get_output_embeddings()
+    return draft.float().to(target.device)
+
+
+def trainable(model: nn.Module, trains: str) -> list[nn.Parameter]:
+    """The parameters training updates: the model's own, not the target's it is built on."""
+    if trains == "eagle":
+        return list(model.parameters())  # embedding / lm_head are bound, not owned
+    return list(model.model.layers.parameters()) + list(model.model.norm.parameters())
+
+
+def frequent_tokens(data: list[Featured], size: int, vocab: int) -> torch.Tensor:
+    """The `size` most frequent token ids of the data (sorted ascending): the draft vocabulary."""
+    counts = Counter()
+    for item in data:
+        counts.update(item.ids.tolist())
+    ids = [token for token, _ in counts.most_common(size)]
+    seen = set(ids)
+    ids += [t for t in range(vocab) if t not in seen][: size - len(ids)]
+    return torch.tensor(sorted(ids))
+
+
+def head_layers(model: nn.Module) -> int:
+    """Decoder layers of an EAGLE head or a token-level draft, as its config counts them (an
+    EAGLE-3 head's midlayer counts as one)."""
+    return int(model.config.num_hidden_layers)
