@@ -2,9 +2,9 @@
 
 `AdaptController` is given the `Session` (is the engine free? notes and errors go there), the
 engine, the Adaptation box, the `RunController` (its `queue_done` starts an adaptation) and the
-shared `JobRunner`. The fine-tuning runs in a `TaskWorker` thread, never on the GUI thread,
-and inside the engine's `exclusive()`, so it cannot overlap a run; while it runs the session
-is `ADAPTING` (no run or load starts). `install(window)` wires it to a MainWindow.
+shared `JobRunner`; Save adapted head… asks for a new directory. The fine-tuning runs in a
+`TaskWorker` thread, never on the GUI thread, and holds the engine's models, so it cannot
+overlap a run; while it runs the session is `ADAPTING` (no run or load starts).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from PySide6.QtCore import QObject, Slot
+from PySide6.QtWidgets import QFileDialog
 
 from app.engine_api import Engine, Progress
 from app.jobs import JobRunner
@@ -31,12 +32,14 @@ class AdaptController(QObject):
         panel: AdaptPanel,
         runs: RunController,
         jobs: JobRunner,
-        ask_directory: Callable[[], str | None],
+        ask_directory: Callable[[], str | None] | None = None,
         parent: QObject | None = None,
     ) -> None:
+        """`ask_directory()`: where to save the adapted head (None: not now); by default a
+        file dialog."""
         super().__init__(parent)
         self.session, self.engine, self.panel, self.jobs = session, engine, panel, jobs
-        self.ask_directory = ask_directory
+        self.ask_directory = ask_directory or self._ask_directory
         self.job: Job | None = None
         panel.toggled.connect(self._toggle)
         panel.reset_requested.connect(self.reset)
@@ -47,6 +50,10 @@ class AdaptController(QObject):
     @property
     def running(self) -> bool:
         return self.job is not None
+
+    def _ask_directory(self) -> str | None:
+        path, _ = QFileDialog.getSaveFileName(self.panel, "Save adapted head", "adapted-head")
+        return path or None
 
     @Slot(bool)
     def _toggle(self, on: bool) -> None:

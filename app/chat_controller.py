@@ -4,8 +4,8 @@ The chat template is applied over the whole history (the engine renders `RunRequ
 and the engine keeps the conversation's KV cache between turns (`RunRequest.conversation`), so
 a turn prefills only its new tokens. Each turn is followed by an autoregressive run of the
 same history, with a cache of its own, so its speedup is measured against decoding that also
-reuses its cache. The controller handles only its own requests among the `RunController`'s
-events; the window ignores them (`is_chat`).
+reuses its cache. `ChatController` owns its requests (a `RunOwner`): it alone hears their
+events. It also answers the Chat view's buttons (clear, edit, regenerate, save, load).
 """
 
 from __future__ import annotations
@@ -14,13 +14,16 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from PySide6.QtCore import QObject, Slot
+from PySide6.QtWidgets import QFileDialog
 
+from app import history
 from app.chat import CONVERSATION, Chat
 from app.engine_api import Engine, RunRequest
+from app.method_style import MethodStyle
 from app.palette import REFERENCE_COLOR
 from app.reference import REFERENCE, speedup
-from app.run_controller import RunController
+from app.run_controller import RunController, RunOwner
+from app.run_inputs import RunInputs
 from app.session import Session
 from app.widgets.chat_view import ChatView
 from app.widgets.plots_panel import PlotsPanel
@@ -28,51 +31,55 @@ from specdec_core.errors import SpecdecError
 from specdec_core.events import RunSummary, Step
 
 REFERENCE_CONVERSATION = CONVERSATION + "-reference"
+FILES = "Chat (*.jsonl *.json)"
 
 
-def is_chat(request: RunRequest | None) -> bool:
-    return request is not None and bool(request.messages)
-
-
-class ChatController(QObject):
+class ChatController(RunOwner):
     def __init__(
         self,
         session: Session,
         engine: Engine,
         runs: RunController,
+        inputs: RunInputs,
+        style: MethodStyle,
         view: ChatView,
         plots: PlotsPanel,
-        request: Callable[[str], RunRequest],
-        label: Callable[[str], tuple[str, str]],
-        parent: QObject | None = None,
+        show_tab: Callable[[], None],
     ) -> None:
-        """`request(method)`: a run request of the current settings; `label(method)`: its
-        label and colour."""
-        super().__init__(parent)
-        self.session, self.engine, self.runs, self.view, self.plots = (
+        """`show_tab()` brings the Chat tab to the front (a loaded chat is shown there)."""
+        self.session, self.engine, self.runs, self.inputs, self.style = (
             session,
             engine,
             runs,
-            view,
-            plots,
+            inputs,
+            style,
         )
-        self.make_request, self.label = request, label
+        self.view, self.plots, self.show_tab = view, plots, show_tab
         self.chat = Chat()
         self._turn: RunRequest | None = None
         self._reference: RunRequest | None = None
         self._answer: RunSummary | None = None
-        runs.run_begun.connect(self._on_begun)
-        runs.stepped.connect(self._on_step)
-        runs.finished.connect(self._on_finished)
+        view.clear_requested.connect(lambda: session.ready() and self.clear())
+        view.edit_requested.connect(self.edit_last_turn)
+        view.regenerate_requested.connect(self.regenerate_last)
+        view.save_requested.connect(self._save_dialog)
+        view.load_requested.connect(self._load_dialog)
 
     # -- turns ----------------------------------------------------------------------------------
+    def send_prompt(self) -> bool:
+        """The prompt box as the next message; the box empties once the turn is under way."""
+        if self.send(self.inputs.prompt_text(), self.inputs.method()):
+            self.inputs.set_prompt("")
+            return True
+        return False
+
     def send(self, text: str, method: str) -> bool:
         """Ask `text` with `method`, then measure its autoregressive reference."""
         text = text.strip()
         if not text:
             self.session.report("the message is empty; type a message to send")
             return False
-        base = self.make_request(method)
+        base = self.inputs.request(method)
         turn = replace(
             base, prompt=text, messages=self.chat.messages(text), conversation=CONVERSATION
         )
@@ -92,7 +99,7 @@ class ChatController(QObject):
         self.chat.ask(text)
         self.view.add_turn(text)
         self.plots.reset()
-        return self.runs.run_queue(queue)
+        return self.runs.run_queue(queue, self)
 
     def clear(self) -> None:
         self.chat = Chat()
@@ -106,6 +113,19 @@ class ChatController(QObject):
         self.view.remove_last()
         return text
 
+    def edit_last_turn(self) -> None:
+        """Edit last turn: its message goes back to the prompt box."""
+        if not self.session.ready():
+            return
+        try:
+            self.inputs.set_prompt(self.edit_last())
+        except SpecdecError as error:
+            self.session.report(str(error))
+
+    def regenerate_last(self) -> None:
+        if self.session.ready():
+            self.regenerate(self.inputs.method())
+
     def regenerate(self, method: str) -> bool:
         try:
             text = self.chat.take_last()
@@ -115,45 +135,64 @@ class ChatController(QObject):
         self.view.remove_last()
         return self.send(text, method)
 
+    # -- files ----------------------------------------------------------------------------------
     def save(self, path: Path) -> None:
-        self.chat.save(path)
+        try:
+            self.chat.save(path)
+        except OSError as error:
+            self.session.report(f"could not save the chat to {path} ({error}); choose another file")
+            return
         self.session.report(f"saved the chat to {path}", error=False)
 
     def load(self, path: Path) -> None:
-        chat = Chat.load(path)
+        if not self.session.ready():
+            return
+        try:
+            chat = Chat.load(path)
+        except (SpecdecError, OSError, ValueError) as error:
+            self.session.report(str(error))
+            return
         self.clear()
         self.chat = chat
         for turn in chat.turns:
             self.view.add_turn(turn.user).show_text(turn.reply)
+        self.show_tab()
 
-    # -- events ---------------------------------------------------------------------------------
-    @Slot(object)
-    def _on_begun(self, request: RunRequest) -> None:
+    def _save_dialog(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self.view, "Save chat", "chat.jsonl", FILES)
+        if path:
+            self.save(Path(path))
+
+    def _load_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self.view, "Load chat", "", FILES)
+        if path:
+            self.load(Path(path))
+
+    # -- the events of its runs -----------------------------------------------------------------
+    def begun(self, request: RunRequest) -> None:
         if request is self._turn:
-            self.plots.begin_series(*self.label(request.method))
+            method = request.method
+            self.plots.begin_series(self.style.label(method), self.style.color(method))
         elif request is self._reference:
-            name = self.label(request.method)[0] + " (reference)"
+            name = self.style.label(request.method) + " (reference)"
             self.plots.begin_series(name, REFERENCE_COLOR)
             self.session.report("measuring the autoregressive reference for the speedup…", False)
 
-    @Slot(object)
-    def _on_step(self, step: Step) -> None:
-        request = self.runs.current
+    def stepped(self, request: RunRequest, step: Step) -> None:
         if request is self._turn:
             self.view.add_step(step)
-            self.plots.add_step(self.label(request.method)[0], step)
+            self.plots.add_step(self.style.label(request.method), step)
         elif request is self._reference:
-            self.plots.add_step(self.label(request.method)[0] + " (reference)", step)
+            self.plots.add_step(self.style.label(request.method) + " (reference)", step)
 
-    @Slot(object)
-    def _on_finished(self, summary: RunSummary) -> None:
-        request = self.runs.current
+    def finished(self, request: RunRequest, summary: RunSummary) -> None:
         if request is self._turn:
+            history.record(summary, request.prompt)
             self._answer = summary
             self.chat.answer(summary)
-            self.view.finish(self.label(summary.method)[0], summary, None)
+            self.view.finish(self.style.label(summary.method), summary, None)
         elif request is self._reference and self._answer is not None:
             ratio = speedup(self._answer, summary) if summary.stop_reason != "stopped" else None
             self.chat.turns[-1].speedup = ratio
-            self.view.finish(self.label(self._answer.method)[0], self._answer, ratio)
+            self.view.finish(self.style.label(self._answer.method), self._answer, ratio)
         self.plots.redraw()

@@ -1,14 +1,17 @@
 """Runs and background tasks (engine import, model load), one at a time, on the `JobRunner`.
 
-Runs execute one after another (Generate is a queue of one, Compare a queue of several), so
-the models are never used by two threads at once. The worker's signals are connected to this
-QObject's signals, which live in the GUI thread, so every event arrives there (queued). What
-is running is written to the `Session`, which the window observes.
+Runs execute one after another (Generate is a queue of one and its reference, Compare a queue
+of several, a chat turn one and its reference), so the models are never used by two threads
+at once. Whoever starts a queue is its `RunOwner` and hears the events of its own requests,
+and only those: the Generate, Compare and chat controllers draw their own runs. The worker's
+signals reach this QObject's slots in the GUI thread (queued). What is running is written to
+the `Session`, which the window observes; an error of a run is reported there too.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol
 
 from PySide6.QtCore import QObject, Signal, Slot
 
@@ -16,18 +19,32 @@ from app.engine_api import Engine, RunRequest
 from app.jobs import JobRunner
 from app.session import Activity, Session
 from app.worker import EventWorker, Job, TaskWorker
-from specdec_core.events import Finished
+from specdec_core.events import Finished, RunSummary, Started, Step
 
 TASK_NAMES = {Activity.STARTING: "engine start", Activity.LOADING: "model load"}
 
 
+class RunOwner(Protocol):
+    """The controller that started a run queue: each event of its requests, in order."""
+
+    def begun(self, request: RunRequest) -> None:
+        """The run's worker has started (its draft or head may load first)."""
+        ...
+
+    def started(self, request: RunRequest, started: Started) -> None:
+        """The prompt's prefill comes before the first token."""
+
+    def stepped(self, request: RunRequest, step: Step) -> None: ...
+
+    def finished(self, request: RunRequest, summary: RunSummary) -> None: ...
+
+    def failed(self, request: RunRequest, message: str, user: bool) -> None:
+        """The run failed; the Session already reports the message to the user."""
+
+
 class RunController(QObject):
-    run_begun = Signal(object)  # RunRequest
-    started = Signal(object)  # Started
-    stepped = Signal(object)  # Step
-    finished = Signal(object)  # RunSummary
-    progress = Signal(str, float)
-    errored = Signal(str, bool)  # message, user error
+    finished = Signal(object)  # RunSummary, of any run
+    progress = Signal(str, float)  # of any run (a draft or head loading)
     queue_done = Signal()
     task_progress = Signal(str, float)
     task_failed = Signal(str, bool)
@@ -45,6 +62,7 @@ class RunController(QObject):
         self.session = session
         self.jobs = jobs or JobRunner(self)
         self.current: RunRequest | None = None
+        self._owner: RunOwner | None = None
         self._queue: list[RunRequest] = []
         self._keep_going = False
         self.run_job: Job | None = None
@@ -66,11 +84,17 @@ class RunController(QObject):
 
     # -- runs ------------------------------------------------------------------------------
     def run_queue(
-        self, requests: list[RunRequest], keep_going: bool = False, compare: bool = False
+        self,
+        requests: list[RunRequest],
+        owner: RunOwner,
+        keep_going: bool = False,
+        compare: bool = False,
     ) -> bool:
-        """Run `requests` one after another; `keep_going`: an error skips only that run."""
+        """Run `requests` one after another, their events to `owner`; `keep_going`: an error
+        skips only that run."""
         if self.running or self.task_running or not requests:
             return False
+        self._owner = owner
         self._queue = list(requests)
         self._keep_going = keep_going
         self.session.begin(Activity.RUNNING, compare=compare)
@@ -84,7 +108,7 @@ class RunController(QObject):
 
     def _next(self) -> None:
         if not self._queue:
-            self.current = None
+            self.current, self._owner = None, None
             self.session.end()
             self.queue_done.emit()
             return
@@ -92,25 +116,39 @@ class RunController(QObject):
         self.current = request
         engine = self.engine
         worker = EventWorker(lambda stop, progress: engine.events(request, stop, progress))
-        worker.started_run.connect(self.started)
-        worker.stepped.connect(self.stepped)
+        worker.started_run.connect(self._on_started)
+        worker.stepped.connect(self._on_step)
         worker.finished_run.connect(self._on_finished)
         worker.progress.connect(self.progress)
         worker.errored.connect(self._on_error)
         worker.done.connect(self._on_run_done)
         self.run_job = self.jobs.start(worker)
-        self.run_begun.emit(request)
+        self._owned().begun(request)
+
+    def _owned(self) -> RunOwner:
+        assert self._owner is not None, "a run event outside a run queue"
+        return self._owner
+
+    @Slot(object)
+    def _on_started(self, started: Started) -> None:
+        self._owned().started(self.current, started)
+
+    @Slot(object)
+    def _on_step(self, step: Step) -> None:
+        self._owned().stepped(self.current, step)
 
     @Slot(object)
     def _on_finished(self, event: Finished) -> None:
         self.session.keep("run", event.summary)
+        self._owned().finished(self.current, event.summary)
         self.finished.emit(event.summary)
 
     @Slot(str, bool)
     def _on_error(self, message: str, user: bool) -> None:
         if not self._keep_going:
             self._queue.clear()
-        self.errored.emit(message, user)
+        self._owned().failed(self.current, message, user)
+        self.session.report(message, user=user)
 
     @Slot()
     def _on_run_done(self) -> None:

@@ -4,15 +4,16 @@
 each `Interval` into the view, and words every other poll as the view's status line: an
 unreachable server or a restart is a line, never a dialog, and polling goes on. It shows
 the playground's last finished speculative run (`Session.last_results["run"]`) beside the
-server. The URL is remembered in the settings (`server_url`). `export_commands` gives the
-vLLM and SGLang commands for the current model and decoding settings (`specdec_core.serve`);
-the window shows them (File ▸ Export to server…) and adds the tab.
+server. The URL is remembered in the settings (`server_url`, read from the view when they are
+saved). `export_commands` gives the vLLM and SGLang commands for the current model and
+decoding settings (`specdec_core.serve`), which `open_export` shows (File ▸ Export to
+server…); the window adds the tab.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Slot
 
@@ -20,6 +21,8 @@ from app.jobs import JobRunner
 from app.palette import method_color
 from app.server_worker import ServerWorker
 from app.session import Session
+from app.widgets.decoding_panel import DecodingPanel
+from app.widgets.models_panel import ModelsPanel
 from app.widgets.server_export_dialog import ServerExportDialog
 from app.widgets.server_view import ServerView
 from app.worker import Job
@@ -35,19 +38,22 @@ class ServerController(QObject):
     def __init__(
         self,
         session: Session,
-        settings: dict[str, Any],
+        url: str,
         jobs: JobRunner,
         save: Callable[[], None],
+        decoding: DecodingPanel,
+        models: ModelsPanel,
         parent: QObject | None = None,
     ) -> None:
+        """`url`: the server to watch, as last saved; `save()` saves the settings (a URL
+        polled is remembered); `decoding` and `models`: what Export to server… serves."""
         super().__init__(parent)
         self.session = session
-        self.settings = settings
         self.jobs = jobs
         self.save = save
+        self.decoding, self.models = decoding, models
         self.view = ServerView()
-        self.view.url.setText(settings.get("server_url", ""))
-        self.view.url.textChanged.connect(lambda text: settings.__setitem__("server_url", text))
+        self.view.url.setText(url)
         self.view.start_requested.connect(self.start)
         self.view.stop_requested.connect(self.stop)
         self.job: Job | None = None
@@ -61,6 +67,24 @@ class ServerController(QObject):
     @property
     def running(self) -> bool:
         return self.job is not None
+
+    def url(self) -> str:
+        return self.view.url.text()
+
+    def open_export(self) -> ServerExportDialog:
+        """The vLLM and SGLang commands for the current model and decoding settings."""
+        loaded, models = self.session.target, self.models
+        commands = export_commands(
+            self.decoding.method_name(),
+            self.decoding.config(),
+            models.target.spec() or "embedded",
+            models.specs(),
+            models.dtype.currentText(),
+            loaded.device if loaded is not None else None,
+        )
+        self.export_dialog = ServerExportDialog(commands, parent=self.view.window())
+        self.export_dialog.open()
+        return self.export_dialog
 
     def start(self) -> bool:
         if self.running:

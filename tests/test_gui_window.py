@@ -98,9 +98,9 @@ def test_compare_gives_one_column_per_method_and_a_filled_table(make_window, qtb
     assert table.item(1, 4).text() == "2.75"
     assert set(window.plots.series) == {"Autoregressive", "Classic draft", "EAGLE-2"}
 
-    window.export("csv", tmp_path / "c.csv")
-    window.export("json", tmp_path / "c.json")
-    window.export("png", tmp_path / "c.png")
+    window.files.export("csv", tmp_path / "c.csv")
+    window.files.export("json", tmp_path / "c.json")
+    window.files.export("png", tmp_path / "c.png")
     lines = (tmp_path / "c.csv").read_text().splitlines()
     assert lines[0].startswith("method,label,policy") and len(lines) == 4
     data = json.loads((tmp_path / "c.json").read_text())
@@ -306,7 +306,7 @@ def test_a_new_user_starts_on_the_fastest_lossless_method_and_is_told_why(make_w
 def test_saved_settings_win_over_the_first_run_choice(make_window):
     window = make_window()  # settings saved with Classic draft
     assert window.decoding.method_name() == "classic"
-    assert window.first_choice_reason == ""
+    assert window.loader.first_choice_reason == ""
 
 
 def test_a_dead_engine_offers_a_restart_that_reloads_the_models_and_keeps_the_prompt(
@@ -349,3 +349,22 @@ def test_a_run_says_it_is_prefilling_before_its_first_token(make_window, qtbot, 
     prefill = next(i for i, text in enumerate(seen) if "prefilling 5 prompt tokens" in text)
     running = next(i for i, text in enumerate(seen) if text.startswith("running "))
     assert starting < prefill < running
+
+
+def test_each_run_is_drawn_only_by_the_tab_that_asked_for_it(make_window, qtbot):
+    window = make_window()
+    window.show_chat()
+    window.prompt.set_text("a question")
+    window.generate()  # a chat turn and its reference
+    wait_idle(qtbot, window)
+    assert len(window.chat_view.turns) == 1 and window.chat_view.turns[0].reply.tokens
+    assert window.token_view.tokens == [] and window.summary.text() == ""
+    assert window.compare.columns.columns == {}
+
+    window.tabs.setCurrentWidget(window.output)
+    window.prompt.set_text("a prompt")
+    window.generate()  # a single run and its reference
+    wait_idle(qtbot, window)
+    assert window.token_view.tokens and "vs autoregressive" in window.summary.text()
+    assert len(window.chat_view.turns) == 1 and window.compare.columns.columns == {}
+    assert window.chat.chat.turns[0].reply  # the chat kept its answer, untouched

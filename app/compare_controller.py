@@ -1,0 +1,80 @@
+"""Compare: the methods ticked in the Compare tab, one after another on the same prompt, each
+in a column of its own and a row of the table.
+
+A failing method skips only itself. Every method of one Compare drafts from the suffix
+history as it was when the Compare began (`RunRequest.comparison`), so none drafts from
+another's output of the same prompt. `CompareController` owns its requests (a `RunOwner`).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+
+from app import history
+from app.engine_api import RunRequest
+from app.export import CompareResult
+from app.method_style import MethodStyle
+from app.run_controller import RunController, RunOwner
+from app.run_inputs import RunInputs
+from app.status_controller import RunStatusLine
+from app.widgets.compare_panel import ComparePanel
+from app.widgets.plots_panel import PlotsPanel
+from specdec_core.events import RunSummary, Started, Step
+
+
+class CompareController(RunOwner):
+    def __init__(
+        self,
+        runs: RunController,
+        inputs: RunInputs,
+        style: MethodStyle,
+        panel: ComparePanel,
+        plots: PlotsPanel,
+        show_state: Callable[[str], None],
+        show_tab: Callable[[], None],
+    ) -> None:
+        self.runs, self.inputs, self.style, self.panel, self.plots = (
+            runs,
+            inputs,
+            style,
+            panel,
+            plots,
+        )
+        self.show_tab = show_tab
+        self.line = RunStatusLine(show_state)
+
+    def run(self) -> bool:
+        self.panel.begin()
+        self.plots.reset()
+        self.show_tab()
+        comparison = uuid.uuid4().hex  # suffix methods draft from the history as it began
+        requests = [self.inputs.request(m, comparison) for m in self.panel.selected()]
+        return self.runs.run_queue(requests, self, keep_going=True, compare=True)
+
+    # -- the events of its runs ---------------------------------------------------------------
+    def begun(self, request: RunRequest) -> None:
+        label, color = self.style.label(request.method), self.style.color(request.method)
+        self.plots.begin_series(label, color)
+        self.panel.columns.add_column(request.method, label, color)
+        self.line.begun(label)
+
+    def started(self, request: RunRequest, started: Started) -> None:
+        self.line.started(self.style.label(request.method), started.prompt_token_count)
+
+    def stepped(self, request: RunRequest, step: Step) -> None:
+        label = self.style.label(request.method)
+        self.line.stepped(label)
+        self.panel.columns.add_step(request.method, step)
+        self.plots.add_step(label, step)
+
+    def finished(self, request: RunRequest, summary: RunSummary) -> None:
+        self.plots.redraw()
+        history.record(summary, request.prompt)
+        self.inputs.remember_extra(summary.method)
+        method = summary.method
+        label, color = self.style.label(method), self.style.color(method)
+        self.panel.add_result(CompareResult(method, label, color, summary))
+
+    def failed(self, request: RunRequest, message: str, user: bool) -> None:
+        self.panel.fail(request.method, message)

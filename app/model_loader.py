@@ -1,0 +1,129 @@
+"""Start-up and model loading: the engine first, then the target chosen in the Models panel.
+
+The window opens at once; `start_engine` imports the engine (torch) in a background task and
+reads its method and policy registries into the panels, then loads the target (the embedded
+one by default). A new user's window first selects the fastest lossless method, told why in
+one line (app/first_run.py). A failed load keeps the model loaded before, and says so; the
+next good load takes the failure off the status line. Drafts and heads that a run loads show
+their progress under Models too.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QObject, Signal
+
+from app.engine_api import Engine, Registries, TargetInfo
+from app.first_run import first_choice
+from app.run_controller import RunController
+from app.session import Activity, Session
+from app.status_controller import StatusController
+from app.widgets.compare_panel import ComparePanel
+from app.widgets.decoding_panel import DecodingPanel
+from app.widgets.models_panel import ModelsPanel
+from app.widgets.output_panel import OutputPanel
+from app.widgets.status_bar import StatusBar
+
+CHOICE_MS = 15_000  # how long the status line keeps the first run's choice
+
+
+class ModelLoader(QObject):
+    loaded = Signal(object)  # TargetInfo
+
+    def __init__(
+        self,
+        engine: Engine,
+        session: Session,
+        runs: RunController,
+        status: StatusController,
+        bar: StatusBar,
+        models: ModelsPanel,
+        decoding: DecodingPanel,
+        compare: ComparePanel,
+        output: OutputPanel,
+        first_run: bool,
+        parent: QObject | None = None,
+    ) -> None:
+        """`first_run`: no settings were saved yet, so a first method is chosen and said."""
+        super().__init__(parent)
+        self.engine, self.session, self.runs, self.status, self.bar = (
+            engine,
+            session,
+            runs,
+            status,
+            bar,
+        )
+        self.models, self.decoding, self.compare, self.output = models, decoding, compare, output
+        self.first_run = first_run
+        self.first_choice_reason = ""  # what a new user's window selected, and why
+        self._failure = ""  # the failed load's message, while the status line may show it
+        models.load_requested.connect(lambda *_: self.load_target())
+        models.cancel_requested.connect(runs.cancel_task)
+        runs.task_progress.connect(models.show_progress)
+        runs.task_failed.connect(self._on_failed)
+        runs.progress.connect(models.show_extra_progress)  # a run's draft or head loading
+
+    def start_engine(self) -> None:
+        self.runs.run_task(
+            lambda progress: self.engine.registries(), self._on_registries, Activity.STARTING
+        )
+
+    def restart_engine(self) -> None:
+        """A new engine process with the models chosen in the Models panel (what was typed
+        and chosen in the window stays as it is)."""
+        self.bar.showMessage("restarting the engine…", 5000)
+        self.start_engine()
+
+    def _on_registries(self, registries: Registries) -> None:
+        self.session.set_registries(registries)
+        self.decoding.set_registries(registries)
+        self.compare.set_registries(registries)
+        if self.first_run:
+            self._first_choice(registries)
+        self.load_target()
+
+    def _first_choice(self, registries: Registries) -> None:
+        """A new user starts on the fastest lossless method, told in one line why."""
+        head = self.models.specs()["head"]
+        choice = first_choice(registries, self.models.target.spec() or "embedded", head)
+        if choice is None:
+            return
+        self.decoding.apply({**self.decoding.values(), "method": choice.method})
+        self.first_choice_reason = choice.reason
+        self.output.summary.setText(choice.reason)
+        self.bar.showMessage(choice.reason, CHOICE_MS)
+
+    def load_target(self) -> None:
+        if self.session.busy or self.session.registries is None:
+            return
+        models = self.models
+        spec = models.target.spec() or "embedded"
+        device, dtype = models.device.currentText(), models.dtype.currentText()
+        placement = models.load_settings()
+        started = self.runs.run_task(
+            lambda progress, stop: self.engine.load_target(
+                spec, device, dtype, progress, stop, placement
+            ),
+            self._on_loaded,
+            stoppable=True,
+        )
+        if started:  # the loaded model stays until the new one has loaded: a failure keeps it
+            models.set_loading(True)
+            models.show_progress(f"loading {spec}…", 0.0)
+            self.status.show(f"loading {spec}…")
+
+    def _on_loaded(self, info: TargetInfo) -> None:
+        self.session.set_target(info)
+        self.models.show_loaded(info)
+        self.bar.set_model(info.spec, info.device, info.dtype)
+        if self._failure and self.bar.currentMessage() == self._failure:
+            self.bar.clearMessage()  # an earlier load's failure is stale now
+        self._failure = ""
+        self.loaded.emit(info)
+
+    def _on_failed(self, message: str, user: bool) -> None:
+        kept = self.session.target
+        if kept is not None:  # the engine keeps the old model until a new one has loaded
+            message = f"{message} ({kept.spec} is still loaded)"
+        self.models.show_failed(message)
+        self.session.report(message, user=user)
+        self._failure = message

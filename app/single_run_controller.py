@@ -1,0 +1,117 @@
+"""Generate: one run of the chosen method in the Output tab, and its measured speedup.
+
+A speculative run is followed by an autoregressive run of the same prompt and sampling
+settings (app/reference.py), unless this window already measured one; the reference is drawn
+in the plots beside the run (grey) but not in the token view, and the summary gets the
+speedup line once both are measured. `SingleRunController` owns its requests (a `RunOwner`):
+it alone hears their events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from app import history
+from app.engine_api import RunRequest
+from app.method_style import MethodStyle
+from app.palette import REFERENCE_COLOR
+from app.reference import ReferenceKey, References, reference_key, reference_request, speedup_text
+from app.run_controller import RunController, RunOwner
+from app.run_inputs import RunInputs
+from app.status_controller import RunStatusLine
+from app.widgets.output_panel import OutputPanel
+from app.widgets.plots_panel import PlotsPanel
+from specdec_core.events import RunSummary, Started, Step
+
+MEASURING = "measuring the autoregressive reference for the speedup…"
+
+
+class SingleRunController(RunOwner):
+    def __init__(
+        self,
+        runs: RunController,
+        inputs: RunInputs,
+        style: MethodStyle,
+        output: OutputPanel,
+        plots: PlotsPanel,
+        show_state: Callable[[str], None],
+        show_tab: Callable[[], None],
+    ) -> None:
+        self.runs, self.inputs, self.style, self.output, self.plots = (
+            runs,
+            inputs,
+            style,
+            output,
+            plots,
+        )
+        self.show_state, self.show_tab = show_state, show_tab
+        self.line = RunStatusLine(show_state)
+        self.references = References()
+        self.run: RunRequest | None = None  # the run of the last Generate
+        self.reference: RunRequest | None = None  # its reference, when one is measured
+        self.measured: RunSummary | None = None  # the run's summary, once finished
+        self.speedup_line = ""  # the last run's measured speedup
+
+    def generate(self) -> bool:
+        """Run the chosen method on the prompt, then its reference if none is measured."""
+        self.output.clear()
+        self.plots.reset()
+        self.show_tab()
+        run = self.inputs.request(self.inputs.method())
+        queue = [run]
+        self.run, self.reference, self.measured = run, None, None
+        if run.method != "ar" and self.references.get(self._key(run)) is None:
+            self.reference = reference_request(run)  # measured after the run, once
+            queue.append(self.reference)
+        return self.runs.run_queue(queue, self)
+
+    def _key(self, request: RunRequest) -> ReferenceKey:
+        return reference_key(request, self.inputs.target_spec())
+
+    def _series(self, request: RunRequest) -> str:
+        label = self.style.label(request.method)
+        return f"{label} (reference)" if request is self.reference else label
+
+    # -- the events of its runs ---------------------------------------------------------------
+    def begun(self, request: RunRequest) -> None:
+        if request is self.reference:
+            self.plots.begin_series(self._series(request), REFERENCE_COLOR)
+            summary = self.output.summary
+            summary.setText(f"{summary.text()}\n{MEASURING}".strip())
+            self.show_state(MEASURING)
+            return
+        self.plots.begin_series(self._series(request), self.style.color(request.method))
+        self.line.begun(self.style.label(request.method))
+
+    def started(self, request: RunRequest, started: Started) -> None:
+        if request is not self.reference:
+            self.line.started(self.style.label(request.method), started.prompt_token_count)
+
+    def stepped(self, request: RunRequest, step: Step) -> None:
+        if request is not self.reference:
+            self.line.stepped(self.style.label(request.method))
+            self.output.view.add_step(step)
+        self.plots.add_step(self._series(request), step)
+
+    def finished(self, request: RunRequest, summary: RunSummary) -> None:
+        self.plots.redraw()
+        if request is self.reference:
+            self.references.put(self._key(request), summary)
+            if self.measured is not None:
+                self._show(self.measured)
+            return
+        history.record(summary, request.prompt)
+        self.inputs.remember_extra(summary.method)
+        if summary.method == "ar":  # an autoregressive run is its own reference
+            self.references.put(self._key(request), summary)
+        self.measured = summary
+        self._show(summary)
+
+    def _show(self, summary: RunSummary) -> None:
+        """The run's summary, with its speedup once the reference is measured."""
+        self.output.show_summary(self.style.label(summary.method), summary)
+        reference = self.references.get(self._key(self.run)) if self.run is not None else None
+        if reference is not None and summary.stop_reason != "stopped":
+            self.speedup_line = speedup_text(summary, reference)
+            label = self.output.summary
+            label.setText(f"{label.text()}\n{self.speedup_line}")

@@ -1,0 +1,91 @@
+"""The window's saved settings (app/settings.py) and the panels they come from.
+
+Read when the window opens and applied to the panels once; gathered from them and written at
+each Generate and Compare, when the Server tab starts polling, and when the window closes. The
+panels take and give their values by name (`values()` / `apply()`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QByteArray
+from PySide6.QtWidgets import QCheckBox, QMainWindow, QSplitter, QStatusBar
+
+from app import history, screen
+from app.settings import load_settings, save_settings
+from app.widgets.compare_panel import ComparePanel
+from app.widgets.decoding_panel import DecodingPanel
+from app.widgets.models_panel import ModelsPanel
+from app.widgets.prompt_panel import PromptPanel
+
+NOTE_MS = 15_000
+
+
+class WindowSettings:
+    def __init__(
+        self,
+        path: Path,
+        window: QMainWindow,
+        splitter: QSplitter,
+        models: ModelsPanel,
+        decoding: DecodingPanel,
+        compare: ComparePanel,
+        prompt: PromptPanel,
+        show_rejected: QCheckBox,
+        chat: tuple[Callable[[], bool], Callable[[], None]],
+        server_url: Callable[[], str],
+        bar: QStatusBar,
+    ) -> None:
+        """`chat`: is the Chat tab open, and bring it to the front; `server_url()`: the
+        Server tab's URL."""
+        self.path = path
+        self.first_run = not path.exists()  # a new user: nothing saved yet
+        self.values, self.note = load_settings(path)
+        self.window, self.splitter, self.bar = window, splitter, bar
+        self.models, self.decoding, self.compare, self.prompt = models, decoding, compare, prompt
+        self.show_rejected, self.server_url = show_rejected, server_url
+        self.in_chat, self.show_chat = chat
+
+    def apply(self) -> None:
+        values = self.values
+        self.models.apply(values)
+        self.decoding.apply(values)
+        self.compare.set_selected(values["compare_methods"])
+        self.prompt.set_text(values["prompt"])
+        self.prompt.raw.setChecked(values["raw"])
+        self.show_rejected.setChecked(values["show_rejected"])
+        if values["chat_mode"]:
+            self.show_chat()
+        if values["geometry"]:
+            self.window.restoreGeometry(QByteArray.fromHex(values["geometry"].encode()))
+        else:  # fresh settings: no larger than the screen
+            screen.place(self.window)
+        if values["splitter"]:
+            self.splitter.restoreState(QByteArray.fromHex(values["splitter"].encode()))
+        notes = [note for note in (self.note, history.check()) if note]
+        if notes:
+            self.bar.showMessage("; ".join(notes), NOTE_MS)
+
+    def current(self) -> dict[str, Any]:
+        return {
+            **self.values,
+            **self.models.values(),
+            **self.decoding.values(),
+            "compare_methods": self.compare.chosen(),
+            "prompt": self.prompt.text(),
+            "raw": self.prompt.raw.isChecked(),
+            "show_rejected": self.show_rejected.isChecked(),
+            "chat_mode": self.in_chat(),
+            "geometry": bytes(self.window.saveGeometry().toHex()).decode(),
+            "splitter": bytes(self.splitter.saveState().toHex()).decode(),
+            "server_url": self.server_url(),
+        }
+
+    def save(self) -> None:
+        try:
+            save_settings(self.current(), self.path)
+        except OSError as error:
+            self.bar.showMessage(f"could not save settings: {error}", 10_000)
