@@ -1,9 +1,12 @@
 """Forward costs measured on this device, for sizing EAGLE-2 trees (`tree_sizing`).
 
-`measure_target(model)`: seconds per target forward over n tree tokens after a cached prefix;
-`measure_head(key, step)`: seconds per head step over k beam rows. Each is measured once per
-process and model and cached. `fastest` keeps the fastest of several rounds (a busy shared
-CPU only ever adds time) and `monotone` makes costs never fall with size.
+`ForwardCosts` measures each model's costs once and keeps them for whoever owns it (the runs
+that size trees with it): `target(model)`, seconds per target forward over n tree tokens after
+a cached prefix; `head(key, step)`, seconds per head step over k beam rows. A fresh
+`ForwardCosts` measures again, so what it returns never depends on what ran before it. `COSTS`
+is the default owner, for trees sized without one of their own (`measure_target`,
+`measure_head`). `fastest` keeps the fastest of several rounds (a busy shared CPU only ever adds
+time) and `monotone` makes costs never fall with size.
 """
 
 from __future__ import annotations
@@ -19,24 +22,42 @@ TARGET_SIZES = (1, 2, 4, 8, 16, 32, 60)  # tokens per measured target forward
 HEAD_ROWS = (1, 2, 4, 7, 10)  # beam widths per measured head step
 PREFIX = 128  # cached tokens under the measured forwards (a short chat prompt)
 
-_TARGET_COSTS: dict[tuple, dict[int, float]] = {}
-_HEAD_COSTS: dict[tuple, dict[int, float]] = {}
+
+class ForwardCosts:
+    """Costs measured once per model (the target) or head key, then reused."""
+
+    def __init__(self) -> None:
+        self._target: dict[tuple, dict[int, float]] = {}
+        self._head: dict[tuple, dict[int, float]] = {}
+
+    def target(self, model) -> dict[int, float]:
+        """Seconds per target forward over n tree tokens after a cached prefix."""
+        key = _model_key(model)
+        if key not in self._target:
+            self._target[key] = _measure_target(model)
+        return self._target[key]
+
+    def head(self, key: tuple, step: Callable[[int], None]) -> dict[int, float]:
+        """Seconds per head step over k rows; `step(k)` runs one (measured once per `key`)."""
+        if key not in self._head:
+            runs = {k: (lambda k=k: step(k)) for k in HEAD_ROWS}
+            self._head[key] = monotone(fastest(runs))
+        return self._head[key]
 
 
-def measure_target(model) -> dict[int, float]:
-    """Seconds per target forward over n tree tokens after a cached prefix (cached per process)."""
-    key = _model_key(model)
-    if key not in _TARGET_COSTS:
-        _TARGET_COSTS[key] = _measure_target(model)
-    return _TARGET_COSTS[key]
+COSTS = ForwardCosts()  # the default owner: trees sized without costs of their own
 
 
-def measure_head(key: tuple, step: Callable[[int], None]) -> dict[int, float]:
-    """Seconds per head step over k rows; `step(k)` runs one (cached per process under `key`)."""
-    if key not in _HEAD_COSTS:
-        runs = {k: (lambda k=k: step(k)) for k in HEAD_ROWS}
-        _HEAD_COSTS[key] = monotone(fastest(runs))
-    return _HEAD_COSTS[key]
+def measure_target(model, costs: ForwardCosts = COSTS) -> dict[int, float]:
+    """`costs.target(model)` (default: the default owner's)."""
+    return costs.target(model)
+
+
+def measure_head(
+    key: tuple, step: Callable[[int], None], costs: ForwardCosts = COSTS
+) -> dict[int, float]:
+    """`costs.head(key, step)` (default: the default owner's)."""
+    return costs.head(key, step)
 
 
 @torch.inference_mode()

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from specdec_core.config import DecodeConfig
 from specdec_core.control import Progress, StopFlag
 from specdec_core.decode import generate
+from specdec_core.drafters.suffix import History
 from specdec_core.errors import SpecdecError
 from specdec_core.events import Event, Finished, RunSummary
 from specdec_core.methods import Extra, build_drafter, get_method
@@ -23,7 +24,6 @@ from specdec_core.resources import resource_path
 if TYPE_CHECKING:
     import torch
 
-    from specdec_core.drafters.suffix import History
     from specdec_core.eagle.head import EagleHead
 
 # (spec, target, progress=None) -> the draft or head; hub downloads report through progress
@@ -95,7 +95,9 @@ def run(
     history: History | None = None,
 ) -> RunSummary:
     """Run `method` to the end; with `prefix`, reuse and then update a conversation's cache;
-    a suffix method drafts from and records into `history` (None: the process's)."""
+    a suffix method drafts from and records into `history` (None: an empty history of its own,
+    so the run never depends on what ran before it)."""
+    history = history if history is not None else History()
     drafter = build_drafter(method, target, extra, history)
     events = generate(target, drafter, prompt_ids, config, method=method, stop=stop, prefix=prefix)
     for event in events:

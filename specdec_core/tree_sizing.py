@@ -2,16 +2,17 @@
 
 A tree step costs one target forward over the tree, `depth` head steps over the top-k beam and one
 head step over the accepted path (the commit), and gains the expected number of accepted tokens.
-Both costs are measured on this device, once per process and model (`forward_costs.measure_target`,
-`measure_head`, cached); the gain comes from an acceptance prior: the head's rank-r token is the
-target's with probability π_r, where the chance that one of its top-k is right is α(k) = 1 − (1 −
-α₁)·k^(−1/2) (α₁ = top-1 acceptance). Under that prior `expected_tau` runs the same beam search the
-drafter runs (drafters/eagle2_growth.py: top-k by cumulative probability, best `total_tokens − 1`
-nodes) and sums the nodes' path probabilities: E[τ] = 1 + Σ P(node on the accepted path). `choose`
-takes the shape with the most tokens per second. The prior α₁ = 0.6 is only the start: `observe`
-counts how often the target accepted the head's top-1 child at each verified tree level (measured
-directly, whatever the tree shape, so a small tree does not lock itself in), blended with what was
-known before and kept per head for the rest of the process, so the size follows the head in use.
+Both costs are measured on this device, once per model by their owner
+(`forward_costs.ForwardCosts`); the gain comes from an acceptance prior: the head's rank-r token is
+the target's with probability π_r, where the chance that one of its top-k is right is
+α(k) = 1 − (1 − α₁)·k^(−1/2) (α₁ = top-1 acceptance). Under that prior `expected_tau` runs the
+same beam search the drafter runs (drafters/eagle2_growth.py: top-k by cumulative probability,
+best `total_tokens − 1` nodes) and sums the nodes' path probabilities: E[τ] = 1 + Σ P(node on the
+accepted path). `choose` takes the shape with the most tokens per second. The prior α₁ = 0.6 is
+only the start: `observe` counts how often the target accepted the head's top-1 child at each
+verified tree level (measured directly, whatever the tree shape, so a small tree does not lock
+itself in), blended with what was known before and kept per head by its owner
+(`AcceptanceEstimates`; `ACCEPTANCE` by default), so the size follows the head in use.
 
 On a GPU a forward over 60 tokens costs about as much as over one, so this lands on EAGLE's
 defaults (60 tokens, depth 6, top-k 10); on a CPU every verified token adds to the forward
@@ -130,20 +131,38 @@ def _tau_curve(depth: int, topk: int, alpha1: float) -> torch.Tensor:
     return torch.cat([torch.ones(1, dtype=ranked.dtype), 1.0 + ranked.cumsum(0)])
 
 
-_ALPHA1: dict[tuple, tuple[float, float]] = {}  # head key -> (α₁, weight in trials)
+class AcceptanceEstimates:
+    """Each head's top-1 acceptance α₁ (keyed by head and sampling settings), the prior until
+    `observe` blends in what was measured. A fresh one starts every head from the prior."""
+
+    def __init__(self) -> None:
+        self._estimates: dict[tuple, tuple[float, float]] = {}  # key -> (α₁, weight in trials)
+
+    def acceptance(self, key: tuple) -> float:
+        """The current top-1 acceptance estimate of a head (the prior until `observe`)."""
+        return self._estimates.get(key, (ALPHA1, PRIOR_TRIALS))[0]
+
+    def observe(self, key: tuple, trials: int, hits: int) -> float:
+        """Blend in `trials` tree levels verified, `hits` of which accepted the head's top-1."""
+        old, weight = self._estimates.get(key, (ALPHA1, PRIOR_TRIALS))
+        new = (old * weight + hits) / (weight + trials)
+        self._estimates[key] = (new, min(weight + trials, MEMORY_TRIALS))
+        return new
 
 
-def acceptance(key: tuple) -> float:
-    """The current top-1 acceptance estimate of a head (the prior until `observe`)."""
-    return _ALPHA1.get(key, (ALPHA1, PRIOR_TRIALS))[0]
+ACCEPTANCE = AcceptanceEstimates()  # the default owner: trees sized without estimates of their own
 
 
-def observe(key: tuple, trials: int, hits: int) -> float:
-    """Blend in `trials` tree levels verified, `hits` of which accepted the head's top-1."""
-    old, weight = _ALPHA1.get(key, (ALPHA1, PRIOR_TRIALS))
-    new = (old * weight + hits) / (weight + trials)
-    _ALPHA1[key] = (new, min(weight + trials, MEMORY_TRIALS))
-    return new
+def acceptance(key: tuple, estimates: AcceptanceEstimates = ACCEPTANCE) -> float:
+    """`estimates.acceptance(key)` (default: the default owner's)."""
+    return estimates.acceptance(key)
+
+
+def observe(
+    key: tuple, trials: int, hits: int, estimates: AcceptanceEstimates = ACCEPTANCE
+) -> float:
+    """`estimates.observe(key, trials, hits)` (default: the default owner's)."""
+    return estimates.observe(key, trials, hits)
 
 
 def _rank_probs(k: int, alpha1: float) -> torch.Tensor:

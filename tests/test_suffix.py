@@ -11,10 +11,11 @@ import torch
 
 from specdec_core.config import DecodeConfig
 from specdec_core.decode import generate
+from specdec_core.drafters import suffix
 from specdec_core.drafters.base import Proposal
 from specdec_core.drafters.eagle2_merge import MERGED_SCORE, merge_proposal
 from specdec_core.drafters.eagle2_suffix import Eagle2SuffixDrafter
-from specdec_core.drafters.suffix import HISTORY, History, SuffixDrafter, candidate_tree
+from specdec_core.drafters.suffix import History, SuffixDrafter, candidate_tree
 from specdec_core.events import Finished, Step
 from specdec_core.methods import build_drafter, is_chain, is_tree, vocabulary_key
 from specdec_core.runner import run
@@ -28,11 +29,12 @@ from tests.tiny import prompt
 KEY = ("tiny", 32)
 
 
-@pytest.fixture(autouse=True)
-def empty_history():
-    HISTORY.clear()
-    yield
-    HISTORY.clear()
+@pytest.fixture
+def default_history(monkeypatch) -> History:
+    """A fresh default owner: drafters built without a history of their own record into it."""
+    history = History()
+    monkeypatch.setattr(suffix, "HISTORY", history)
+    return history
 
 
 def _brute_longest(text: list[int], context: list[int], max_length: int):
@@ -116,16 +118,28 @@ def test_suffix_methods_are_registered(tiny_target):
 def test_greedy_suffix_methods_equal_ar_and_draft_from_the_history(tiny_target, method):
     config = DecodeConfig(max_new_tokens=40, k=4)
     head = tiny_head(tiny_target) if method == "eagle2-suffix" else None
+    history = History()
     accepted_from_history = 0
     for offset in (0, 1, 0, 2, 1):  # prompts repeat: later runs can draft from earlier ones
         ids = prompt(length=5 + offset, offset=offset)
         reference = run(tiny_target, "ar", ids, config)
-        summary = run(tiny_target, method, ids, config, head)
+        summary = run(tiny_target, method, ids, config, head, history=history)
         assert summary.token_ids == reference.token_ids
-        if offset == 0 and accepted_from_history == 0 and HISTORY.tokens:
+        if offset == 0 and accepted_from_history == 0 and history.tokens:
             accepted_from_history = sum(summary.accepted_per_position)
     assert accepted_from_history > 20  # the repeated prompt was drafted from the first run
-    assert HISTORY.tokens > 0
+    assert history.tokens > 0
+
+
+@pytest.mark.parametrize("method", ["suffix", "eagle2-suffix"])
+def test_a_run_given_no_history_drafts_the_same_whatever_ran_before(tiny_target, method):
+    config = DecodeConfig(max_new_tokens=40, k=4)
+    head = tiny_head(tiny_target) if method == "eagle2-suffix" else None
+    ids = prompt(length=5)
+    first = run(tiny_target, method, ids, config, head)
+    again = run(tiny_target, method, ids, config, head)  # drafts nothing from the first run
+    assert again.accepted_per_position == first.accepted_per_position
+    assert again.token_ids == first.token_ids
 
 
 def test_suffix_sampling_follows_target_distribution(tiny_target):
@@ -181,9 +195,10 @@ def test_histories_of_different_vocabularies_stay_apart():
 def test_events_show_the_drafts_came_from_the_history(tiny_target):
     config = DecodeConfig(max_new_tokens=20, k=4)
     ids = prompt(length=5)
-    run(tiny_target, "suffix", ids, config)
-    steps = [e for e in generate(tiny_target, build_drafter("suffix", tiny_target), ids, config)
-             if isinstance(e, Step)]  # fmt: skip
+    history = History()
+    run(tiny_target, "suffix", ids, config, history=history)
+    drafter = build_drafter("suffix", tiny_target, history=history)
+    steps = [e for e in generate(tiny_target, drafter, ids, config) if isinstance(e, Step)]
     assert steps[0].drafted == 4 and steps[0].accepted == 4  # the first step already drafts
 
 
@@ -208,14 +223,14 @@ def saved_head(tiny_target, tmp_path):
 
 
 def test_a_bench_suffix_entry_has_the_same_tau_after_another_suffix_entry_as_alone(
-    tiny_target, saved_head
+    tiny_target, saved_head, default_history
 ):
     alone, record, _ = _bench_tau(tiny_target, ["suffix"])
     after, record, table = _bench_tau(tiny_target, [f"eagle2-suffix@{saved_head}", "suffix"])
     assert after == alone
     assert record["suffix_history"] == "own"
     assert "own suffix history" in table.splitlines()[-1]
-    assert HISTORY.tokens == 0  # a bench leaves the process's history alone
+    assert default_history.tokens == 0  # a bench leaves the default history alone
 
 
 def test_a_shared_suffix_history_drafts_from_the_entry_before_and_is_marked(
@@ -238,7 +253,7 @@ def test_each_sweep_point_drafts_only_from_its_own_runs(tiny_target):
     assert measure("suffix", config, None).aggregate.mean_accept_length == first
 
 
-def test_in_a_compare_no_method_drafts_from_another_methods_output(tiny_target):
+def test_in_a_compare_no_method_drafts_from_another_methods_output(tiny_target, default_history):
     import threading
 
     from app.engine import RunRequest, SpecdecEngine
@@ -252,8 +267,8 @@ def test_in_a_compare_no_method_drafts_from_another_methods_output(tiny_target):
         return events[-1].summary.mean_accept_length
 
     generated = tau("")  # a Generate run: recorded in the window's history
-    before = HISTORY.snapshot().documents(vocabulary_key(tiny_target))
+    before = default_history.snapshot().documents(vocabulary_key(tiny_target))
     new = FAIR_PROMPTS[1]
     assert tau("compare-1", new) == tau("compare-1", new)  # neither drafts from the other
-    assert HISTORY.snapshot().documents(vocabulary_key(tiny_target)) == before  # adds nothing
+    assert default_history.snapshot().documents(vocabulary_key(tiny_target)) == before
     assert tau("compare-2") > generated  # a Compare drafts from the history as it began

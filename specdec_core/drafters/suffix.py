@@ -1,6 +1,6 @@
 """Suffix decoding: draft what most often followed the context's longest suffix in your history.
 
-SuffixDecoding (Oliaro et al. 2025), over the runs of this process:
+SuffixDecoding (Oliaro et al. 2025), over earlier runs (the history a run is given):
 
     history = earlier runs' token ids (prompt + output), a suffix array (suffix_array.py)
     m       = the longest suffix of the committed ids (at most MAX_MATCH tokens) that occurs
@@ -16,8 +16,9 @@ n-gram lookup (deterministic, q = None); `eagle2-suffix` merges the whole tree (
 depth k) into EAGLE-2's (drafters/eagle2_suffix.py). Both depend only on the committed ids and
 the history as it was when the run began, so the lossless verifiers keep the target's output.
 
-**The history** (`History`, one process-wide `HISTORY`) holds documents per vocabulary (a
-tokenizer's ids mean nothing to another), oldest first. A run of a suffix method opens a
+**The history** (`History`, owned by whoever runs the drafters: the window's engine, a bench
+entry, a sweep point) holds documents per vocabulary (a tokenizer's ids mean nothing to another),
+oldest first. A run of a suffix method opens a
 record at `begin` and updates it with the committed ids at every `commit`; the next run that
 opens one seals the earlier records into documents, so each run drafts from every run of a
 suffix method before it, whatever its method, prompt or temperature. Runs of other methods are
@@ -29,13 +30,16 @@ default cap, plus the one open record (the running drafter's own ids). An index 
 when a run begins after its documents changed: O(n log² n) numpy sorts, tens of
 milliseconds at the cap, counted in that run's prefill.
 
-**Fair comparisons.** A run drafts from the history it is given (`HISTORY` by default). A
-method that ran the same prompt just before leaves its output there, and a suffix method run
-next copies it: a speedup no user would see. So comparisons give each run a history of its
-own: `specdec bench` one `History` per entry (each entry drafts from its own runs of earlier
-prompts; `--suffix-history shared` keeps one for all entries, marked in the table and JSON),
-a sweep or Tune point one per point, and the window's Compare a copy (`snapshot`) of the
-history as the Compare began for every method, which adds nothing to it.
+**Fair comparisons.** A run drafts from the history it is given: `runner.run` without one
+gives the run an empty history of its own, so its result never depends on what ran before it
+in the process; a drafter built without one (`build_drafter(..., history=None)`) records into
+`HISTORY`, the default owner. A method that ran the same prompt just before leaves its output
+in a shared history, and a suffix method run next copies it: a speedup no user would see. So
+comparisons give each run a history of its own: `specdec bench` one `History` per entry (each
+entry drafts from its own runs of earlier prompts; `--suffix-history shared` keeps one for all
+entries, marked in the table and JSON), a sweep or Tune point one per point, and the window's
+Compare a copy (`snapshot`) of the history as the Compare began for every method, which adds
+nothing to it.
 """
 
 from __future__ import annotations
@@ -151,7 +155,7 @@ class History:
             self._indexes.pop(old_key, None)
 
 
-HISTORY = History()  # the process's history: every run of a suffix method
+HISTORY = History()  # the default owner: drafters built without a history of their own
 
 
 def continuations(index: SuffixArray | None, ids: Sequence[int], depth: int) -> np.ndarray:
@@ -219,7 +223,8 @@ def candidate_tree(
 
 
 class SuffixSource:
-    """One run's use of a history: records the run, drafts from the history as it began."""
+    """One run's use of a history (None: `HISTORY`): records the run, drafts from the history
+    as it began."""
 
     def __init__(self, key: Hashable, history: History | None = None) -> None:
         self.key = key
