@@ -1,10 +1,11 @@
-"""Persistent GUI settings: one JSON file in the platformdirs config dir.
+"""Persistent GUI settings: a `GuiSettings` record, one JSON file in the platformdirs config dir.
 
-`SPECDEC_CONFIG_DIR` overrides the directory (tests, portable installs). Writes are atomic
-(temporary file + `os.replace`), so a crash never leaves half a file. A file that cannot be
-read or parsed falls back to the defaults with a note for the status bar; it is moved aside
-to `settings.json.corrupt` so the user can inspect it. Unknown keys are ignored; a value of
-the wrong type takes its default.
+The file is one flat JSON object, a key per field (as every earlier version wrote it), and the
+record becomes JSON only where the file is read or written. `SPECDEC_CONFIG_DIR` overrides the
+directory (tests, portable installs). Writes are atomic (temporary file + `os.replace`), so a
+crash never leaves half a file. A file that cannot be read or parsed falls back to the
+defaults with a note for the status bar; it is moved aside to `settings.json.corrupt` so the
+user can inspect it. Unknown keys are ignored; a value of the wrong type keeps its default.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,38 +24,55 @@ from specdec_core.files import write_atomic
 
 FILENAME = "settings.json"
 
-DEFAULTS: dict[str, Any] = {
-    "target": "embedded",
-    "draft": "embedded",
-    "head": "embedded",
-    "device": "auto",
-    "dtype": "auto",
-    "recent_target": [],
-    "recent_draft": [],
-    "recent_head": [],
-    "device_map": "none",  # or auto, balanced, sequential (accelerate)
-    "max_memory": "",  # DEVICE=SIZE[,…] with a device map
-    "trust_remote_code": False,
-    "model_folders": [],  # where the pickers look for .gguf files and model folders
-    "method": "eagle2-lookup",  # app/first_run.py says why
-    "policy": "lossless",
-    "k": 4,
-    "temperature": 0.0,
-    "top_p": 1.0,
-    "max_new_tokens": 64,
-    "seed": 0,
-    "tree_depth": 0,  # 0 = auto
-    "tree_topk": 0,
-    "tree_tokens": 0,
-    "raw": False,
-    "show_rejected": False,
-    "chat_mode": False,  # the Chat tab was open
-    "compare_methods": ["eagle", "eagle2", "eagle2-lookup"],
-    "prompt": "Explain speculative decoding in three sentences.",
-    "geometry": "",
-    "splitter": "",
-    "server_url": "http://localhost:8000",  # the Server tab (vLLM's default port)
-}
+
+@dataclass(frozen=True)
+class GuiSettings:
+    """What the window remembers: the models, the decoding settings, the prompt, the layout."""
+
+    target: str = "embedded"
+    draft: str = "embedded"
+    head: str = "embedded"
+    device: str = "auto"
+    dtype: str = "auto"
+    recent_target: tuple[str, ...] = ()
+    recent_draft: tuple[str, ...] = ()
+    recent_head: tuple[str, ...] = ()
+    device_map: str = "none"  # or auto, balanced, sequential (accelerate)
+    max_memory: str = ""  # DEVICE=SIZE[,…] with a device map
+    trust_remote_code: bool = False
+    model_folders: tuple[str, ...] = ()  # where the pickers look for .gguf files and folders
+    method: str = "eagle2-lookup"  # app/first_run.py says why
+    policy: str = "lossless"
+    k: int = 4
+    temperature: float = 0.0
+    top_p: float = 1.0
+    max_new_tokens: int = 64
+    seed: int = 0
+    tree_depth: int = 0  # 0 = auto
+    tree_topk: int = 0
+    tree_tokens: int = 0
+    raw: bool = False
+    show_rejected: bool = False
+    chat_mode: bool = False  # the Chat tab was open
+    compare_methods: tuple[str, ...] = ("eagle", "eagle2", "eagle2-lookup")
+    prompt: str = "Explain speculative decoding in three sentences."
+    geometry: str = ""  # the window's saved geometry, hex
+    splitter: str = ""  # the panes' saved sizes, hex
+    server_url: str = "http://localhost:8000"  # the Server tab (vLLM's default port)
+
+    def merged(self, values: Mapping[str, Any]) -> GuiSettings:
+        """These settings with each value of `values` named like a field and of its type (a
+        whole number for a float, a list of strings for a tuple); the rest stays as it is."""
+        changes = {}
+        for name in (f.name for f in fields(self)):
+            if name in values:
+                value = _of_type(values[name], getattr(self, name))
+                if value is not None:
+                    changes[name] = value
+        return replace(self, **changes)
+
+
+DEFAULTS = GuiSettings()
 
 
 def config_dir() -> Path:
@@ -63,37 +83,35 @@ def settings_path() -> Path:
     return config_dir() / FILENAME
 
 
-def load_settings(path: Path | None = None) -> tuple[dict[str, Any], str | None]:
-    """(settings merged over the defaults, a note for the user or None)."""
+def load_settings(path: Path | None = None) -> tuple[GuiSettings, str | None]:
+    """(the settings in the file over the defaults, a note for the user or None)."""
     path = path or settings_path()
-    values = dict(DEFAULTS)
     if not path.exists():
-        return values, None
+        return DEFAULTS, None
     try:
         stored = json.loads(path.read_text(encoding="utf-8"))
         if not isinstance(stored, dict):
             raise ValueError("not a JSON object")
     except (OSError, UnicodeDecodeError, ValueError) as error:
         _move_aside(path)
-        return values, f"settings file {path} was unreadable ({error}); using defaults"
-    for key, default in DEFAULTS.items():
-        value = stored.get(key, default)
-        if _same_type(value, default):
-            values[key] = value
-    return values, None
+        return DEFAULTS, f"settings file {path} was unreadable ({error}); using defaults"
+    return DEFAULTS.merged(stored), None
 
 
-def save_settings(values: dict[str, Any], path: Path | None = None) -> None:
-    data = {key: values[key] for key in DEFAULTS if key in values}
-    write_atomic(path or settings_path(), json.dumps(data, indent=2))
+def save_settings(settings: GuiSettings, path: Path | None = None) -> None:
+    write_atomic(path or settings_path(), json.dumps(asdict(settings), indent=2))
 
 
-def _same_type(value: Any, default: Any) -> bool:
-    if isinstance(default, bool) or isinstance(value, bool):
-        return isinstance(value, bool) and isinstance(default, bool)
-    if isinstance(default, float):
-        return isinstance(value, (int, float))
-    return isinstance(value, type(default))
+def _of_type(value: Any, current: Any) -> Any:
+    """`value` as the type of `current`, or None when it is not one."""
+    if isinstance(current, bool) or isinstance(value, bool):
+        return value if isinstance(value, bool) and isinstance(current, bool) else None
+    if isinstance(current, float):
+        return float(value) if isinstance(value, (int, float)) else None
+    if isinstance(current, tuple):
+        strings = isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
+        return tuple(value) if strings else None
+    return value if isinstance(value, type(current)) else None
 
 
 def _move_aside(path: Path) -> None:

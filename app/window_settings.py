@@ -1,21 +1,22 @@
-"""The window's saved settings (app/settings.py) and the panels they come from.
+"""The window's saved settings (`GuiSettings`, app/settings.py) and the panels they come from.
 
 Read when the window opens and applied to the panels once; gathered from them and written at
 each Generate and Compare, when the Server tab starts polling, and when the window closes. The
-panels take and give their values by name (`values()` / `apply()`).
+Models and Decoding panels take and give their values by field name (`values()` / `apply()`),
+which `GuiSettings.merged` checks like the file's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
 
 from PySide6.QtCore import QByteArray
 from PySide6.QtWidgets import QCheckBox, QMainWindow, QSplitter, QStatusBar
 
 from app import history, screen
-from app.settings import load_settings, save_settings
+from app.settings import GuiSettings, load_settings, save_settings
 from app.widgets.compare_panel import ComparePanel
 from app.widgets.decoding_panel import DecodingPanel
 from app.widgets.models_panel import ModelsPanel
@@ -43,46 +44,46 @@ class WindowSettings:
         Server tab's URL."""
         self.path = path
         self.first_run = not path.exists()  # a new user: nothing saved yet
-        self.values, self.note = load_settings(path)
+        self.saved, self.note = load_settings(path)
         self.window, self.splitter, self.bar = window, splitter, bar
         self.models, self.decoding, self.compare, self.prompt = models, decoding, compare, prompt
         self.show_rejected, self.server_url = show_rejected, server_url
         self.in_chat, self.show_chat = chat
 
     def apply(self) -> None:
-        values = self.values
-        self.models.apply(values)
-        self.decoding.apply(values)
-        self.compare.set_selected(values["compare_methods"])
-        self.prompt.set_text(values["prompt"])
-        self.prompt.raw.setChecked(values["raw"])
-        self.show_rejected.setChecked(values["show_rejected"])
-        if values["chat_mode"]:
+        saved = self.saved
+        by_name = asdict(saved)  # the panels read their own fields
+        self.models.apply(by_name)
+        self.decoding.apply(by_name)
+        self.compare.set_selected(list(saved.compare_methods))
+        self.prompt.set_text(saved.prompt)
+        self.prompt.raw.setChecked(saved.raw)
+        self.show_rejected.setChecked(saved.show_rejected)
+        if saved.chat_mode:
             self.show_chat()
-        if values["geometry"]:
-            self.window.restoreGeometry(QByteArray.fromHex(values["geometry"].encode()))
+        if saved.geometry:
+            self.window.restoreGeometry(QByteArray.fromHex(saved.geometry.encode()))
         else:  # fresh settings: no larger than the screen
             screen.place(self.window)
-        if values["splitter"]:
-            self.splitter.restoreState(QByteArray.fromHex(values["splitter"].encode()))
+        if saved.splitter:
+            self.splitter.restoreState(QByteArray.fromHex(saved.splitter.encode()))
         notes = [note for note in (self.note, history.check()) if note]
         if notes:
             self.bar.showMessage("; ".join(notes), NOTE_MS)
 
-    def current(self) -> dict[str, Any]:
-        return {
-            **self.values,
-            **self.models.values(),
-            **self.decoding.values(),
-            "compare_methods": self.compare.chosen(),
-            "prompt": self.prompt.text(),
-            "raw": self.prompt.raw.isChecked(),
-            "show_rejected": self.show_rejected.isChecked(),
-            "chat_mode": self.in_chat(),
-            "geometry": bytes(self.window.saveGeometry().toHex()).decode(),
-            "splitter": bytes(self.splitter.saveState().toHex()).decode(),
-            "server_url": self.server_url(),
-        }
+    def current(self) -> GuiSettings:
+        panels = self.saved.merged({**self.models.values(), **self.decoding.values()})
+        return replace(
+            panels,
+            compare_methods=tuple(self.compare.chosen()),
+            prompt=self.prompt.text(),
+            raw=self.prompt.raw.isChecked(),
+            show_rejected=self.show_rejected.isChecked(),
+            chat_mode=self.in_chat(),
+            geometry=bytes(self.window.saveGeometry().toHex()).decode(),
+            splitter=bytes(self.splitter.saveState().toHex()).decode(),
+            server_url=self.server_url(),
+        )
 
     def save(self) -> None:
         try:
