@@ -29,10 +29,12 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from specdec_core.bench_entries import entry_method
 from specdec_core.eagle.data import Sample
 from specdec_core.eagle.head import EagleHead
 from specdec_core.errors import SpecdecError
 from specdec_core.models import LoadedModel
+from specdec_core.runner import extra_kind
 from specdec_core.training.features import Featured, extract_features
 from specdec_core.training.objective import Objective, collate
 
@@ -319,12 +321,9 @@ class BetweenPrompts:
         self.reports: dict[str, list[AdaptReport]] = {}
 
     def __call__(self, ids: list[int], rows, extras: dict) -> None:
-        from specdec_core.methods import get_method
-
         for row in rows:
             label = row.method  # the bench entry as written, e.g. eagle@DIR:threshold
-            method = label.partition(":")[0].partition("@")[0]
-            if label not in extras or get_method(method).needs != "head":
+            if label not in extras or extra_kind(entry_method(label)) != "head":
                 continue
             if label not in self.adapters:
                 self.adapters[label] = Adapter(

@@ -4,23 +4,12 @@ Methods are interleaved per prompt (prompt 1: ar, eagle, …; prompt 2: …) so 
 noisy machine hits all of them alike. `ar` always runs: it is the reference for speedup and
 for `identical_to_ar`.
 
-**Entries.** Each `--methods` entry is written
-
-    ENTRY  = METHOD[@SPEC][:POLICY[:PARAM[/PARAM…]]]      PARAM = NAME=VALUE
-
-- `@SPEC` names the model the method needs besides the target, for this entry only: an EAGLE
-  head for `eagle` / `eagle2` / `eagle2-lookup` / `eagle2-suffix`, the draft for `classic` /
-  `hf-assisted`; SPEC is `embedded`, a directory or a hub id, and holds no `:`. Without it the
-  entry uses `--head` / `--draft`. Each distinct (kind, spec) loads once and is shared by the
-  entries naming it, so `eagle@OLD,eagle@NEW,eagle2@NEW` compares two heads (two loads) as
-  ratios against the same `ar` on the same prompts. A method that needs no model refuses `@`.
-- `:POLICY…` names a verification policy and its parameters, e.g. `ngram:threshold:tau=0.3`
-  or `classic:hybrid:ngram_tau=0.5/logit_tau=0.1`; `ngram,ngram:typical,ngram:ensemble:w=0.8`
-  compares three policies in one run. A bare `METHOD` uses `--policy` / `--policy-param`;
-  `METHOD:POLICY` uses that policy's defaults plus the parameters written after it.
-
-Both combine: `eagle@heads/v2:threshold:tau=0.3`. Rows and tables are keyed by the entry as
-written.
+**Entries.** Each `--methods` entry is written `METHOD[@SPEC][:POLICY[:NAME=VALUE[/…]]]`
+(bench_entries.py): a method with its own head or draft and / or its own policy. Each distinct
+(kind, spec) loads once and is shared by the entries naming it, so
+`eagle@OLD,eagle@NEW,eagle2@NEW` compares two heads (two loads) as ratios against the same `ar`
+on the same prompts; `ngram,ngram:typical,ngram:ensemble:w=0.8` compares three policies in one
+run. Rows and tables are keyed by the entry as written.
 
 **Fidelity** (`specdec_core.fidelity`): every entry also reports, against the `ar` output of
 the same prompt, `prefix_agreement` (share of tokens before the first difference) and
@@ -60,7 +49,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from specdec_core.config import DecodeConfig, parse_params
+from specdec_core.bench_entries import Entry, entry_method, parse_entry
+from specdec_core.bench_entries import parse_variant as parse_variant  # its name in tests
+from specdec_core.config import DecodeConfig
 from specdec_core.drafters.suffix import History
 from specdec_core.errors import SpecdecError
 from specdec_core.files import write_atomic
@@ -70,8 +61,6 @@ from specdec_core.measure import (
     aggregate,
     compared,
     explained,
-    extra_kind,
-    load_extra,
     run_one,
     warm_up,
 )
@@ -79,7 +68,7 @@ from specdec_core.methods import uses_history
 from specdec_core.models import LoadedModel
 from specdec_core.prefix_cache import PrefixCache
 from specdec_core.prompts import encode_chat, encode_prompt
-from specdec_core.runner import run
+from specdec_core.runner import extra_key, load_extra, run
 from specdec_core.speedup_bound import MeasuredSpeedup
 from specdec_core.step_profile import profiles
 
@@ -244,55 +233,17 @@ def _fp32_reference(
     return run(model, "ar", ids, config.lossless()).token_ids
 
 
-@dataclass(frozen=True)
-class Entry:
-    """One `--methods` entry: `METHOD[@SPEC][:POLICY[:NAME=VALUE[/NAME=VALUE…]]]`."""
-
-    label: str  # as written: the key of its rows and aggregate
-    method: str
-    config: DecodeConfig  # the run's config with the entry's policy
-    spec: str | None = None  # the model after `@` (None: --head / --draft)
-
-
-def entry_method(label: str) -> str:
-    """The METHOD of an entry, without its `@SPEC` and `:POLICY…`."""
-    return label.partition(":")[0].partition("@")[0]
-
-
-def parse_entry(label: str, config: DecodeConfig) -> Entry:
-    """The entry `label` (grammar in the module docstring) over the run's `config`."""
-    name, _, rest = label.partition(":")
-    method, at, spec = name.partition("@")
-    if at and (not spec or extra_kind(method) is None):
-        what = "an empty model spec" if not spec else f"'{method}' needs no model"
-        raise SpecdecError(f"bench entry '{label}': {what}; write METHOD@SPEC for a head or draft")
-    if rest:
-        policy, _, param_text = rest.partition(":")
-        params = parse_params(filter(None, param_text.split("/")), f"'{label}'")
-        config = replace(config, policy=policy, policy_params=params)
-    return Entry(label, method, config, spec or None)
-
-
-def parse_variant(label: str, config: DecodeConfig) -> tuple[str, DecodeConfig]:
-    """(method, config with the entry's policy) of an entry (`parse_entry`)."""
-    entry = parse_entry(label, config)
-    return entry.method, entry.config
-
-
 def load_extras(entries: list[Entry], target: LoadedModel, specs: dict[str, str]) -> dict:
-    """Entry label -> the draft / head it runs with; each (kind, spec) loaded once."""
+    """Entry label -> the draft / head it runs with (its `@SPEC`, else `specs`); each
+    (kind, spec) loaded once and shared by the entries naming it."""
     loaded: dict[tuple[str, str], Any] = {}
     extras: dict[str, Any] = {}
     for entry in entries:
-        kind = extra_kind(entry.method)
-        if kind is None:
-            extras[entry.label] = None
-            continue
-        own = {**specs, kind: entry.spec or specs.get(kind) or "embedded"}
-        key = (kind, own[kind])
-        if key not in loaded:
+        own = entry.specs(specs)
+        key = extra_key(entry.method, own)
+        if key is not None and key not in loaded:
             loaded[key] = load_extra(entry.method, target, own)
-        extras[entry.label] = loaded[key]
+        extras[entry.label] = loaded[key] if key is not None else None
     return extras
 
 

@@ -1,15 +1,17 @@
 """Run one method on one prompt to completion: the shared path of the CLI and benchmarks.
 
-`prepare` loads what a method needs besides the target (a draft model, an EAGLE head) through
-the `EXTRA_LOADERS` registry, so adding a method never touches the CLI.
+`load_extra` loads what a method needs besides the target (a draft model, an EAGLE head) through
+the `EXTRA_LOADERS` registry, so adding a method never touches the CLI; the CLI, the bench, the
+sweeps and the window all load through it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from specdec_core.baselines import HF_METHODS
 from specdec_core.config import DecodeConfig
 from specdec_core.control import Progress, StopFlag
 from specdec_core.decode import generate
@@ -74,13 +76,49 @@ def load_head(
 EXTRA_LOADERS: dict[str, ExtraLoader] = {"draft": load_draft, "head": load_head}
 
 
-def prepare_extra(method: str, target: LoadedModel, specs: dict[str, str]) -> Extra:
-    """Load the draft / head `method` needs (None if it needs nothing)."""
-    needs = get_method(method).needs
-    if needs is None:
+def extra_kind(method: str) -> str | None:
+    """What `method` (ours or an HF baseline) loads besides the target: "head", "draft" or
+    None; `hf-assisted` drafts with the classic draft."""
+    if method in HF_METHODS:
+        return "draft" if method == "hf-assisted" else None
+    return get_method(method).needs
+
+
+def extra_key(method: str, specs: Mapping[str, str] | None = None) -> tuple[str, str] | None:
+    """(kind, spec) of the draft / head `method` loads with `specs` (kind -> spec, as `--draft`
+    / `--head` give them; `embedded` where none is given), or None if it loads none: loaded
+    once, it serves every method with the same key."""
+    kind = extra_kind(method)
+    if kind is None:
         return None
-    spec = specs.get(needs) or "embedded"
-    return EXTRA_LOADERS[needs](spec, target)
+    return kind, (specs or {}).get(kind) or "embedded"
+
+
+def load_extra(
+    method: str,
+    target: LoadedModel,
+    specs: Mapping[str, str] | None = None,
+    progress: Progress | None = None,
+) -> Extra:
+    """Load the draft / EAGLE head `method` needs besides the target (None if it needs none),
+    as `extra_key` names it. With `progress`, it says what it loads (and a hub download
+    reports through it)."""
+    key = extra_key(method, specs)
+    if key is None:
+        return None
+    kind, spec = key
+    loader = EXTRA_LOADERS.get(kind)
+    if loader is None:
+        raise SpecdecError(f"this install cannot load a {kind} yet; choose another method")
+    if progress is None:
+        return loader(spec, target)
+    progress(f"loading {kind} '{spec}'", 0.0)
+    extra = loader(spec, target, progress=progress)
+    progress(f"loaded {kind} '{spec}'", 1.0)
+    return extra
+
+
+prepare_extra = load_extra  # the name cli/generate.py and measure.py call it by
 
 
 def run(

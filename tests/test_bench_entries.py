@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specdec_core.bench import entry_method, load_extras, parse_entry, run_bench
+from specdec_core import runner
+from specdec_core.bench import load_extras, run_bench
+from specdec_core.bench_entries import entry_method, parse_entry
 from specdec_core.config import DecodeConfig
 from specdec_core.eagle.formats import save_head
 from specdec_core.errors import SpecdecError
@@ -47,6 +49,28 @@ def test_each_head_spec_loads_once_and_is_shared_by_its_entries(tiny_target, two
     assert extras[f"eagle@{a}"] is extras[f"eagle2@{a}"]
     assert extras[f"eagle@{b}"] is not extras[f"eagle@{a}"]
     assert extras["ar"] is None and extras["ngram"] is None
+
+
+def test_what_a_method_loads_is_named_by_its_kind_and_spec_and_said_as_it_loads(monkeypatch):
+    assert runner.extra_key("ar") is None and runner.extra_key("hf-generate") is None
+    assert runner.extra_key("eagle2") == ("head", "embedded")
+    assert runner.extra_key("eagle", {"head": "heads/v2", "draft": "d"}) == ("head", "heads/v2")
+    assert runner.extra_key("hf-assisted", {"draft": "d"}) == ("draft", "d")  # the classic draft
+    assert parse_entry("eagle@a", DecodeConfig()).specs({"head": "b"}) == {"head": "a"}
+    loads, said = [], []
+
+    def loader(spec, target, progress=None):
+        loads.append(spec)
+        return "a head"
+
+    def progress(message: str, share: float) -> None:
+        said.append((message, share))
+
+    monkeypatch.setitem(runner.EXTRA_LOADERS, "head", loader)
+    assert runner.load_extra("eagle", None, {"head": "heads/v2"}, progress) == "a head"
+    assert runner.load_extra("ngram", None, {"head": "heads/v2"}, progress) is None
+    assert loads == ["heads/v2"]
+    assert said == [("loading head 'heads/v2'", 0.0), ("loaded head 'heads/v2'", 1.0)]
 
 
 def test_a_bench_compares_two_heads_against_the_same_ar(tiny_target, two_heads):

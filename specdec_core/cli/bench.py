@@ -79,14 +79,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from specdec_core.baselines import HF_METHODS
-    from specdec_core.bench import (
-        entry_method,
-        format_table,
-        parse_entry,
-        run_bench,
-        stderr_progress,
-        write_outputs,
-    )
+    from specdec_core.bench import format_table, run_bench, stderr_progress, write_outputs
+    from specdec_core.bench_entries import entry_method, parse_entry
     from specdec_core.methods import METHODS
     from specdec_core.models import load_model
     from specdec_core.prompts import read_conversations, read_prompt_file
