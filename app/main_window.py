@@ -35,6 +35,7 @@ from app.logs import log_path
 from app.menus import Actions, create_actions, create_menus, show_about, show_help
 from app.method_style import MethodStyle
 from app.model_loader import ModelLoader
+from app.next_run_note import NextRunNote
 from app.run_controller import RunController
 from app.run_inputs import RunInputs
 from app.server_controller import ServerController
@@ -125,6 +126,7 @@ class MainWindow(QMainWindow):
             self.session, self.engine, self.adapt_panel, self.controller, self.jobs, parent=self
         )
         self.files = FileActions(self, self.session, self.prompt, self.compare, self.status)
+        self.next_run = NextRunNote(self.session, self.decoding, self.status)
         self._connect(self.actions)
         self.settings.apply()
         self.state.show("loading engine…")

@@ -368,3 +368,33 @@ def test_each_run_is_drawn_only_by_the_tab_that_asked_for_it(make_window, qtbot)
     assert window.token_view.tokens and "vs autoregressive" in window.summary.text()
     assert len(window.chat_view.turns) == 1 and window.compare.columns.columns == {}
     assert window.chat.chat.turns[0].reply  # the chat kept its answer, untouched
+
+
+def test_a_setting_changed_during_a_run_says_it_applies_to_the_next_run(make_window, qtbot):
+    engine = FakeEngine(steps=100_000, delay=0.02)
+    window = make_window(engine)
+    decoding = window.decoding
+    decoding.k.setValue(5)  # nothing runs: the next run takes it, no word needed
+    assert "next run" not in window.status.currentMessage()
+    window.generate()
+    qtbot.waitUntil(lambda: engine.produced >= 2, timeout=5000)
+    decoding.k.setValue(6)
+    assert window.status.currentMessage().startswith("draft length k 6 applies to the next run")
+    decoding.select(decoding.method, "eagle")
+    assert window.status.currentMessage().startswith("method EAGLE applies to the next run")
+    decoding.temperature.setValue(0.7)
+    assert window.status.currentMessage().startswith("temperature 0.7 applies to the next run")
+    qtbot.keyClick(window, Qt.Key.Key_Escape)
+    wait_idle(qtbot, window)
+    running = engine.requests[0]  # the run in progress kept what it started with
+    assert (running.method, running.config.k, running.config.temperature) == ("classic", 5, 0.0)
+
+    engine.steps = 3
+    window.generate()
+    wait_idle(qtbot, window)
+    following = engine.requests[1]
+    assert (following.method, following.config.k, following.config.temperature) == (
+        "eagle",
+        6,
+        0.7,
+    )
