@@ -2,10 +2,10 @@
 
 `SweepController` is given what it reads and nothing more: the `Session` (is the engine
 free? errors and notes go there, and the window shows them), the engine (its `sweep` and
-`tune` measure), the decoding panel (method,
-policy and fixed settings; a clicked cell and the tuned k go back through its public
-`values()` / `apply()`), the current prompt and model specs as callables, and the shared
-`JobRunner`. The window adds its tab and the Run ▸ Tune k action.
+`tune` measure), the decoding panel (method, policy and fixed settings; a clicked cell and
+the tuned k go back through its public `values()` / `apply()`), the current prompt and model
+specs as callables, and the shared `JobRunner`. The window adds its tab and the Run ▸ Tune k
+action.
 """
 
 from __future__ import annotations
