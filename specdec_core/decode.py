@@ -44,7 +44,8 @@ from specdec_core.prefix_cache import PrefixCache
 from specdec_core.sampling import probs
 from specdec_core.step_clock import Laps, now
 from specdec_core.target import Target, TargetOutput
-from specdec_core.verifiers import ChainVerifier, make_verifier
+from specdec_core.verifiers import ChainVerifier, LosslessVerifier, make_verifier
+from specdec_core.verifiers.greedy import verify_greedy
 from specdec_core.verifiers.lossy import policy_probs
 from specdec_core.verifiers.tree import verify_tree
 
@@ -82,6 +83,7 @@ def generate(
     detok = IncrementalDetokenizer(target.tokenizer, prompt_ids)
     eos = target.eos_ids
     method = method or drafter.name
+    greedy = config.temperature <= 0.0 and isinstance(verifier, LosslessVerifier)
     info = {**config.as_dict(), "policy": verifier.name, "lossy": verifier.lossy}
     info.update(drafter.describe(config))  # e.g. the tree size a drafter chose
     yield Started(len(prompt_ids), method, {**info, **(started_info or {})})
@@ -111,10 +113,16 @@ def generate(
             start = runner.length
             out = runner.forward([ids[-1], *proposal.tokens], proposal.parents)
             laps.lap("target")
-            p = probs(out.logits, config.temperature, config.top_p)  # [n+1, V]
-            path, next_token = verify_proposal(
-                proposal, p, verifier, generator, _soft(verifier, out, config)
-            )
+            if greedy:  # the lossless rule at T = 0 on the argmax ids (verifiers/greedy.py)
+                argmax = out.logits.argmax(-1).tolist()  # [n+1]
+                path, next_token = verify_greedy(proposal, argmax)
+                p_target = [1.0] * (len(path) + 1)  # every emitted token is its row's argmax
+            else:
+                p = probs(out.logits, config.temperature, config.top_p)  # [n+1, V]
+                path, next_token = verify_proposal(
+                    proposal, p, verifier, generator, _soft(verifier, out, config)
+                )
+                p_target = _p_target(p, path, [*(proposal.tokens[n] for n in path), next_token])
             laps.lap("accept")
             runner.keep(start, [0, *(node + 1 for node in path)])
             laps.lap("keep")
@@ -125,7 +133,7 @@ def generate(
             kept.add(rows)
             laps.lap("commit")
 
-            tokens = _tokens(emitted, proposal, path, p, detok, stats.steps)
+            tokens = _tokens(emitted, proposal, path, p_target, detok, stats.steps)
             done = next((i for i, t in enumerate(emitted) if t in eos), None)
             keep = min(len(tokens), room, done + 1 if done is not None else len(tokens))
             new.extend(emitted[:keep])
@@ -257,15 +265,20 @@ def _soft(verifier: ChainVerifier, out: TargetOutput, config: DecodeConfig) -> t
     return policy_probs(out.logits, config.temperature, config.top_p)  # [n+1, V]
 
 
+def _p_target(p: torch.Tensor, path: list[int], emitted: list[int]) -> list[float]:
+    """The target's probability of each emitted token, in the row that scored it."""
+    rows = [0, *(node + 1 for node in path)]
+    return p[rows, emitted].tolist()
+
+
 def _tokens(
     emitted: list[int],
     proposal: Proposal,
     path: list[int],
-    p: torch.Tensor,
+    p_target: list[float],
     detok: IncrementalDetokenizer,
     step: int,
 ) -> list[Token]:
-    rows = [0, *(node + 1 for node in path)]  # p row that scored each emitted token
     tokens = []
     for i, token_id in enumerate(emitted):
         if i < len(path):
@@ -278,8 +291,7 @@ def _tokens(
                 else (Kind.BONUS if _is_full(proposal, path) else Kind.CORRECTION)
             )
             q = None
-        p_target = float(p[rows[i], token_id])
-        tokens.append(Token(token_id, detok.push(token_id), kind, step, p_target, q))
+        tokens.append(Token(token_id, detok.push(token_id), kind, step, p_target[i], q))
     return tokens
 
 

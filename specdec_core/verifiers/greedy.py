@@ -1,0 +1,36 @@
+"""The lossless rule at temperature 0, read off the target's argmax ids.
+
+At T = 0 the target's distribution at every row is one-hot on its argmax (`sampling.probs`),
+so the lossless rule (`lossless.speculative_accept` for chains, `tree.verify_tree` for trees)
+accepts a drafted token exactly when it equals the argmax of the row that scores it, and the
+next token is the argmax of the row after the last accepted one. This module applies that
+reading to the argmax ids directly: no [n+1, V] one-hot rows, no residuals, no sampling, and no
+random numbers drawn (at T = 0 nothing else draws from the generator either). The decode loop
+uses it for the lossless policy at T = 0; tests check that it picks the same path and next
+token as the general rule on the same logits.
+"""
+
+from __future__ import annotations
+
+from specdec_core.drafters.base import Proposal
+
+
+def verify_greedy(proposal: Proposal, argmax: list[int]) -> tuple[list[int], int]:
+    """`argmax[i]`: the target's argmax id at row i (row 0 the pending token, row j + 1 after
+    node j). Returns the accepted node indices from the root down, and the next token."""
+    parents = proposal.parents
+    if parents is None:  # a chain: node j's parent is node j - 1
+        parents = tuple(range(-1, len(proposal.tokens) - 1))
+    order = proposal.draws if proposal.draws is not None else range(len(proposal.tokens))
+    children: dict[int, list[int]] = {}
+    for node in order:
+        children.setdefault(parents[node], []).append(node)
+    path: list[int] = []
+    node = -1
+    while True:
+        wanted = argmax[node + 1]
+        child = next((c for c in children.get(node, ()) if proposal.tokens[c] == wanted), None)
+        if child is None:
+            return path, wanted
+        path.append(child)
+        node = child
