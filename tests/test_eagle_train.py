@@ -11,6 +11,7 @@ from specdec_core.config import DecodeConfig
 from specdec_core.eagle.formats import load_head
 from specdec_core.models import load_model
 from specdec_core.runner import load_draft, run
+from specdec_core.training.card import read_card
 from tests.tiny import VOCAB, training_dir
 
 
@@ -36,6 +37,7 @@ def test_a_short_training_run_produces_a_loadable_model(tiny_dir, tmp_path, kind
     assert main(argv) == 0
     card = json.loads((out / "specdec_card.json").read_text())
     assert card["epochs"] == 2 and card["tokens"] >= 800 and card["draft_vocab"] == 16
+    assert read_card(out).to_record() == card  # the card reads back as it was written
     target = load_model(str(tiny_dir / "target"), device="cpu", dtype="float32")
     config = DecodeConfig(max_new_tokens=20, k=3)
     ids = [1, 5, 9, 4]
@@ -238,9 +240,10 @@ def test_a_checkpoint_from_other_data_is_refused_not_resumed_at_a_wrong_step(
 def test_a_time_budget_stops_training_with_the_schedule_decayed(tiny_target, tmp_path):
     from specdec_core.eagle.data import Sample
     from specdec_core.training.features import extract_features
-    from specdec_core.training.loop import TrainConfig, train
+    from specdec_core.training.loop import train
     from specdec_core.training.objective import Objective
     from specdec_core.training.starting_model import build_model
+    from specdec_core.training.train_config import TrainConfig
 
     model = tiny_target.model
     generator = torch.Generator().manual_seed(0)
@@ -262,8 +265,8 @@ def test_a_time_budget_stops_training_with_the_schedule_decayed(tiny_target, tmp
     finally:
         torch.optim.AdamW.step = step
     *epochs, record = history  # a million epochs asked for; one second given
-    assert all("stopped" not in e for e in epochs) and len(epochs) < 10**6
-    assert record["stopped"] == "time" and record["step"] == len(rates) > 10
+    assert all(e.stopped is None for e in epochs) and len(epochs) < 10**6
+    assert record.stopped == "time" and record.step == len(rates) > 10
     assert rates[-1] < 0.05 * config.lr < rates[len(rates) // 4]  # decayed over the time
 
 

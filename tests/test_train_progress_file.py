@@ -3,6 +3,7 @@ typed record; the end of the run marks it finished."""
 
 from __future__ import annotations
 
+from specdec_core.training.card import EpochRecord, Validation
 from specdec_core.training.progress_file import ProgressFile, read_progress
 
 
@@ -12,7 +13,7 @@ def test_progress_file_reports_steps_rate_eta_and_validation_per_epoch(tmp_path)
     progress = ProgressFile(path, tokens=1000)
     progress.update(1, 20, 10, [])
     progress.update(5, 20, 10, [])  # within the write interval: skipped
-    history = [{"epoch": 1, "step": 10, "teacher_forced_top1": 0.4, "tau": 1.5}]
+    history = [EpochRecord(1, 10, 1796000000.0, Validation(0.4, 1.5))]
     progress.update(10, 20, 10, history)  # an epoch ended: always written
     read = read_progress(path)
     assert read is not None and (read.step, read.steps, read.epoch) == (10, 20, 1.0)

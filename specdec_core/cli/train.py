@@ -190,6 +190,7 @@ def run(args: argparse.Namespace) -> int:
         )
         print(f"specdec: training interrupted; {where}", file=sys.stderr)
         return 130
+    record = card.to_record()
     keys = ("kind", "tokens", "epochs", "validation", "validation_by_kind")
-    print(json.dumps({k: card[k] for k in keys if k in card}))
+    print(json.dumps({k: record[k] for k in keys if k in record}))
     return 0

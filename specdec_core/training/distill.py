@@ -40,6 +40,7 @@ from specdec_core.eagle import data as datasets
 from specdec_core.eagle.data import Sample
 from specdec_core.errors import SpecdecError
 from specdec_core.models import LoadedModel
+from specdec_core.training.card import ModelCard
 from specdec_core.training.data_sources import HOLDOUT, Collected, trimmed
 from specdec_core.training.driver import train_on_samples
 from specdec_core.training.layout import resolve_layout
@@ -204,7 +205,7 @@ def train_request(settings: DistillSettings, command: str) -> TrainRequest:
     )  # fmt: skip
 
 
-def run(settings: DistillSettings, command: str, log: Log | None = None) -> dict:
+def run(settings: DistillSettings, command: str, log: Log | None = None) -> ModelCard:
     """Answer, train and save within the settings' time budget (module docstring); -> the
     head's card. `command`: the command line the card records; `log`: progress lines, whose
     clock also starts the budget (`total_seconds`)."""
@@ -247,10 +248,11 @@ def run(settings: DistillSettings, command: str, log: Log | None = None) -> dict
         [samples],
         layout=layout,
         stages=report["stages"],
-        card_extra={"device": device},
+        device=device,
     )
     (out / "report.json").write_text(json.dumps(report, indent=2, default=str))
-    log(f"saved {out / 'head'}: {json.dumps(card['validation'] or {})}")
+    validation = card.validation.to_record() if card.validation else {}
+    log(f"saved {out / 'head'}: {json.dumps(validation)}")
     return card
 
 

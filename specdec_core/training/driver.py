@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,16 +20,17 @@ import torch
 
 from specdec_core.errors import SpecdecError
 from specdec_core.models import LoadedModel, load_model
-from specdec_core.training.card import model_card, trained_epochs
+from specdec_core.training.card import ModelCard, Validation, trained_epochs
 from specdec_core.training.data_sources import Collected, collect
 from specdec_core.training.features import Featured, extract_features
 from specdec_core.training.layout import Layout, layout_settings, resolve_layout
-from specdec_core.training.loop import TrainConfig, train
+from specdec_core.training.loop import train
 from specdec_core.training.magpie import evaluation_prompts
 from specdec_core.training.objective import Objective
 from specdec_core.training.progress_file import ProgressFile
 from specdec_core.training.request import TrainRequest
 from specdec_core.training.starting_model import head_layers, starting_model, trainable
+from specdec_core.training.train_config import TrainConfig
 from specdec_core.training.validation import (
     held_out_by_kind,
     teacher_forced_agreement,
@@ -53,7 +54,7 @@ def _log(message: str) -> None:
     print(f"[train] {message}", file=sys.stderr, flush=True)
 
 
-def train_from_request(request: TrainRequest) -> dict:
+def train_from_request(request: TrainRequest) -> ModelCard:
     """`specdec train`: load the target, collect `request.data`, train and save; -> the card."""
     started = time.time()
     torch.manual_seed(request.seed)
@@ -76,8 +77,8 @@ def train_on_samples(
     layout: Layout | None = None,
     started: float | None = None,
     stages: dict | None = None,
-    card_extra: Mapping | None = None,
-) -> dict:
+    device: str | None = None,
+) -> ModelCard:
     """Train `request`'s model on `sources` and save it with its card in `request.out`;
     -> the card.
 
@@ -87,7 +88,8 @@ def train_on_samples(
     has passed since this call. `layout`: `resolve_layout`'s, if the caller checked it before
     collecting; `started` (time.time()): when the run began, for the card's train_seconds.
     `stages`, when given, gets the seconds of features and training (and the held-out top-1
-    before training) and goes into the card, as does `card_extra`.
+    before training) and goes into the card, as does `device` (where it trained, if a caller
+    records it).
     """
     began, started = time.monotonic(), started or time.time()
     target.model.requires_grad_(False)
@@ -125,9 +127,7 @@ def train_on_samples(
         objective, data.train, config, request.checkpoint_dir, validate if data.held else None,
         progress.update if progress else None,
     )  # fmt: skip
-    extra = {"data_mix": data.mix, **(card_extra or {})}
-    if request.val_kinds:
-        extra["validation_by_kind"] = _by_kind(request, target, objective, layout.fused)
+    by_kind = _by_kind(request, target, objective, layout.fused) if request.val_kinds else None
     if stages is not None:
         stages["train"] = {
             "seconds": round(time.monotonic() - training, 1),
@@ -135,19 +135,29 @@ def train_on_samples(
             "sequences": len(data.train),
             "tokens": tokens,
             "teacher_forced_top1_before": before,
-            "history": history,
+            "history": [epoch.to_record() for epoch in history],
         }
-        extra["stages"] = stages
-    card = model_card(
-        request,
-        config,
-        data=list(data.mix["by_source"]),
-        trained=data.train,
+    card = ModelCard(
+        kind=request.trains,
+        arch=layout.arch if eagle else None,
+        target=request.target,
+        command=request.command,
+        data=tuple(data.mix["by_source"]),
+        tokens=tokens,
+        sequences=len(data.train),
+        epochs=trained_epochs(history),
+        seed=request.seed,
         draft_vocab=len(draft_ids),
+        init=request.init,
         layers=head_layers(model),
-        history=history,
-        seconds=time.time() - started,
-        extra=extra,
+        history=tuple(history),
+        validation=history[-1] if history else None,
+        train_seconds=round(time.time() - started),
+        train_config=config,
+        data_mix=data.mix,
+        device=device,
+        validation_by_kind=by_kind,
+        stages=stages,
     )
     save_trained(request.trains, model, target, out, card)
     if progress is not None:
@@ -174,26 +184,30 @@ def train_config(request: TrainRequest, layout: Layout) -> TrainConfig:
 
 def _validation(
     request: TrainRequest, target: LoadedModel, data: TrainingData, out: Path, arch: str
-) -> Callable[[Objective], dict]:
+) -> Callable[[Objective], Validation]:
     """What each epoch ends with: teacher-forced top-1 on the held-out samples, tau on up to
     `request.val_prompts` held-out prompts; then the model so far is saved with a partial card
     (so a run cut off keeps it)."""
     lm_head = target.model.get_output_embeddings()
-    eagle = request.trains == "eagle"
-    partial = {"kind": request.trains, **({"arch": arch} if eagle else {})}
+    arch_of = arch if request.trains == "eagle" else None
 
-    def validate(objective: Objective) -> dict:
-        result = {"teacher_forced_top1": teacher_forced_agreement(objective, data.held, lm_head)}
+    def validate(objective: Objective) -> Validation:
+        top1 = teacher_forced_agreement(objective, data.held, lm_head)
+        tau = None
         if data.held_prompts and request.val_prompts:
             prompts = data.held_prompts[: request.val_prompts]
-            result["tau"] = validation_tau(request.trains, objective.model, target, prompts)
-        save_trained(request.trains, objective.model, target, out, {**partial, "partial": result})
+            tau = validation_tau(request.trains, objective.model, target, prompts)
+        result = Validation(top1, tau)
+        partial = ModelCard(kind=request.trains, arch=arch_of, partial=result)
+        save_trained(request.trains, objective.model, target, out, partial)
         return result
 
     return validate
 
 
-def _by_kind(request: TrainRequest, target: LoadedModel, objective: Objective, fused) -> dict:
+def _by_kind(
+    request: TrainRequest, target: LoadedModel, objective: Objective, fused
+) -> dict[str, Validation]:
     """The validation table by kind of request (`validation.validation_by_kind`)."""
     by_kind = held_out_by_kind(target, request.work_dir, request.val_kinds)
     taken = {
@@ -201,7 +215,7 @@ def _by_kind(request: TrainRequest, target: LoadedModel, objective: Objective, f
         for kind, (prompts, answers) in by_kind.items()
     }
     table = validation_by_kind(request.trains, objective, target, taken)
-    _log(f"validation by kind: {json.dumps(table)}")
+    _log(f"validation by kind: {json.dumps({k: v.to_record() for k, v in table.items()})}")
     return table
 
 
@@ -236,14 +250,14 @@ def _features(
     return data
 
 
-def save_trained(trains: str, model, target: LoadedModel, out: Path, card: dict) -> None:
+def save_trained(trains: str, model, target: LoadedModel, out: Path, card: ModelCard) -> None:
     """Save an EAGLE head (the official layout) or a token-level draft (without the target's
     embedding) with `card`."""
     if trains == "eagle":
         from specdec_core.eagle.formats import save_head
 
-        save_head(model, out, card)
+        save_head(model, out, card.to_record())
     else:
         from specdec_core.token_draft import save_draft
 
-        save_draft(model, target.tokenizer, out, card)
+        save_draft(model, target.tokenizer, out, card.to_record())

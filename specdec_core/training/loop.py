@@ -16,7 +16,6 @@ import json
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -24,31 +23,16 @@ from torch import nn
 from tqdm import tqdm
 
 from specdec_core.errors import SpecdecError
+from specdec_core.training.card import EpochRecord, Validation
 from specdec_core.training.features import Featured
 from specdec_core.training.objective import Objective, collate
 from specdec_core.training.starting_model import trainable
+from specdec_core.training.train_config import TrainConfig
 
-# `validate(objective)` -> what the epoch's record adds (teacher-forced top-1, tau)
-Validate = Callable[[Objective], dict]
+# `validate(objective)` -> the validation the epoch's record holds
+Validate = Callable[[Objective], Validation]
 # `on_step(step, steps, steps_per_epoch, history)`
-OnStep = Callable[[int, int, int, list[dict]], None]
-
-
-@dataclass
-class TrainConfig:
-    trains: str = "eagle"  # what is trained: eagle (an EAGLE head) | draft (a token-level draft)
-    epochs: int = 2
-    lr: float = 1e-3
-    warmup: int = 50
-    batch_tokens: int = 4096
-    draft_vocab: int = 8192
-    noise: float = 0.2  # uniform noise width on input features (eagle)
-    ce_weight: float = 0.1
-    unroll: int = 2  # eagle: drafting steps simulated in training (1 = plain EAGLE-1)
-    arch: str = "eagle1"  # eagle: head layout, eagle1 | eagle3
-    seed: int = 0
-    save_every: int = 100
-    seconds: float = 0.0  # > 0: a time budget; the schedule decays over it and training stops
+OnStep = Callable[[int, int, int, list[EpochRecord]], None]
 
 
 def batches(data: list[Featured], batch_tokens: int, generator: torch.Generator):
@@ -180,7 +164,7 @@ def train(
     out: Path,
     validate: Validate | None = None,
     on_step: OnStep | None = None,
-) -> list[dict]:
+) -> list[EpochRecord]:
     """Run the epochs (resuming from OUT/checkpoint.pt); return the per-epoch history.
     `on_step(step, steps, steps_per_epoch, history)`, when given, is called after every
     optimiser step and after each epoch's validation."""
@@ -189,7 +173,8 @@ def train(
 
 class TrainingRun:
     """One call of `train`: the optimiser, the batch order, the checkpoint and the state saved
-    in it (epoch, step, history, plan, seconds; `out_of_time` once the budget ended it)."""
+    in it (epoch, step, history as `EpochRecord.to_record()`s, plan, seconds; `out_of_time`
+    once the budget ended it)."""
 
     def __init__(
         self,
@@ -225,12 +210,15 @@ class TrainingRun:
         self.epoch_start = self.generator.get_state()
         self.schedule = Schedule(config, self.total, self.state.get("seconds", 0.0))
 
-    def run(self) -> list[dict]:
+    def run(self) -> list[EpochRecord]:
         state = self.state
         while state["epoch"] < self.config.epochs and not state.get("out_of_time"):
             self.epoch()
             self.end_epoch()
-        return state["history"]
+        return self.history()
+
+    def history(self) -> list[EpochRecord]:
+        return [EpochRecord.from_record(record) for record in self.state["history"]]
 
     def epoch(self) -> None:
         """The epoch's batches from where the state stands (mid-epoch after a resume)."""
@@ -267,16 +255,19 @@ class TrainingRun:
         """The epoch's record (a fraction of an epoch where the time ran out), validated,
         appended to the history and saved."""
         state = self.state
-        if state.get("out_of_time"):  # epochs done so far, as a fraction
-            record = {"epoch": round(state["step"] / self.steps_per_epoch, 2), "stopped": "time"}
+        stopped = "time" if state.get("out_of_time") else None
+        if stopped:  # epochs done so far, as a fraction
+            epoch = round(state["step"] / self.steps_per_epoch, 2)
         else:
             state["epoch"] += 1
             self.epoch_start = self.generator.get_state()
-            record = {"epoch": state["epoch"]}
-        record.update(step=state["step"], time=time.time())
+            epoch = state["epoch"]
+        ended = time.time()
+        validation = Validation()
         if self.validate is not None:
             self.objective.eval()
-            record.update(self.validate(self.objective))
+            validation = self.validate(self.objective)
+        record = EpochRecord(epoch, state["step"], ended, validation, stopped).to_record()
         state["history"].append(record)
         print(json.dumps(record), flush=True)
         self.save()
@@ -288,5 +279,5 @@ class TrainingRun:
 
     def stepped(self) -> None:
         if self.on_step is not None:
-            state = self.state
-            self.on_step(state["step"], self.total, self.steps_per_epoch, state["history"])
+            steps = self.state["step"], self.total, self.steps_per_epoch
+            self.on_step(*steps, self.history())

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from specdec_core.files import write_atomic
+from specdec_core.training.card import EpochRecord
 
 MIN_INTERVAL_S = 0.5  # between writes for plain steps; an epoch's end is always written
 
@@ -51,7 +53,9 @@ class ProgressFile:
         self._written = 0.0
         self._epochs = -1
 
-    def update(self, step: int, steps: int, steps_per_epoch: int, history: list[dict]) -> None:
+    def update(
+        self, step: int, steps: int, steps_per_epoch: int, history: Sequence[EpochRecord]
+    ) -> None:
         now = time.monotonic()
         if self._first is None:
             self._first = (now, step)
@@ -67,19 +71,20 @@ class ProgressFile:
                 "steps": steps,
                 "tokens_per_s": round(rate * tokens_per_step, 1) if rate else None,
                 "eta_s": round((steps - step) / rate, 1) if rate else None,
-                "validation": history,
+                "validation": [epoch.to_record() for epoch in history],
                 "finished": False,
             }
         )
         self._written, self._epochs = now, len(history)
 
-    def finish(self, history: list[dict]) -> None:
+    def finish(self, history: Sequence[EpochRecord]) -> None:
         """The run has ended and saved its model."""
         try:
             saved = json.loads(self.path.read_text())
         except (OSError, ValueError):
             saved = {}
-        self.write({**saved, "eta_s": 0.0, "validation": history, "finished": True})
+        validation = [epoch.to_record() for epoch in history]
+        self.write({**saved, "eta_s": 0.0, "validation": validation, "finished": True})
 
     def write(self, record: dict) -> None:
         write_atomic(self.path, json.dumps(record))

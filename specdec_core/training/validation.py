@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from specdec_core.models import LoadedModel
+from specdec_core.training.card import Validation
 from specdec_core.training.features import Featured
 from specdec_core.training.objective import Objective, collate
 
@@ -80,14 +81,17 @@ def held_out_by_kind(
     return held
 
 
-def validation_by_kind(trains: str, objective, target: LoadedModel, held: dict) -> dict:
-    """{kind: {teacher_forced_top1, tau}} on `held` (`held_out_by_kind`, features taken)."""
+def validation_by_kind(
+    trains: str, objective, target: LoadedModel, held: dict
+) -> dict[str, Validation]:
+    """kind -> its `Validation` (teacher-forced top-1, tau) on `held` (`held_out_by_kind`,
+    features taken)."""
     lm_head = target.model.get_output_embeddings()
     objective.eval()  # no input noise
     table = {}
     for kind, (prompts, featured) in held.items():
-        table[kind] = {
-            "teacher_forced_top1": round(teacher_forced_agreement(objective, featured, lm_head), 4),
-            "tau": round(validation_tau(trains, objective.model, target, prompts), 3),
-        }
+        table[kind] = Validation(
+            round(teacher_forced_agreement(objective, featured, lm_head), 4),
+            round(validation_tau(trains, objective.model, target, prompts), 3),
+        )
     return table
