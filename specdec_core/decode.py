@@ -45,7 +45,7 @@ from specdec_core.sampling import probs
 from specdec_core.step_clock import Laps, now
 from specdec_core.target import Target, TargetOutput
 from specdec_core.verifiers import ChainVerifier, LosslessVerifier, make_verifier
-from specdec_core.verifiers.greedy import verify_greedy
+from specdec_core.verifiers.greedy import argmax_ids, verify_greedy
 from specdec_core.verifiers.lossy import policy_probs
 from specdec_core.verifiers.tree import verify_tree
 
@@ -114,8 +114,7 @@ def generate(
             out = runner.forward([ids[-1], *proposal.tokens], proposal.parents)
             laps.lap("target")
             if greedy:  # the lossless rule at T = 0 on the argmax ids (verifiers/greedy.py)
-                argmax = out.logits.argmax(-1).tolist()  # [n+1]
-                path, next_token = verify_greedy(proposal, argmax)
+                path, next_token = verify_greedy(proposal, argmax_ids(out.logits))
                 p_target = [1.0] * (len(path) + 1)  # every emitted token is its row's argmax
             else:
                 p = probs(out.logits, config.temperature, config.top_p)  # [n+1, V]

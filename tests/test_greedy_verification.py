@@ -12,7 +12,7 @@ from specdec_core.decode import make_generator, verify_proposal
 from specdec_core.drafters.base import Proposal
 from specdec_core.sampling import probs
 from specdec_core.verifiers import LosslessVerifier
-from specdec_core.verifiers.greedy import verify_greedy
+from specdec_core.verifiers.greedy import argmax_ids, verify_greedy
 
 VOCAB = 6  # few ids, so drafts often equal the argmax and paths run deep
 
@@ -42,7 +42,7 @@ def test_greedy_verification_picks_the_lossless_rules_path_and_next_token(shape)
         proposal = Proposal(tokens=tokens, q=q, parents=parents, draws=draws)
         generator = torch.Generator().manual_seed(case)
         logits = torch.randn(nodes + 1, VOCAB, generator=generator)
-        argmax = logits.argmax(-1).tolist()
+        argmax = argmax_ids(logits)
         assert verify_greedy(proposal, argmax) == general_rule(proposal, logits), (case, tokens)
 
 
@@ -58,3 +58,12 @@ def test_greedy_verification_descends_into_the_child_equal_to_the_argmax():
     proposal = Proposal(tokens=[5, 2, 9], parents=(-1, -1, 1))
     assert verify_greedy(proposal, [2, 0, 9, 4]) == ([1, 2], 4)
     assert verify_greedy(proposal, [5, 8, 0, 0]) == ([0], 8)
+
+
+def test_argmax_ids_break_ties_to_the_lowest_id_as_the_target_distribution_does():
+    generator = torch.Generator().manual_seed(0)
+    for width in (3, 100, 49_152):
+        logits = torch.randint(0, 3, (8, width), generator=generator).float()  # many ties
+        one_hot = probs(logits, temperature=0.0)
+        assert argmax_ids(logits) == one_hot.argmax(-1).tolist()
+        assert argmax_ids(logits) == [row.tolist().index(row.max().item()) for row in logits]
