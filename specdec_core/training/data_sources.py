@@ -84,54 +84,92 @@ def collect(
     from specdec_core.training.generation_job import is_job
 
     check_source(source)
-    tok = target.tokenizer
     if source.endswith(".jsonl"):
         return Collected(source, _jsonl(source, target, tokens, work, max_len))
     if source.endswith(".npz"):
         return Collected(source, _answers(source, tokens, max_len))
     if source == "magpie" or is_job(source):
-        from specdec_core.training.generation_job import load_samples
-        from specdec_core.training.magpie import magpie_samples
-        from specdec_core.training.validation import held_out_by_kind
-
-        if source == "magpie":
-            samples, mix = magpie_samples(target, tokens, work, seed, exclude, cached_only)
-        else:  # a `specdec data` job: what it generated so far
-            samples, generated = load_samples(Path(source), tokens)
-            mix = {"generated": generated}
-        held = list(held_out_by_kind(target, work, 3).values())
-        held_answers = [s for _, answers in held for s in answers]
-        rows = zip(*(prompts for prompts, _ in held), strict=False)  # kinds in turn
-        held_prompts = [p for row in rows for p in row]
-        return Collected(source, trimmed(samples, max_len), held_answers, held_prompts, mix)
+        return _generated(source, target, tokens, work, max_len, seed, cached_only, exclude)
     conversations = list(datasets.iter_sharegpt())
     rest, held = datasets.split_conversations(len(conversations), HOLDOUT, seed)
+    tok = target.tokenizer
     rendered = (datasets.render_conversation(tok, conversations[i], max_len) for i in held)
     held_samples = [s for s in rendered if s][:16]  # teacher-forced agreement
     held_prompts = [
         p for p in (datasets.first_prompt(tok, conversations[i], 256) for i in held) if p
     ]
-    samples: list[datasets.Sample] = []
     if source == "sharegpt":
-        for i in rest[SHAREGPT]:
-            sample = datasets.render_conversation(tok, conversations[i], max_len)
-            if sample is not None:
-                samples.append(sample)
-                if sum(len(s.ids) for s in samples) >= tokens:
-                    break
+        samples = _sharegpt([conversations[i] for i in rest[SHAREGPT]], tok, tokens, max_len)
         return Collected(source, samples, held_samples, held_prompts)
-    chunk = 512
     order = rest[: SHAREGPT.start] + rest[SHAREGPT.stop :]
+    asked = [conversations[i] for i in order]
+    samples = _self_distilled(source, asked, target, tokens, work, cached_only)
+    # validate on what the head will see: the target's own answers to held-out prompts
+    held_answers = datasets.generate_answers(
+        target.model, tok, held_prompts[:32], 128, 32, work / "self-heldout"
+    )
+    return Collected(source, samples, held_answers or held_samples, held_prompts)
+
+
+def _generated(
+    source: str,
+    target: LoadedModel,
+    tokens: int,
+    work: Path,
+    max_len: int,
+    seed: int,
+    cached_only: bool,
+    exclude: Sequence[str],
+) -> Collected:
+    """Prompts the target wrote itself (`magpie`) or a `specdec data` job's answers (what it
+    generated so far), validated on the held-out prompts of every kind, kinds in turn."""
+    from specdec_core.training.generation_job import load_samples
+    from specdec_core.training.magpie import magpie_samples
+    from specdec_core.training.validation import held_out_by_kind
+
+    if source == "magpie":
+        samples, mix = magpie_samples(target, tokens, work, seed, exclude, cached_only)
+    else:
+        samples, generated = load_samples(Path(source), tokens)
+        mix = {"generated": generated}
+    held = list(held_out_by_kind(target, work, 3).values())
+    held_answers = [s for _, answers in held for s in answers]
+    rows = zip(*(prompts for prompts, _ in held), strict=False)  # kinds in turn
+    held_prompts = [p for row in rows for p in row]
+    return Collected(source, trimmed(samples, max_len), held_answers, held_prompts, mix)
+
+
+def _sharegpt(conversations, tokenizer, tokens: int, max_len: int) -> list[datasets.Sample]:
+    """ShareGPT conversations rendered with the chat template, until `tokens` tokens."""
+    samples: list[datasets.Sample] = []
+    for conversation in conversations:
+        sample = datasets.render_conversation(tokenizer, conversation, max_len)
+        if sample is not None:
+            samples.append(sample)
+            if sum(len(s.ids) for s in samples) >= tokens:
+                break
+    return samples
+
+
+def _self_distilled(
+    source: str, conversations, target: LoadedModel, tokens: int, work: Path, cached_only: bool
+) -> list[datasets.Sample]:
+    """The target's answers to the first prompts of `conversations` whose length `source`
+    takes (`SELF_PROMPTS`), in chunks cached under WORK/SOURCE, until `tokens` tokens."""
+    chunk = 512
     shortest, longest = SELF_PROMPTS[source]
-    for number, first in enumerate(range(0, len(order), chunk)):
-        ids = order[first : first + chunk]
-        found = (datasets.first_prompt(tok, conversations[i], longest) for i in ids)
+    samples: list[datasets.Sample] = []
+    for number, first in enumerate(range(0, len(conversations), chunk)):
+        found = (
+            datasets.first_prompt(target.tokenizer, conversation, longest)
+            for conversation in conversations[first : first + chunk]
+        )
         prompts = [p for p in found if p and len(p) >= shortest]
         if not prompts:
             continue
         samples += datasets.generate_answers(
             target.model,
-            tok,
+            target.tokenizer,
             prompts,
             128,
             64,
@@ -144,11 +182,7 @@ def collect(
         )
         if sum(len(s.ids) for s in samples) >= tokens:
             break
-    # validate on what the head will see: the target's own answers to held-out prompts
-    held_answers = datasets.generate_answers(
-        target.model, tok, held_prompts[:32], 128, 32, work / "self-heldout"
-    )
-    return Collected(source, samples, held_answers or held_samples, held_prompts)
+    return samples
 
 
 def _answers(path: str, tokens: int, max_len: int) -> list[datasets.Sample]:

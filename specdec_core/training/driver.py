@@ -100,17 +100,11 @@ def train_on_samples(
     if not data.train:
         raise SpecdecError("no training data; check --data and --tokens")
     config = train_config(request, layout)
-    model, draft_ids = starting_model(
-        request.trains, layout.init_head, target, data.train, config.draft_vocab, layout.arch,
-        layout.depth, request.input_norms,
-    )  # fmt: skip
-    lm_head = target.model.get_output_embeddings()
-    eagle = request.trains == "eagle"
-    noise, unroll = (config.noise, config.unroll) if eagle else (0.0, 1)
-    objective = Objective(request.trains, model, lm_head, draft_ids, noise, unroll)
-    what = f"{layout.arch} head" if eagle else "draft"
-    size = sum(p.numel() for p in trainable(model, request.trains))
+    what = f"{layout.arch} head" if request.trains == "eagle" else "draft"
+    objective = _starting_objective(request, config, layout, target, data.train)
+    size = sum(p.numel() for p in trainable(objective.model, request.trains))
     _log(f"{what}: {size / 1e6:.1f}M trained parameters")
+    lm_head = target.model.get_output_embeddings()
     if stages is not None:
         before = teacher_forced_agreement(objective.eval(), data.held, lm_head)
     out = Path(request.out)
@@ -139,7 +133,7 @@ def train_on_samples(
         }
     card = ModelCard(
         kind=request.trains,
-        arch=layout.arch if eagle else None,
+        arch=layout.arch if request.trains == "eagle" else None,
         target=request.target,
         command=request.command,
         data=tuple(data.mix["by_source"]),
@@ -147,9 +141,9 @@ def train_on_samples(
         sequences=len(data.train),
         epochs=trained_epochs(history),
         seed=request.seed,
-        draft_vocab=len(draft_ids),
+        draft_vocab=len(objective.draft_ids),
         init=request.init,
-        layers=head_layers(model),
+        layers=head_layers(objective.model),
         history=tuple(history),
         validation=history[-1] if history else None,
         train_seconds=round(time.time() - started),
@@ -159,11 +153,30 @@ def train_on_samples(
         validation_by_kind=by_kind,
         stages=stages,
     )
-    save_trained(request.trains, model, target, out, card)
+    save_trained(request.trains, objective.model, target, out, card)
     if progress is not None:
         progress.finish(history)
     _log(f"saved the {what} to {out}")
     return card
+
+
+def _starting_objective(
+    request: TrainRequest,
+    config: TrainConfig,
+    layout: Layout,
+    target: LoadedModel,
+    data: list[Featured],
+) -> Objective:
+    """The objective over the model training starts from (`starting_model`): an EAGLE head
+    with the layout's input noise and unrolled passes, or a token-level draft."""
+    model, draft_ids = starting_model(
+        request.trains, layout.init_head, target, data, config.draft_vocab, layout.arch,
+        layout.depth, request.input_norms,
+    )  # fmt: skip
+    lm_head = target.model.get_output_embeddings()
+    eagle = request.trains == "eagle"
+    noise, unroll = (config.noise, config.unroll) if eagle else (0.0, 1)
+    return Objective(request.trains, model, lm_head, draft_ids, noise, unroll)
 
 
 def train_config(request: TrainRequest, layout: Layout) -> TrainConfig:
