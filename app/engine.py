@@ -12,11 +12,13 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from app.engine_api import (
     ChatMessage,
     Engine,
+    HeadExportRequest,
     LoadSettings,
     MethodInfo,
     OnPoint,
@@ -28,9 +30,11 @@ from app.engine_api import (
     SweepRequest,
     TargetInfo,
     TuneRequest,
+    no_head,
 )
 from specdec_core.errors import SpecdecError
 from specdec_core.events import Event, Finished
+from specdec_core.serve import ServeCommand
 
 if TYPE_CHECKING:  # torch-heavy: imported by the worker threads only
     from specdec_core.adaptation import Adapter
@@ -43,6 +47,7 @@ if TYPE_CHECKING:  # torch-heavy: imported by the worker threads only
 __all__ = [
     "ChatMessage",
     "Engine",
+    "HeadExportRequest",
     "LoadSettings",
     "MethodInfo",
     "PolicyInfo",
@@ -214,6 +219,37 @@ class SpecdecEngine:
 
     def close(self) -> None:
         """Nothing to release: the models live in this process."""
+
+    def export_head(self, request: HeadExportRequest) -> ServeCommand:
+        """`head_export.export_head` into the folder, then `serve_command` on it (the export's
+        notes, then the command's). Reads the head from its files, not the models loaded, so
+        it holds no lock."""
+        from specdec_core.head_export import export_head
+        from specdec_core.methods import get_method
+        from specdec_core.serve import serve_command
+
+        method = get_method(request.method)
+        if method.needs != "head":
+            raise SpecdecError(no_head(method.label))
+        folder = request.folder
+        try:
+            written = export_head(request.engine, request.specs.get("head") or "embedded", folder)
+        except OSError as error:  # a full disk, a folder of another user, a read-only mount
+            reason = error.strerror or str(error)
+            raise SpecdecError(
+                f"could not write the head into {folder} ({reason}); choose a folder you can "
+                "write to"
+            ) from None
+        command = serve_command(
+            request.engine,
+            request.method,
+            request.config,
+            request.target,
+            str(written.directory),
+            request.dtype,
+            request.tensor_parallel_size,
+        )
+        return replace(command, notes=[*written.notes, *command.notes])
 
     def sweep(self, request: SweepRequest, on_point: OnPoint, stop: StopFlag) -> SweepResult:
         """The benchmark's measurement on the loaded target and its cached draft / head."""

@@ -24,12 +24,14 @@ from typing import Protocol
 from specdec_core.config import DecodeConfig
 from specdec_core.control import Progress, StopFlag
 from specdec_core.events import Event
+from specdec_core.serve import ServeCommand
 from specdec_core.sweep_records import Grid, SweepProgress, SweepResult, TuneResult
 
 __all__ = [
     "COMMANDS",
     "ChatMessage",
     "Engine",
+    "HeadExportRequest",
     "LoadSettings",
     "MethodInfo",
     "OnPoint",
@@ -41,6 +43,7 @@ __all__ = [
     "SweepRequest",
     "TargetInfo",
     "TuneRequest",
+    "no_head",
 ]
 
 OnPoint = Callable[[SweepProgress], None]
@@ -131,6 +134,27 @@ class TuneRequest:
     specs: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class HeadExportRequest:
+    """Write the EAGLE head `method` drafts with (`specs["head"]`, "embedded" when empty) into
+    `folder` as `engine` ("vllm" or "sglang") loads it, and serve that folder: the server
+    command for `target` at `config`, in `dtype` on `tensor_parallel_size` GPUs."""
+
+    engine: str
+    folder: str
+    method: str
+    config: DecodeConfig
+    target: str
+    specs: dict[str, str] = field(default_factory=dict)
+    dtype: str = "auto"
+    tensor_parallel_size: int = 1
+
+
+def no_head(label: str) -> str:
+    """Why a method has no head to write for a server, `label` as the Method box names it."""
+    return f"{label} drafts without an EAGLE head: choose an EAGLE method to export one"
+
+
 class Engine(Protocol):
     """What the window asks of an engine. A method may block (a load, a run, a sweep): the
     window calls them from worker threads, never from the GUI thread."""
@@ -189,6 +213,13 @@ class Engine(Protocol):
 
     def save_adapted(self, directory: str) -> str:
         """Write the last adapted head to a new directory; -> a note for the user."""
+        ...
+
+    def export_head(self, request: HeadExportRequest) -> ServeCommand:
+        """Write the head for a serving engine (File ▸ Export to server…); -> the command that
+        serves the written folder, the export's notes first. `SpecdecError`, one line: a
+        method that drafts without a head, what the engine cannot carry, a folder that cannot
+        take the head."""
         ...
 
     def close(self) -> None:

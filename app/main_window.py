@@ -112,8 +112,8 @@ class MainWindow(QMainWindow):
         self.loader.loaded.connect(lambda info: self.setWindowTitle(f"{TITLE} — {info.spec}"))
         self.sweep = self._install_sweep()  # the Sweep tab and Run ▸ Tune k
         self.server = ServerController(  # the Server tab, File ▸ Export to server…
-            self.session, self.settings.saved.server_url, self.jobs, self.settings.save,
-            self.decoding, self.models, self,
+            self.session, self.engine, self.settings.saved.server_url, self.jobs,
+            self.settings.save, self.decoding, self.models, self,
         )  # fmt: skip
         self.training = TrainController(  # the Train tab
             TrainView(), lambda: self.target.spec if self.target else None, self

@@ -8,36 +8,51 @@ server. The URL is remembered in the settings (`server_url`, read from the view 
 saved). `export_commands` gives the vLLM and SGLang commands for the current model and
 decoding settings (`specdec_core.serve`), which `open_export` shows (File ▸ Export to
 server…); the window adds the tab.
+
+Below the commands, the dialog writes the EAGLE head the method drafts with for the chosen
+engine: `write_head` asks the engine (`Engine.export_head`, in the engine process by default)
+in a `TaskWorker`, off the GUI thread, and hands the dialog the command serving the folder or
+the one line saying why nothing was written. A method without a head gets its reason instead
+(named as the Method box names it); while a run, a measurement or a load holds the engine the
+writing is refused in one line.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Slot
 
+from app.engine_api import Engine, HeadExportRequest, no_head
 from app.jobs import JobRunner
 from app.palette import method_color
 from app.server_worker import ServerWorker
-from app.session import Session
+from app.session import Activity, Session
 from app.widgets.decoding_panel import DecodingPanel
 from app.widgets.models_panel import ModelsPanel
-from app.widgets.server_export_dialog import ServerExportDialog
+from app.widgets.server_export_dialog import HeadDone, HeadExportSource, ServerExportDialog
 from app.widgets.server_view import ServerView
-from app.worker import Job
+from app.worker import Job, TaskWorker
+from specdec_core.config import DecodeConfig
 from specdec_core.errors import SpecdecError
+from specdec_core.serve import serve_command, tensor_parallel_size
 from specdec_core.server_metrics import RESET, MetricsPoller
 
 if TYPE_CHECKING:
     from specdec_core.serve import ServeCommand
     from specdec_core.server_metrics import Poll
 
+WAIT_FOR_RUN = "wait until the run or measurement ends, then write the head"
+WAIT_FOR_LOAD = "wait until the model has loaded, then write the head"
+
 
 class ServerController(QObject):
     def __init__(
         self,
         session: Session,
+        engine: Engine,
         url: str,
         jobs: JobRunner,
         save: Callable[[], None],
@@ -45,10 +60,12 @@ class ServerController(QObject):
         models: ModelsPanel,
         parent: QObject | None = None,
     ) -> None:
-        """`url`: the server to watch, as last saved; `save()` saves the settings (a URL
-        polled is remembered); `decoding` and `models`: what Export to server… serves."""
+        """`engine`: writes the head for a server; `url`: the server to watch, as last saved;
+        `save()` saves the settings (a URL polled is remembered); `decoding` and `models`:
+        what Export to server… serves."""
         super().__init__(parent)
         self.session = session
+        self.engine = engine
         self.jobs = jobs
         self.save = save
         self.decoding, self.models = decoding, models
@@ -61,6 +78,8 @@ class ServerController(QObject):
         self.failed = False
         self.last_poll: Poll | None = None
         self.export_dialog: ServerExportDialog | None = None
+        self.head_job: Job | None = None  # writing a head for a server
+        self._head_done: HeadDone | None = None
         session.on_change(self._on_session_change)
         self._on_session_change("result:run")
 
@@ -72,19 +91,74 @@ class ServerController(QObject):
         return self.view.url.text()
 
     def open_export(self) -> ServerExportDialog:
-        """The vLLM and SGLang commands for the current model and decoding settings."""
+        """The vLLM and SGLang commands for the current model and decoding settings, and the
+        head to write for a server (or why this method has none)."""
         loaded, models = self.session.target, self.models
-        commands = export_commands(
-            self.decoding.method_name(),
-            self.decoding.config(),
-            models.target.spec() or "embedded",
-            models.specs(),
-            models.dtype.currentText(),
-            loaded.device if loaded is not None else None,
+        method, config = self.decoding.method_name(), self.decoding.config()
+        target, specs = models.target.spec() or "embedded", models.specs()
+        dtype = models.dtype.currentText()
+        gpus = tensor_parallel_size(loaded.device if loaded is not None else None)
+        commands = export_commands(method, config, target, specs, dtype, gpus)
+
+        def request(engine: str, folder: Path) -> HeadExportRequest:
+            return HeadExportRequest(
+                engine, str(folder), method, config, target, specs, dtype, gpus
+            )
+
+        self.export_dialog = ServerExportDialog(
+            commands, parent=self.view.window(), head=self._head_source(method, specs, request)
         )
-        self.export_dialog = ServerExportDialog(commands, parent=self.view.window())
         self.export_dialog.open()
         return self.export_dialog
+
+    def _head_source(
+        self, method: str, specs: dict[str, str], request: Callable[[str, Path], HeadExportRequest]
+    ) -> HeadExportSource | str | None:
+        """The head `method` drafts with and its writer; why it has none; None before the
+        engine has said which methods there are."""
+        registries = self.session.registries
+        info = registries.method(method) if registries is not None else None
+        if info is None:
+            return None
+        if info.needs != "head":
+            return no_head(info.label)
+
+        def write(engine: str, folder: Path, done: HeadDone) -> None:
+            self.write_head(request(engine, folder), done)
+
+        return HeadExportSource(specs.get("head") or "embedded", write)
+
+    def write_head(self, request: HeadExportRequest, done: HeadDone) -> bool:
+        """Ask the engine to write the head in a worker; `done` later hears the command
+        serving the folder or the error's line (at once, the reason, when it cannot start)."""
+        if self.head_job is not None or self.session.busy:
+            loading = self.session.activity in (Activity.LOADING, Activity.STARTING)
+            done(WAIT_FOR_LOAD if loading else WAIT_FOR_RUN)
+            return False
+        engine = self.engine
+        worker = TaskWorker(lambda progress: engine.export_head(request), what="head export")
+        worker.result.connect(self._on_head_written)
+        worker.errored.connect(self._on_head_failed)
+        worker.done.connect(self._on_head_job_done)
+        self._head_done = done
+        self.head_job = self.jobs.start(worker)
+        return True
+
+    @Slot(object)
+    def _on_head_written(self, command: object) -> None:
+        if self._head_done is not None:
+            self._head_done(command)
+
+    @Slot(str, bool)
+    def _on_head_failed(self, message: str, user: bool) -> None:
+        if self._head_done is not None:
+            self._head_done(message)
+        if not user:  # a failure of the engine (its process ended): the dialog offers Restart
+            self.session.report(message, user=False)
+
+    @Slot()
+    def _on_head_job_done(self) -> None:
+        self.head_job, self._head_done = None, None
 
     def start(self) -> bool:
         if self.running:
@@ -147,15 +221,15 @@ class ServerController(QObject):
 
 def export_commands(
     method: str,
-    config,
+    config: DecodeConfig,
     target: str,
     specs: dict[str, str],
     dtype: str,
-    device: str | None,
+    tensor_parallel: int = 1,
 ) -> dict[str, ServeCommand | str]:
-    """engine -> the server command for this setting, or why it cannot be served."""
-    from specdec_core.export import ENGINES, METHOD_MAP  # imports torch: on demand
-    from specdec_core.serve import serve_command, tensor_parallel_size
+    """engine -> the server command for this setting on `tensor_parallel` GPUs, or why it
+    cannot be served."""
+    from specdec_core.export import ENGINES, METHOD_MAP
 
     needs = METHOD_MAP.get(method, (None,))[0]
     model = specs.get(needs, "") if needs else ""
@@ -163,7 +237,7 @@ def export_commands(
     for engine in ENGINES:
         try:
             commands[engine] = serve_command(
-                engine, method, config, target, model, dtype, tensor_parallel_size(device)
+                engine, method, config, target, model, dtype, tensor_parallel
             )
         except SpecdecError as error:
             commands[engine] = f"cannot serve this setting: {error}"

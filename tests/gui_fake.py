@@ -3,13 +3,16 @@ synthetic measurement, no model, no torch work."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.engine_api import (
+    HeadExportRequest,
     LoadSettings,
     MethodInfo,
     OnPoint,
@@ -21,6 +24,7 @@ from app.engine_api import (
     SweepRequest,
     TargetInfo,
     TuneRequest,
+    no_head,
 )
 from specdec_core.config import DecodeConfig
 from specdec_core.errors import SpecdecError
@@ -30,6 +34,7 @@ from specdec_core.sweep_records import SweepResult, TuneResult
 
 if TYPE_CHECKING:
     from specdec_core.measure import Measurement
+    from specdec_core.serve import ServeCommand
 
 METHODS = (
     MethodInfo("ar", "Autoregressive", None),
@@ -114,6 +119,9 @@ class FakeEngine:
         self.step_event = threading.Event()  # set at each yielded step
         self.measure = FakeMeasure()  # what sweeps and Tune measure
         self.sweeps: list[SweepRequest] = []
+        self.head_exports: list[HeadExportRequest] = []
+        self.export_gate = threading.Event()  # holds a head export until set (set by default)
+        self.export_gate.set()
         self.closed = False
 
     def registries(self) -> Registries:
@@ -195,6 +203,31 @@ class FakeEngine:
         from specdec_core.autotune import autotune_k
 
         return autotune_k(request.method, request.config, self.measure, None, on_point, stop)
+
+    def export_head(self, request: HeadExportRequest) -> ServeCommand:
+        """Writes a config.json naming the head into the folder (no weights), then serves the
+        folder with the real `serve_command`."""
+        from specdec_core.serve import serve_command
+
+        self.export_gate.wait(5)
+        self.head_exports.append(request)
+        info = Registries(METHODS, POLICIES).method(request.method)
+        if info is None or info.needs != "head":
+            raise SpecdecError(no_head(info.label if info else request.method))
+        folder = Path(request.folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        head = request.specs.get("head") or "embedded"
+        config = {"architectures": ["LlamaForCausalLMEagle"], "exported_from": head}
+        (folder / "config.json").write_text(json.dumps(config))
+        return serve_command(
+            request.engine,
+            request.method,
+            request.config,
+            request.target,
+            str(folder),
+            request.dtype,
+            request.tensor_parallel_size,
+        )
 
     # adaptation: records what was asked, and whether a run was under way meanwhile
     adapting = False

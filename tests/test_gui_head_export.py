@@ -22,6 +22,7 @@ from specdec_core.errors import SpecdecError
 from specdec_core.head_export import export_head
 from specdec_core.serve import serve_command
 from tests.eagle_tiny import tiny_head
+from tests.gui_window import make_window_fixture  # noqa: F401  (fixture)
 from tests.tiny import tiny_loaded
 
 FIXTURE_NAMES = {  # ../fixtures/eagle-heads/notes/ENGINE_LOADERS.md, "Export recipes"
@@ -186,3 +187,130 @@ def test_a_method_without_a_head_says_so_and_offers_no_writing(qtbot):
     assert dialog.head_status.text() == reason
     assert not dialog.write_button.isEnabled() and not dialog.head_folder.isEnabled()
     assert not dialog.write_head()
+
+
+# -- through the window: File ▸ Export to server… passes the head and its writer ---------------
+def open_export(window, method: str, head: str = "") -> ServerExportDialog:
+    window.decoding.select(window.decoding.method, method)
+    if head:
+        window.models.head.set_spec(head)
+    window.actions.export_server.trigger()
+    return window.server.export_dialog
+
+
+def test_the_window_writes_the_head_for_sglang_and_shows_the_command_serving_it(
+    make_window, qtbot, tmp_path
+):
+    window = make_window()
+    dialog = open_export(window, "eagle", head="org/my-head")
+    assert dialog.head_source.head == "org/my-head"
+    folder = tmp_path / "for sglang"
+    dialog.head_engine.setCurrentIndex(dialog.head_engine.findData("sglang"))
+    dialog.head_folder.setText(str(folder))
+    dialog.write_button.click()
+    qtbot.waitUntil(lambda: dialog.head_status.text().startswith("wrote "), timeout=5000)
+    words = shlex.split(dialog.texts["sglang"].toPlainText())
+    assert words[words.index("--speculative-draft-model-path") + 1] == str(folder)
+    assert dialog.commands["sglang"].command == dialog.texts["sglang"].toPlainText()
+    (asked,) = window.engine.head_exports
+    assert (asked.engine, asked.folder, asked.method) == ("sglang", str(folder), "eagle")
+    assert asked.specs["head"] == "org/my-head" and asked.config == window.decoding.config()
+    assert window.last_error is None
+
+
+def test_the_window_writes_off_the_gui_thread_and_the_dialog_waits(make_window, qtbot, tmp_path):
+    window = make_window()
+    window.engine.export_gate.clear()  # the engine holds the writing until the gate opens
+    dialog = open_export(window, "eagle2")
+    assert dialog.head_source.head == "embedded"  # the Head picker left empty
+    assert write(dialog, "vllm", tmp_path / "head") is False  # not yet: still writing
+    assert dialog.head_status.text().startswith("writing the head for vLLM")
+    assert not dialog.write_button.isEnabled()
+    qtbot.wait(50)  # the window still answers meanwhile
+    window.engine.export_gate.set()
+    qtbot.waitUntil(lambda: dialog.head_status.text().startswith("wrote "), timeout=5000)
+    assert dialog.write_button.isEnabled()
+    qtbot.waitUntil(lambda: window.server.head_job is None, timeout=5000)  # its thread ended
+
+
+def test_a_method_without_a_head_says_so_by_its_label_in_the_window(make_window):
+    dialog = open_export(make_window(), "classic")
+    assert dialog.head_status.text() == (
+        "Classic draft drafts without an EAGLE head: choose an EAGLE method to export one"
+    )
+    assert not dialog.write_button.isEnabled()
+
+
+def test_writing_the_head_during_a_run_is_refused_in_one_line(make_window, qtbot, tmp_path):
+    from tests.gui_fake import FakeEngine
+    from tests.gui_window import wait_idle
+
+    window = make_window(FakeEngine(steps=400, delay=0.01))
+    dialog = open_export(window, "eagle")
+    window.generate()
+    qtbot.waitUntil(lambda: window.engine.produced > 0, timeout=5000)
+    assert not write(dialog, "sglang", tmp_path / "head")
+    assert dialog.head_status.text() == (
+        "wait until the run or measurement ends, then write the head"
+    )
+    assert dialog.write_button.isEnabled() and window.engine.head_exports == []
+    window.stop()
+    wait_idle(qtbot, window)
+    assert write_and_wait(qtbot, dialog, "sglang", tmp_path / "head")
+
+
+def write_and_wait(qtbot, dialog: ServerExportDialog, engine: str, folder: Path) -> bool:
+    write(dialog, engine, folder)
+    qtbot.waitUntil(lambda: dialog.write_button.isEnabled(), timeout=10_000)
+    return dialog.head_status.text().startswith("wrote ")
+
+
+# -- the real export behind the window (the engine in this process, its models not needed) -----
+def test_the_in_process_engine_writes_the_head_the_window_asks_for(
+    make_window, qtbot, target, tmp_path
+):
+    from app.engine import SpecdecEngine
+    from tests.gui_fake import FakeEngine
+
+    class WritingEngine(FakeEngine):  # runs on the fake, writes heads as the real engine does
+        def export_head(self, request):
+            return SpecdecEngine().export_head(request)
+
+    head = saved_head(target, tmp_path / "head")
+    window = make_window(WritingEngine())
+    dialog = open_export(window, "eagle", head=head)
+    folder = tmp_path / "for sglang"
+    assert write_and_wait(qtbot, dialog, "sglang", folder)
+    assert {p.name for p in folder.iterdir()} == FIXTURE_NAMES["sglang"]
+    words = shlex.split(dialog.texts["sglang"].toPlainText())
+    assert words[words.index("--speculative-token-map") + 1] == str(folder / "hot_ids.pt")
+    assert any("fc.bias" in note or "token map" in note for note in dialog.commands["sglang"].notes)
+    assert not write_and_wait(qtbot, dialog, "vllm", tmp_path / "for-vllm")
+    assert "--arch eagle3" in dialog.head_status.text() and "\n" not in dialog.head_status.text()
+    assert window.last_error is None  # a user error stays in the dialog
+
+
+def test_the_engine_refuses_a_method_without_a_head_and_an_unwritable_folder_in_one_line(
+    target, tmp_path
+):
+    from app.engine import SpecdecEngine
+    from app.engine_api import HeadExportRequest
+
+    engine = SpecdecEngine()
+    request = HeadExportRequest("sglang", str(tmp_path / "out"), "ngram", CONFIG, "org/target")
+    with pytest.raises(SpecdecError) as refused:
+        engine.export_head(request)
+    assert str(refused.value) == (
+        "N-gram lookup drafts without an EAGLE head: choose an EAGLE method to export one"
+    )
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("mine")
+    head = saved_head(target, tmp_path / "head")
+    under_a_file = str(a_file / "head")
+    request = replace(request, method="eagle2", folder=under_a_file, specs={"head": head})
+    with pytest.raises(SpecdecError) as refused:
+        engine.export_head(request)
+    line = str(refused.value)
+    assert line.startswith(f"could not write the head into {under_a_file} (")
+    assert line.endswith("choose a folder you can write to") and "\n" not in line
+    assert a_file.read_text() == "mine"

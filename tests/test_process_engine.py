@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 
 from app.engine import SpecdecEngine
-from app.engine_api import RunRequest, SweepRequest, TuneRequest
+from app.engine_api import HeadExportRequest, RunRequest, SweepRequest, TuneRequest
 from app.main_window import MainWindow
 from app.process_engine import EngineProcessError, ProcessEngine
 from specdec_core.config import DecodeConfig
@@ -228,3 +228,25 @@ def test_the_window_stops_and_reports_errors_across_the_process(qtbot, tmp_path,
     window.close()
     assert engine.process is None and not process.is_alive()
     assert process not in multiprocessing.active_children()
+
+
+def test_writing_a_head_refused_in_the_engine_process_is_a_one_line_user_error(tmp_path):
+    engine = ProcessEngine()  # the protocol's export_head, forwarded by its own name
+    try:
+        folder = str(tmp_path / "head")
+        request = HeadExportRequest("sglang", folder, "ngram", DecodeConfig(k=3), "org/target")
+        with pytest.raises(SpecdecError) as refused:
+            engine.export_head(request)
+        assert str(refused.value) == (
+            "N-gram lookup drafts without an EAGLE head: choose an EAGLE method to export one"
+        )
+        a_file = tmp_path / "notes.txt"
+        a_file.write_text("mine")
+        unwritable = replace(request, method="eagle", folder=str(a_file / "head"))
+        with pytest.raises(SpecdecError, match="choose a folder you can write to$"):
+            engine.export_head(unwritable)
+        written = engine.export_head(replace(request, method="eagle", folder=folder))
+        words = written.argv
+        assert words[words.index("--speculative-draft-model-path") + 1] == folder
+    finally:
+        engine.close()
