@@ -37,6 +37,7 @@ from app.widgets.server_view import ServerView
 from app.worker import Job, TaskWorker
 from specdec_core.config import DecodeConfig
 from specdec_core.errors import SpecdecError
+from specdec_core.export import ENGINES, METHOD_MAP
 from specdec_core.serve import serve_command, tensor_parallel_size
 from specdec_core.server_metrics import RESET, MetricsPoller
 
@@ -229,8 +230,6 @@ def export_commands(
 ) -> dict[str, ServeCommand | str]:
     """engine -> the server command for this setting on `tensor_parallel` GPUs, or why it
     cannot be served."""
-    from specdec_core.export import ENGINES, METHOD_MAP
-
     needs = METHOD_MAP.get(method, (None,))[0]
     model = specs.get(needs, "") if needs else ""
     commands: dict[str, ServeCommand | str] = {}

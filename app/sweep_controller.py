@@ -140,7 +140,7 @@ class SweepController(QObject):
     def _start(self, kind: str, task) -> None:
         worker = SweepWorker(task)
         worker.pointed.connect(self._on_point)
-        worker.result.connect(self._on_result)
+        worker.result.connect(self.show_result)
         worker.errored.connect(self._on_error)
         worker.done.connect(self._on_done)
         self.kind = kind
@@ -163,7 +163,8 @@ class SweepController(QObject):
             self.view.add_record(progress.record)
 
     @Slot(object)
-    def _on_result(self, result: object) -> None:
+    def show_result(self, result: object) -> None:
+        """A sweep or Tune result, as the engine sent it back: the map, the line, the k."""
         self.last_result = result
         self.session.keep(self.kind, result)
         if isinstance(result, TuneResult) and result.stopped:  # a partial table picks no k

@@ -48,9 +48,9 @@ from pathlib import Path
 from safetensors import safe_open
 
 from specdec_core.config import DecodeConfig
-from specdec_core.eagle.layouts import TOKEN_MAP
+from specdec_core.eagle.layouts import TOKEN_MAP, layout_of
 from specdec_core.errors import SpecdecError
-from specdec_core.methods import is_tree
+from specdec_core.method_kinds import is_tree
 from specdec_core.resources import resource_path
 
 ENGINES = ("vllm", "sglang")
@@ -243,18 +243,23 @@ def head_format(path: str | None) -> str:
     keys = _weight_keys(path)
     if not keys:
         return "eagle"
-    from specdec_core.eagle.formats import head_kind  # the layout rule, from the weight names
-
-    return "eagle3" if head_kind(dict.fromkeys(keys)) == "eagle3" else "eagle"
+    layout = layout_of(keys)  # the layout rule, from the weight names (no torch)
+    if layout is None:
+        raise SpecdecError(
+            "this is not an EAGLE head: expected keys 'layers.0.*' (EAGLE-1/2) or 'midlayer.*' "
+            f"(EAGLE-3), found e.g. {', '.join(sorted(keys)[:4])}"
+        )
+    return "eagle3" if layout == "eagle3" else "eagle"
 
 
 def _weight_keys(path: str | None) -> list[str]:
-    """Tensor names of a local head directory (safetensors headers only; [] otherwise)."""
+    """Tensor names of a local head directory (safetensors headers only, read without torch;
+    [] otherwise)."""
     if path is None or not Path(path).is_dir():
         return []
     keys: list[str] = []
     for weights in sorted(Path(path).glob("*.safetensors")):
-        with safe_open(str(weights), framework="pt") as handle:
+        with safe_open(str(weights), framework="np") as handle:
             keys.extend(handle.keys())
     return keys
 

@@ -3,7 +3,8 @@
 Each entry says which extra model it needs ("draft" for a classic draft LM, "head" for an
 EAGLE head, nothing for n-gram / autoregressive) so the CLI and GUI load exactly that. A
 builder is given the suffix history the run drafts from (drafters/suffix.py; None: the
-process's `HISTORY`); only the suffix methods use it.
+process's `HISTORY`); only the suffix methods use it. `is_tree` answers from the torch-free
+specdec_core/method_kinds.py, whose tree methods are the ones flagged `tree` here.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from specdec_core.drafters.classic import ClassicDrafter, check_same_tokenizer
 from specdec_core.drafters.ngram import NgramDrafter
 from specdec_core.drafters.suffix import History, SuffixDrafter
 from specdec_core.errors import SpecdecError
+from specdec_core.method_kinds import is_tree
 from specdec_core.models import LoadedModel
 
 if TYPE_CHECKING:
@@ -25,6 +27,16 @@ if TYPE_CHECKING:
 
 Extra: TypeAlias = "LoadedModel | EagleHead | None"  # what a method needs besides the target
 Builder: TypeAlias = Callable[[LoadedModel, Extra, "History | None"], Drafter]
+
+__all__ = [
+    "METHODS",
+    "Method",
+    "build_drafter",
+    "get_method",
+    "is_chain",
+    "is_tree",
+    "uses_history",
+]
 
 
 @dataclass(frozen=True)
@@ -95,12 +107,6 @@ METHODS: dict[str, Method] = {
         history=True,
     ),
 }
-
-
-def is_tree(name: str) -> bool:
-    """Does method `name` draft a tree? (False for names outside the registry: HF baselines.)"""
-    method = METHODS.get(name)
-    return method is not None and method.tree
 
 
 def is_chain(name: str) -> bool:

@@ -1,0 +1,33 @@
+"""The torch-free record of tree methods names exactly the registry's tree methods, and what
+the window's process reads of a method (export, serve) imports no torch."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+from specdec_core.method_kinds import TREE_METHODS, is_tree
+from specdec_core.methods import METHODS
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_tree_methods_are_the_registrys_tree_methods():
+    assert {name for name, method in METHODS.items() if method.tree} == TREE_METHODS
+    assert all(is_tree(name) == method.tree for name, method in METHODS.items())
+    assert not is_tree("hf-assisted")  # a name outside the registry drafts no tree
+
+
+def test_export_and_serve_import_no_torch():
+    script = (
+        "import sys\n"
+        "from specdec_core.config import DecodeConfig\n"
+        "from specdec_core.serve import serve_command\n"
+        "for method in ('eagle2', 'classic', 'ngram'):\n"
+        "    serve_command('sglang', method, DecodeConfig(k=3), 'embedded', '')\n"
+        "print('torch' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "False"
