@@ -5,7 +5,9 @@ free? errors and notes go there, and the window shows them), the engine (its `sw
 `tune` measure), the decoding panel (method, policy and fixed settings; a clicked cell and
 the tuned k go back through its public `values()` / `apply()`), the current prompt and model
 specs as callables, and the shared `JobRunner`. The window adds its tab and the Run ▸ Tune k
-action.
+action. Every line the user reads names the method as the Method box does (its registry
+label) and is worded by the view (`show_started`, `show_result`, `show_tuning`,
+`show_tuned`).
 """
 
 from __future__ import annotations
@@ -19,10 +21,11 @@ from PySide6.QtWidgets import QMessageBox
 
 from app.engine_api import Engine, SweepRequest, TuneRequest
 from app.jobs import JobRunner
+from app.method_style import MethodStyle
 from app.session import Activity, Session
 from app.sweep_worker import SweepWorker
 from app.widgets.decoding_panel import DecodingPanel
-from app.widgets.sweep_view import SweepView
+from app.widgets.sweep_view import SweepView, point_words
 from app.worker import Job
 from specdec_core.errors import SpecdecError
 from specdec_core.prompts import read_prompt_file
@@ -56,6 +59,8 @@ class SweepController(QObject):
         self.tune_action.setShortcut("Ctrl+T")
         self.job: Job | None = None
         self.kind = ""  # "sweep" or "tune" while a job runs
+        self.style = MethodStyle(session)
+        self.label = ""  # the method measured, as the Method box names it
         self.result_box: QMessageBox | None = None
         self.last_result: SweepResult | TuneResult | None = None
         self.view.run_requested.connect(self.run_sweep)
@@ -115,7 +120,8 @@ class SweepController(QObject):
         request = SweepRequest(method, grid, self.decoding.config(), tuple(prompts), self.specs())
         engine = self.engine
         self.view.begin(axes)
-        self.view.status.setText(f"sweeping {method}: {len(grid.points())} points…")
+        self.label = self.style.label(method)
+        self.view.show_started(self.label, len(grid.points()))
         self._start("sweep", lambda on_point, stop: engine.sweep(request, on_point, stop))
         return True
 
@@ -130,9 +136,9 @@ class SweepController(QObject):
             return False
         request = TuneRequest(method, self.decoding.config(), self.specs())
         engine = self.engine
-        what = "the tree size" if tree else "k"  # a tree has no k: its size is tuned instead
-        self.view.status.setText(f"tuning {what} for {method}…")
-        self.session.report(f"tuning {what} for {method}…", error=False)
+        self.label = self.style.label(method)
+        self.view.show_tuning(self.label, tree)  # a tree has no k: its size is tuned instead
+        self.session.report(self.view.status.text(), error=False)
         self._start("tune", lambda on_point, stop: engine.tune(request, on_point, stop))
         return True
 
@@ -158,38 +164,41 @@ class SweepController(QObject):
     def _on_point(self, progress: SweepProgress) -> None:
         eta = f", about {progress.eta_seconds:.0f} s left" if progress.eta_seconds else ""
         self.view.status.setText(f"{progress.done}/{progress.total} points{eta}")
-        self.session.report(f"{self.kind}: {progress.done}/{progress.total}", error=False)
+        doing = "sweeping" if self.kind == "sweep" else "tuning"
+        self.session.report(
+            f"{doing} {self.label}: {progress.done}/{progress.total} points", error=False
+        )
         if self.kind == "sweep":
             self.view.add_record(progress.record)
 
     @Slot(object)
     def show_result(self, result: object) -> None:
-        """A sweep or Tune result, as the engine sent it back: the map, the line, the k."""
+        """A sweep or Tune result, as the engine sent it back: the map, the line, the k; the
+        method named as the Method box names it."""
         self.last_result = result
-        self.session.keep(self.kind, result)
-        if isinstance(result, TuneResult) and result.stopped:  # a partial table picks no k
-            self.view.status.setText(f"Tune k {result.reason}")
-            self.session.report(f"Tune k {result.reason}", error=False)
-        elif isinstance(result, TuneResult):
-            self.apply_settings({result.setting: result.k})
-            self._show_table(result)
+        self.session.keep(self.kind or _kind(result), result)
+        if isinstance(result, TuneResult):
+            label = self.style.label(result.method)
+            self.view.show_tuned(result, label)
+            if result.stopped:  # a partial table picks no k
+                self.session.report(self.view.status.text(), error=False)
+            else:
+                self.apply_settings({result.setting: result.k})
+                self._show_table(result, label)
         elif isinstance(result, SweepResult):
             for record in result.points:
                 self.view.add_record(record)
-            best = result.best()
-            note = (
-                f"; best: {point_text(best['point'])}, {best['speedup_vs_ar']:.2f}× vs "
-                "autoregressive"
-                if best
-                else ""
-            )
-            self.view.status.setText(f"{len(result.points)} points measured{note}")
+            label = self.style.label(str(result.header.get("method", "")))
+            self.view.show_result(result.points, label)
 
-    def _show_table(self, result: TuneResult) -> None:
-        text = f"{result.method}: {result.reason}\n\n{result.format_table()}"
-        self.view.status.setText(f"tuned: {result.reason}")
+    def _show_table(self, result: TuneResult, label: str) -> None:
+        line = self.view.status.text()
+        tuned = "the tree size" if result.setting == "tree_tokens" else "k"
         self.result_box = QMessageBox(
-            QMessageBox.Icon.Information, "Tune k", text, parent=self.view
+            QMessageBox.Icon.Information,
+            f"Tune {tuned}: {label}",
+            f"{line}\n\n{result.format_table()}",
+            parent=self.view,
         )
         self.result_box.setFont(QFont("monospace"))
         self.result_box.open()
@@ -218,14 +227,9 @@ class SweepController(QObject):
             spin = decoding.params.get(name.removeprefix("policy_params."))
             if name.startswith("policy_params.") and spin is not None:
                 spin.setValue(float(value))
-        applied = ", ".join(f"{k}={v}" for k, v in settings.items())
-        self.session.report(f"applied {applied}", error=False)
+        self.session.report(f"applied {point_words(settings)}", error=False)
 
 
-def point_text(point: dict) -> str:
-    """A sweep point in words: 'temperature 0, tree tokens 16' (None reads 'auto')."""
-
-    def value(v) -> str:
-        return "auto" if v is None else f"{v:g}" if isinstance(v, float) else str(v)
-
-    return ", ".join(f"{name.replace('_', ' ')} {value(v)}" for name, v in point.items())
+def _kind(result: object) -> str:
+    """Which kind of result the Session keeps it as: 'tune' or 'sweep'."""
+    return "tune" if isinstance(result, TuneResult) else "sweep"

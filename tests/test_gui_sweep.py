@@ -115,7 +115,11 @@ def test_tune_applies_the_argmax_k(qtbot, sweep_window):
     best = max(result.table, key=lambda row: row.speedup_vs_ar)
     assert result.k == best.k == 3
     assert sweep_window.decoding.k.value() == 3
-    assert "k=3" in sweep_window.sweep.result_box.text()
+    box = sweep_window.sweep.result_box
+    assert box.windowTitle() == "Tune k: Classic draft"
+    assert box.text().startswith(
+        "Tune chose 3 drafted tokens per step for Classic draft: 1.90× vs autoregressive (τ 2.00)"
+    )
 
 
 def test_tune_on_the_default_tree_method_applies_the_best_tree_size(qtbot, sweep_window):
@@ -126,7 +130,11 @@ def test_tune_on_the_default_tree_method_applies_the_best_tree_size(qtbot, sweep
     assert result.setting == "tree_tokens" and [r.k for r in result.table] == [4, 8, 16, 32]
     assert result.k == 4  # the fake measurement's fastest size (1.70x)
     assert sweep_window.decoding.tree_tokens.value() == 4
-    assert "tree_tokens=4" in sweep_window.sweep.result_box.text()
+    box = sweep_window.sweep.result_box
+    assert box.windowTitle() == "Tune the tree size: EAGLE-2 + lookup"
+    assert box.text().startswith(
+        "Tune chose a tree of 4 tokens for EAGLE-2 + lookup: 1.70× vs autoregressive"
+    )
     assert "tokens" in result.format_table().splitlines()[0]
 
 
@@ -143,7 +151,9 @@ def test_stop_ends_tune_k_after_the_current_point_and_keeps_k(qtbot, sweep_windo
     result = sweep_window.sweep.last_result
     assert result.stopped and len(result.table) <= 1
     assert sweep_window.decoding.k.value() == 8  # a partial table picks no k
-    assert "stopped after" in sweep_window.sweep.view.status.text()
+    line = sweep_window.sweep.view.status.text()
+    assert line.startswith("Tune of Classic draft stopped after ")
+    assert "it keeps 8 drafted tokens per step" in line
 
 
 def test_closing_the_window_mid_tune_ends_the_tuning(qtbot, sweep_window):
@@ -201,8 +211,32 @@ def test_closing_the_window_mid_sweep_leaves_no_live_thread(qtbot, sweep_window)
     assert sweep_window.jobs.live_threads() == 0
 
 
-def test_a_sweep_point_reads_in_words_not_as_a_dict():
-    from app.sweep_controller import point_text
-
-    text = point_text({"temperature": 0.0, "tree_tokens": 16, "k": None})
-    assert text == "temperature 0, tree tokens 16, k auto"
+def test_sweep_and_tune_name_the_method_as_the_method_box_and_speak_in_words(qtbot, sweep_window):
+    window, view = sweep_window, sweep_window.sweep.view
+    notes: list[str] = []
+    window.status.messageChanged.connect(notes.append)
+    window.decoding.apply({**window.decoding.values(), "method": "eagle2-lookup"})
+    view.tree_tokens.setText("16,32")
+    view.temperatures.setText("0")
+    window.engine.measure.gate.clear()  # the sweep waits inside its first measurement
+    assert window.sweep.run_sweep()
+    assert view.status.text() == "sweeping EAGLE-2 + lookup: 2 points…"
+    window.engine.measure.gate.set()
+    qtbot.waitUntil(lambda: not window.sweep.running, timeout=5000)
+    assert "sweeping EAGLE-2 + lookup: 2/2 points" in notes
+    assert view.status.text() == (
+        "2 points of EAGLE-2 + lookup measured; fastest: 1.32× vs autoregressive at "
+        "temperature 0, a tree of 32 tokens; click a cell to use it"
+    )
+    view.select_cell(0, 0)
+    assert notes[-1] == "applied temperature 0, a tree of 16 tokens"
+    window.engine.measure.gate.clear()
+    assert window.sweep.tune()
+    assert view.status.text() == "tuning the tree size for EAGLE-2 + lookup…"
+    assert notes[-1] == "tuning the tree size for EAGLE-2 + lookup…"
+    window.engine.measure.gate.set()
+    qtbot.waitUntil(lambda: not window.sweep.running, timeout=5000)
+    assert "tuning EAGLE-2 + lookup: 1/4 points" in notes  # four tree sizes
+    assert notes[-1] == "applied a tree of 4 tokens"
+    seen = [*notes, view.status.text(), window.sweep.result_box.text()]
+    assert not [line for line in seen if "eagle2" in line or "tree_tokens" in line]

@@ -13,7 +13,9 @@ from app.widgets.sweep_view import (
     SweepView,
     result_words,
     speedup_color,
+    tune_words,
 )
+from specdec_core.sweep_records import TuneResult, TuneRow
 
 
 @pytest.fixture
@@ -115,3 +117,27 @@ def test_clicking_a_cell_says_what_it_applied_in_words(view):
     )
     view.show_started("EAGLE-2 + prompt lookup", 12)
     assert view.status.text() == "sweeping EAGLE-2 + prompt lookup: 12 points…"
+
+
+def test_the_tune_line_says_what_was_chosen_in_words(view):
+    rows = (TuneRow(2, 150.0, 1.5, 2.2, 100.0), TuneRow(3, 151.0, 1.51, 2.4, 100.0))
+    tied = TuneResult("classic", rows, 2, "k=2: …")  # the smaller of two near-equal k
+    assert tune_words(tied, "Classic draft") == (
+        "Tune chose 2 drafted tokens per step for Classic draft: 1.50× vs autoregressive "
+        "(τ 2.20), about as fast as 3 drafted tokens per step (1.51×) and smaller"
+    )
+    slow = TuneResult(
+        "eagle2", (TuneRow(16, 80.0, 0.8, 1.4, 100.0),), 16, "", setting="tree_tokens"
+    )
+    assert tune_words(slow, "EAGLE-2 (tree)") == (
+        "Tune chose a tree of 16 tokens for EAGLE-2 (tree): 0.80× vs autoregressive (τ 1.40); "
+        "none was faster than autoregressive decoding on this device"
+    )
+    stopped = TuneResult("eagle2", (), None, "", stopped=True, setting="tree_tokens")
+    view.show_tuned(stopped, "EAGLE-2 (tree)")
+    assert view.status.text() == (
+        "Tune of EAGLE-2 (tree) stopped after 0 measured values; it keeps a tree sized "
+        "automatically"
+    )
+    view.show_tuning("EAGLE (chain)", tree=False)
+    assert view.status.text() == "tuning the draft length k for EAGLE (chain)…"

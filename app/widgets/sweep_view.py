@@ -33,6 +33,7 @@ from PySide6.QtWidgets import (
 )
 
 from specdec_core.errors import SpecdecError
+from specdec_core.sweep_records import TuneResult
 
 PARAM_PREFIX = "policy_params."  # as specdec_core.sweep.PARAM_PREFIX (no torch import here)
 PENDING = QBrush(QColor("#a0a0a0"), Qt.BrushStyle.BDiagPattern)  # hatched: not measured yet
@@ -114,6 +115,44 @@ def result_words(records: list[dict[str, Any]], method: str) -> str:
     if speedup <= 1.0 + NEUTRAL_BAND:
         return f"{count}; none is faster than autoregressive decoding, the best {where}"
     return f"{count}; fastest: {speedup_words(speedup)} at {where}; click a cell to use it"
+
+
+def tuning_words(method: str, tree: bool) -> str:
+    """The line while Tune measures `method` (as the Method box names it)."""
+    return f"tuning {'the tree size' if tree else 'the draft length k'} for {method}…"
+
+
+def tune_words(result: TuneResult, method: str) -> str:
+    """The line after Tune: what it chose for `method` and how fast that ran, or, stopped,
+    that the setting stays as it was."""
+    setting, rows = result.setting, result.table
+    fastest = max(rows, key=lambda row: row.speedup_vs_ar, default=None)
+    if result.stopped:
+        count = f"{len(rows)} measured value{'' if len(rows) == 1 else 's'}"
+        line = (
+            f"Tune of {method} stopped after {count}; it keeps {setting_words(setting, result.k)}"
+        )
+        if fastest is not None:
+            line += (
+                f" (the fastest measured: {setting_words(setting, fastest.k)}, "
+                f"{speedup_words(fastest.speedup_vs_ar)})"
+            )
+        return line
+    chosen = next((row for row in rows if row.k == result.k), fastest)
+    if chosen is None:
+        return f"Tune of {method} measured nothing"
+    line = (
+        f"Tune chose {setting_words(setting, chosen.k)} for {method}: "
+        f"{speedup_words(chosen.speedup_vs_ar)} (τ {chosen.mean_accept_length:.2f})"
+    )
+    if fastest is not None and fastest is not chosen:
+        line += (
+            f", about as fast as {setting_words(setting, fastest.k)} "
+            f"({fastest.speedup_vs_ar:.2f}×) and smaller"
+        )
+    if chosen.speedup_vs_ar < 1.0 - NEUTRAL_BAND:
+        line += "; none was faster than autoregressive decoding on this device"
+    return line
 
 
 def parse_values(text: str, kind: type, name: str) -> list[Any]:
@@ -355,7 +394,16 @@ class SweepView(QWidget):
         self.status.setText(f"sweeping {method}: {points} point{'' if points == 1 else 's'}…")
 
     def show_result(self, records: list[dict[str, Any]], method: str) -> None:
+        """The line after a sweep of `method` (as the Method box names it)."""
         self.status.setText(result_words(records, method))
+
+    def show_tuning(self, method: str, tree: bool) -> None:
+        """Tune has started on `method` (as the Method box names it)."""
+        self.status.setText(tuning_words(method, tree))
+
+    def show_tuned(self, result: TuneResult, method: str) -> None:
+        """The line after Tune of `method` (as the Method box names it)."""
+        self.status.setText(tune_words(result, method))
 
     def on_click(self, event: Any) -> None:
         position = self.plot.getViewBox().mapSceneToView(event.scenePos())
