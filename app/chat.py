@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from app.engine import ChatMessage
+from app.engine_api import ChatMessage
 from specdec_core.errors import SpecdecError
 from specdec_core.events import RunSummary
 from specdec_core.files import write_atomic

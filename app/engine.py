@@ -3,8 +3,9 @@ protocol (app/engine_api.py).
 
 Heavy modules (torch, transformers) are imported inside the methods, which run in worker
 threads, so the window opens before torch is imported. One lock keeps a load, a run, a sweep
-or an adaptation from touching the models while another does. The records of the protocol
-are also named from here.
+or an adaptation from touching the models while another does. The window takes the records
+of the protocol from app/engine_api.py; the few also named here are for code written when
+they lived in this module.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from typing import TYPE_CHECKING
 
 from app.engine_api import (
     ChatMessage,
-    Engine,
     HeadExportRequest,
     LoadSettings,
     MethodInfo,
@@ -44,20 +44,7 @@ if TYPE_CHECKING:  # torch-heavy: imported by the worker threads only
     from specdec_core.prefix_cache import PrefixCache
     from specdec_core.sweep_records import SweepResult, TuneResult
 
-__all__ = [
-    "ChatMessage",
-    "Engine",
-    "HeadExportRequest",
-    "LoadSettings",
-    "MethodInfo",
-    "PolicyInfo",
-    "Progress",
-    "Registries",
-    "RunRequest",
-    "SpecdecEngine",
-    "StopFlag",
-    "TargetInfo",
-]
+__all__ = ["ChatMessage", "Registries", "RunRequest", "SpecdecEngine", "TargetInfo"]
 
 
 def _quiet(message: str, fraction: float) -> None:

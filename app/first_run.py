@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.engine import Registries
+from app.engine_api import Registries
 
 PREFERRED = "eagle2-lookup"
 WITHOUT_HEAD = "ngram"

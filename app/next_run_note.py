@@ -2,9 +2,10 @@
 
 A run's request is read from the panels when it is queued, so the run in progress (and the
 rest of its Compare or its reference) keeps the settings it started with; changing the
-method, the policy, k, the temperature or any other setting of the Decoding panel meanwhile
-puts one line on the status bar ("draft length k 6 applies to the next run; …") instead of
-changing nothing in silence. While nothing runs a change needs no word.
+method, the policy or one of its parameters, k, the temperature or any other setting of the
+Decoding panel meanwhile puts one line on the status bar ("draft length k 6 applies to the
+next run; …") instead of changing nothing in silence. While nothing runs a change needs no
+word.
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ class NextRunNote:
         ]
         for signal, name, value in watched:
             signal.connect(lambda *_, name=name, value=value: self.changed(name, value()))
+        d.policy_param_changed.connect(
+            lambda name, value: self.changed(f"policy parameter {name}", f"{value:g}")
+        )
 
     def changed(self, name: str, value: str) -> None:
         if self.session.activity is Activity.RUNNING:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from app.engine import RunRequest
+from app.engine_api import RunRequest
 from specdec_core.events import RunSummary
 from specdec_core.speedup_bound import MeasuredSpeedup
 

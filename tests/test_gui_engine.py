@@ -6,7 +6,8 @@ import threading
 
 import pytest
 
-from app.engine import RunRequest, SpecdecEngine
+from app.engine import SpecdecEngine
+from app.engine_api import RunRequest
 from specdec_core import runner
 from specdec_core.config import DecodeConfig
 from specdec_core.errors import SpecdecError

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from app.engine import LoadSettings, TargetInfo
+from app.engine_api import LoadSettings, TargetInfo
 from app.widgets.models_panel import TRUST_TIP, ModelsPanel
 from specdec_core.control import check_stop
 from specdec_core.eagle.formats import save_head

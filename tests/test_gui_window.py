@@ -384,6 +384,13 @@ def test_a_setting_changed_during_a_run_says_it_applies_to_the_next_run(make_win
     assert window.status.currentMessage().startswith("method EAGLE applies to the next run")
     decoding.temperature.setValue(0.7)
     assert window.status.currentMessage().startswith("temperature 0.7 applies to the next run")
+    decoding.select(decoding.policy, "threshold")
+    assert window.status.currentMessage().startswith("policy threshold (lossy) applies to the")
+    decoding.params["tau"].setValue(0.45)
+    assert window.status.currentMessage() == (
+        "policy parameter tau 0.45 applies to the next run; the run in progress keeps the "
+        "settings it started with"
+    )
     qtbot.keyClick(window, Qt.Key.Key_Escape)
     wait_idle(qtbot, window)
     running = engine.requests[0]  # the run in progress kept what it started with
@@ -398,3 +405,6 @@ def test_a_setting_changed_during_a_run_says_it_applies_to_the_next_run(make_win
         6,
         0.7,
     )
+    assert following.config.policy_params == {"tau": 0.45}
+    decoding.params["tau"].setValue(0.2)  # nothing runs: no word
+    assert "tau 0.2" not in window.status.currentMessage()

@@ -10,7 +10,8 @@ import psutil
 import pytest
 import torch
 
-from app.engine import RunRequest, SpecdecEngine
+from app.engine import SpecdecEngine
+from app.engine_api import RunRequest
 from specdec_core.cli import main
 from specdec_core.config import DecodeConfig
 from specdec_core.events import Finished, Step

@@ -13,7 +13,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.engine import Registries
+from app.engine_api import Registries
 from app.export import CompareResult
 from app.widgets.compare_columns import CompareColumns
 from app.widgets.compare_table import CompareTable

@@ -23,7 +23,7 @@ from PySide6.QtWidgets import (
 )
 from superqt import QLabeledDoubleSlider, QLabeledSlider
 
-from app.engine import Registries
+from app.engine_api import Registries
 from specdec_core.config import DecodeConfig
 
 MAX_NEW_TOKENS = 4096
@@ -61,6 +61,7 @@ class CappedSpin(QSpinBox):
 
 class DecodingPanel(QGroupBox):
     method_changed = Signal(str)
+    policy_param_changed = Signal(str, float)  # a parameter of the chosen policy, its value
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__("Decoding", parent)
@@ -273,6 +274,9 @@ class DecodingPanel(QGroupBox):
             spin.setDecimals(3)
             spin.setSingleStep(0.05)
             spin.setValue(default)
+            spin.valueChanged.connect(
+                lambda value, name=name: self.policy_param_changed.emit(name, value)
+            )
             self.params_layout.addWidget(QLabel(name))
             self.params_layout.addWidget(spin, 1)
             self.params[name] = spin

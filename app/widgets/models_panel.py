@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.engine import LoadSettings, TargetInfo
+from app.engine_api import LoadSettings, TargetInfo
 from app.widgets.spec_picker import LocalEntry, SpecPicker
 from specdec_core.local_models import list_local, ranked, suggested_heads
 
