@@ -10,11 +10,12 @@ Gemma 2/3 `layer_types` mixing sliding and full attention). transformers' `Dynam
 gives their sliding layers a `DynamicSlidingWindowLayer` that keeps only the last window − 1
 positions, so once a sequence passes the window a rejected draft cannot be rolled back (`crop`
 raises) and a tree cannot be compacted. `new_cache` therefore gives *every* attention layer a
-plain `DynamicLayer` that keeps its whole history. The window is still applied exactly: it lives
+`GrowingLayer` (a `DynamicLayer` writing into spare room) that keeps its whole history. The
+window is still applied exactly: it lives
 in the attention mask, which the model builds per layer type from absolute positions (chains),
 or `target.tree_attention` builds per layer type (trees), so every layer sees the same keys it
 would see with a truncated cache and greedy float32 output stays identical to `ar`. Chosen over a
-margin of k extra positions in the sliding layers because it needs no cache class of our own,
+margin of k extra positions in the sliding layers because it needs no sliding layer of our own,
 no margin to size for trees (a tree forward appends every node) and no offsets in the masks;
 the price is memory and attention time over the whole context in sliding layers, as for a
 full-attention model of the same size.
@@ -57,6 +58,75 @@ def layer_types(config: PretrainedConfig) -> list[str]:
     return list(types)
 
 
+class GrowingLayer(DynamicLayer):
+    """A `DynamicLayer` whose keys and values are views of buffers with room to grow.
+
+    `DynamicLayer.update` concatenates, copying the layer's whole history at every forward: a
+    cost that grows with the context and is paid by every method alike (about 5% of a step of
+    the embedded model at 200 tokens of context on a CPU, docs/benchmarks.md). Here a forward
+    writes its new positions into spare room after the history, and `keys` / `values` become
+    views of the first `length` positions. Cropping (rollback) takes a shorter view of the
+    same buffer and the next forward writes over the dropped positions; `keep` writes the
+    accepted rows into place through the views. The room grows by a quarter of the length (at
+    least `ROOM` positions) when it runs out, one copy per growth. Anything that replaces
+    `keys` with a tensor of its own (a cache handed over by the prefix cache) is taken over at
+    the next forward.
+    """
+
+    ROOM = 256
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        super().lazy_initialization(key_states, value_states)
+        self.key_buffer = self.value_buffer = None
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        length = self.get_seq_length()
+        end = length + key_states.shape[-2]
+        if not self._fits(key_states, value_states, end):
+            room = end + max(self.ROOM, length // 4)
+            self.key_buffer = _buffer(self.keys, key_states, length, room)
+            self.value_buffer = _buffer(self.values, value_states, length, room)
+        self.key_buffer[..., length:end, :] = key_states
+        self.value_buffer[..., length:end, :] = value_states
+        self.keys = self.key_buffer[..., :end, :]
+        self.values = self.value_buffer[..., :end, :]
+        return self.keys, self.values
+
+    def _fits(self, key_states: torch.Tensor, value_states: torch.Tensor, end: int) -> bool:
+        """Do the buffers exist, still back `keys` / `values`, match the new states' batch,
+        heads, width and dtype, and have room up to `end`?"""
+        keys, values = self.key_buffer, self.value_buffer
+        if keys is None or values is None or end > keys.shape[-2]:
+            return False
+        for held, buffer, new in (
+            (self.keys, keys, key_states),
+            (self.values, values, value_states),
+        ):
+            if held.numel() and held.data_ptr() != buffer.data_ptr():
+                return False
+            if buffer.shape[:-2] != new.shape[:-2] or buffer.shape[-1] != new.shape[-1]:
+                return False
+            if buffer.dtype != new.dtype or buffer.device != new.device:
+                return False
+        return True
+
+    def reset(self) -> None:
+        self.key_buffer = self.value_buffer = None
+        super().reset()
+
+
+def _buffer(held: torch.Tensor, new: torch.Tensor, length: int, room: int) -> torch.Tensor:
+    """A buffer of `room` positions shaped like `new`, holding `held`'s first `length`."""
+    buffer = new.new_empty((*new.shape[:-2], room, new.shape[-1]))
+    if length:
+        buffer[..., :length, :] = held[..., :length, :]
+    return buffer
+
+
 def new_cache(config: PretrainedConfig | None = None) -> DynamicCache:
     """A cache that can be rolled back and compacted: full history in every attention layer."""
     cache = DynamicCache()  # grows a DynamicLayer for every layer index it is given
@@ -71,7 +141,7 @@ def new_cache(config: PretrainedConfig | None = None) -> DynamicCache:
             "rolled back to drop a rejected draft; speculative decoding here needs attention "
             "layers (full or sliding window): use --method ar, or another model"
         )
-    cache.layers = [DummyLayer() if kind == "dummy" else DynamicLayer() for kind in types]
+    cache.layers = [DummyLayer() if kind == "dummy" else GrowingLayer() for kind in types]
     return cache
 
 
@@ -79,7 +149,8 @@ def check_rollback(cache) -> None:
     """Raise a SpecdecError unless `cache` can drop positions (see the module docstring)."""
     layers = getattr(cache, "layers", None)
     if type(cache) is DynamicCache and not cache.offloading and layers is not None:
-        odd = next((x for x in layers if type(x) not in (DynamicLayer, DummyLayer)), None)
+        kinds = (DynamicLayer, GrowingLayer, DummyLayer)
+        odd = next((x for x in layers if type(x) not in kinds), None)
         if odd is None:
             return
         what = f"a {type(odd).__name__} layer"
