@@ -50,7 +50,6 @@ from pathlib import Path
 from typing import Any
 
 from specdec_core.bench_entries import Entry, entry_method, parse_entry
-from specdec_core.bench_entries import parse_variant as parse_variant  # its name in tests
 from specdec_core.config import DecodeConfig
 from specdec_core.drafters.suffix import History
 from specdec_core.errors import SpecdecError

@@ -4,8 +4,6 @@ The one place where a run becomes a number. `specdec bench`, `specdec sweep`, `-
 the GUI's sweeps and Tune all measure through these functions, so a figure means the same in
 each of them:
 
-- `extra_kind(method)`, `load_extra(method, target, specs)`: what a method (or an HF
-  baseline) needs besides the target, and loading it;
 - `warm_up(target, ids)`: one short run, so first-call allocation lands on no method;
 - `run_one(method, target, ids, config, extra) -> Row`: one timed run and its target log-prob;
 - `compared(row, reference) -> Row`: the row with its fidelity to the `ar` output;
@@ -13,6 +11,8 @@ each of them:
   reference, labelled float near-tie or bug (`first_difference`);
 - `aggregate(rows) -> Aggregate`: tokens/s, τ, per-step draft / verify time, fidelity, and
   the steps' phases summed (`StepPhases`, for `bench --profile`: step_profile.py).
+
+What a method loads besides the target is runner.py's (`extra_kind`, `load_extra`).
 
 Speed is a ratio measured in the same process (`Aggregate.speedup_vs_ar`, filled in by the
 caller that also measured `ar`); `to_record()` gives the JSON form that bench and sweep files
@@ -29,10 +29,10 @@ from specdec_core.config import DecodeConfig
 from specdec_core.events import Rates, StepPhases
 from specdec_core.fidelity import mean_logprob, prefix_agreement, token_agreement
 from specdec_core.first_difference import BUG, NEAR_TIE, FirstDifference, first_difference
-from specdec_core.methods import get_method
 from specdec_core.models import LoadedModel
 from specdec_core.prefix_cache import PrefixCache
-from specdec_core.runner import Extra, prepare_extra, run
+from specdec_core.runner import Extra, run
+from specdec_core.runner import load_extra as load_extra  # sweep.py imports it from here
 
 if TYPE_CHECKING:
     from specdec_core.drafters.suffix import History
@@ -125,21 +125,6 @@ class Measurement:
     token_ids: tuple[tuple[int, ...], ...]
 
 
-def extra_kind(method: str) -> str | None:
-    """What `method` (ours or an HF baseline) loads besides the target: "head", "draft" or
-    None."""
-    if method in HF_METHODS:
-        return "draft" if method == "hf-assisted" else None
-    return get_method(method).needs
-
-
-def load_extra(method: str, target: LoadedModel, specs: dict[str, str]) -> Extra:
-    """The draft / head `method` needs (None if none); `hf-assisted` uses the classic draft."""
-    if method in HF_METHODS:
-        return prepare_extra("classic", target, specs) if method == "hf-assisted" else None
-    return prepare_extra(method, target, specs)
-
-
 def warm_up(target: LoadedModel, ids: list[int], seed: int = 0) -> None:
     """One short run so that first-call allocation does not land on the first method."""
     run(target, "ar", ids, DecodeConfig(max_new_tokens=4, seed=seed))
@@ -158,7 +143,7 @@ def run_one(
 ) -> Row:
     """One timed run of `method` (ours or an HF baseline) on `ids`; `label` names the row
     (default: the method); `prefix`: a conversation's cache to reuse and update (ours only);
-    `history`: the suffix history a suffix method drafts from (None: the process's).
+    `history`: the suffix history a suffix method drafts from (None: an empty one of its own).
     The target log-prob is one extra forward, after the timing."""
     name = label or method
     if method in HF_METHODS:

@@ -118,9 +118,6 @@ def load_extra(
     return extra
 
 
-prepare_extra = load_extra  # the name cli/generate.py and measure.py call it by
-
-
 def run(
     target: LoadedModel,
     method: str,

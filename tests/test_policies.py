@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from specdec_core.bench import parse_variant
+from specdec_core.bench_entries import parse_variant
 from specdec_core.config import DecodeConfig
 from specdec_core.errors import SpecdecError
 from specdec_core.fidelity import (

@@ -37,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from specdec_core.models import load_model
     from specdec_core.prompts import check_prompt_text, encode_prompt, read_prompt_file
-    from specdec_core.runner import prepare_extra
+    from specdec_core.runner import load_extra
     from specdec_core.runner import run as run_method
 
     config = decode_config(args)
@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     progress = load_progress(args.json)
     target = load_model(args.target, args.device, args.dtype, progress, options=options)
     prompt_ids = encode_prompt(target.tokenizer, text, args.raw)
-    extra = prepare_extra(args.method, target, model_specs(args))
+    extra = load_extra(args.method, target, model_specs(args))
     config = resolve_auto_k(args, config, target, [args.method], extra)
     summary = run_method(target, args.method, prompt_ids, config, extra)
     if adapting is not None:

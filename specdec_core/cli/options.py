@@ -309,7 +309,7 @@ def resolve_auto_k(
     if args.k != AUTO:
         return config
     from specdec_core.autotune import tune_on_device
-    from specdec_core.bench import entry_method
+    from specdec_core.bench_entries import entry_method
     from specdec_core.methods import is_chain
 
     chain = [m for m in dict.fromkeys(map(entry_method, methods)) if is_chain(m)]
