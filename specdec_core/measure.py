@@ -10,17 +10,22 @@ each of them:
 - `explained(row, model, ids, reference) -> Row`: where a differing output parts from the
   reference, labelled float near-tie or bug (`first_difference`);
 - `aggregate(rows) -> Aggregate`: tokens/s, τ, per-step draft / verify time, fidelity, and
-  the steps' phases summed (`StepPhases`, for `bench --profile`: step_profile.py).
+  the steps' phases summed (`StepPhases`, for `bench --profile`: step_profile.py);
+- `speedup_spread(rows, ar_rows) -> SpeedupSpread`: each prompt's speedup over the `ar` run
+  of the same prompt, and a 95 % bootstrap interval of the run's speedup over the prompts.
 
 What a method loads besides the target is runner.py's (`extra_kind`, `load_extra`).
 
 Speed is a ratio measured in the same process (`Aggregate.speedup_vs_ar`, filled in by the
-caller that also measured `ar`); `to_record()` gives the JSON form that bench and sweep files
+caller that also measured `ar`, with its spread over the prompts where it has one);
+`to_record()` gives the JSON form that bench and sweep files
 hold (the key names are the CLI contract: `docs/architecture.md`).
 """
 
 from __future__ import annotations
 
+import random
+import statistics
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -103,17 +108,94 @@ class Aggregate:
     identical_to_fp32: float | None = None  # share identical to an fp32 ar reference
     speedup_vs_ar: float | None = None  # set by the caller that measured ar in the same run
     phases: StepPhases | None = None  # every row's step phases summed; None if a row has none
+    speedup_interval: tuple[float, float] | None = None  # 95 % over prompts (SpeedupSpread)
+    speedup_per_prompt: tuple[float, ...] | None = None  # each prompt's, in prompt order
 
-    def against(self, ar_tokens_per_second: float) -> Aggregate:
-        """This aggregate with its speedup over an `ar` measured in the same run."""
+    def against(
+        self, ar_tokens_per_second: float, spread: SpeedupSpread | None = None
+    ) -> Aggregate:
+        """This aggregate with its speedup over an `ar` measured in the same run, and with
+        `spread` its speedup per prompt and interval (`speedup_spread`)."""
         speedup = self.tokens_per_second / ar_tokens_per_second if ar_tokens_per_second else 0.0
-        return replace(self, speedup_vs_ar=speedup)
+        if spread is None:
+            return replace(self, speedup_vs_ar=speedup)
+        return replace(
+            self,
+            speedup_vs_ar=speedup,
+            speedup_interval=spread.interval,
+            speedup_per_prompt=spread.per_prompt,
+        )
 
     def to_record(self) -> dict[str, Any]:
-        """Every field but the phases (`bench --profile` adds them: step_profile.py)."""
+        """Every field but the phases (`bench --profile` adds them: step_profile.py); the
+        speedup's interval and per-prompt values only where it has them (bench entries, not
+        sweep points)."""
         record = asdict(self)
         del record["phases"]
+        for name in ("speedup_interval", "speedup_per_prompt"):
+            if record[name] is None:
+                del record[name]
         return record
+
+
+SPEEDUP_RESAMPLES = 2000  # bootstrap resamples of the prompts
+SPEEDUP_SEED = 0  # the same rows always give the same interval
+
+
+@dataclass(frozen=True)
+class SpeedupSpread:
+    """How a run's speedup spreads over its prompts. Prompts differ (a summary drafts well, a
+    poem badly), so the interval says how much the run's speedup depends on which prompts
+    were drawn, not how precise each timing was."""
+
+    per_prompt: tuple[float, ...]  # each prompt's tokens/s over ar's on it, in prompt order
+    interval: tuple[float, float]  # (low, high): 95 % bootstrap interval of the run's speedup
+
+
+def speedup_spread(
+    rows: list[Row],
+    ar_rows: list[Row],
+    resamples: int = SPEEDUP_RESAMPLES,
+    seed: int = SPEEDUP_SEED,
+) -> SpeedupSpread | None:
+    """`rows`' speedup over `ar_rows` (the same run's `ar`) on each prompt both ran (the
+    turns of a conversation summed), and a percentile bootstrap over those prompts of the
+    run's speedup (all tokens / all time, against `ar`'s on the same resampled prompts),
+    with a fixed seed. None when no prompt ran both."""
+    own, reference = _by_prompt(rows), _by_prompt(ar_rows)
+    pairs = [(*own[i], *reference[i]) for i in sorted(own.keys() & reference.keys())]
+    if not pairs:
+        return None
+    rng = random.Random(seed)
+    ratios = [_pooled(rng.choices(pairs, k=len(pairs))) for _ in range(resamples)]
+    # cut points every 2.5 %: the first and the last bound the middle 95 %
+    cuts = statistics.quantiles(ratios, n=40, method="inclusive")
+    return SpeedupSpread(
+        per_prompt=tuple(_speedup(*pair) for pair in pairs), interval=(cuts[0], cuts[-1])
+    )
+
+
+def _by_prompt(rows: list[Row]) -> dict[int, tuple[int, float]]:
+    """Prompt index -> (new tokens, wall seconds) of its rows (every turn of a conversation)."""
+    sums: dict[int, tuple[int, float]] = {}
+    for row in rows:
+        new, wall = sums.get(row.prompt_index, (0, 0.0))
+        sums[row.prompt_index] = (new + row.new_tokens, wall + row.wall_seconds)
+    return sums
+
+
+def _pooled(pairs: list[tuple[int, float, int, float]]) -> float:
+    """The speedup of these prompts together: all their tokens over all their time, against
+    `ar`'s on the same prompts."""
+    new, wall, ar_new, ar_wall = (sum(column) for column in zip(*pairs, strict=True))
+    return _speedup(new, wall, ar_new, ar_wall)
+
+
+def _speedup(new: float, wall: float, ar_new: float, ar_wall: float) -> float:
+    """tokens/s over `ar`'s tokens/s (0 where either ran no time or `ar` made no token)."""
+    speed = new / wall if wall else 0.0
+    ar_speed = ar_new / ar_wall if ar_wall else 0.0
+    return speed / ar_speed if ar_speed else 0.0
 
 
 @dataclass(frozen=True)

@@ -70,6 +70,8 @@ def test_bench_writes_the_contract_json(capsys, tiny_dirs, tmp_path):
         assert {"tokens_per_second", "speedup_vs_ar", "mean_accept_length", "new_tokens"} <= set(
             entry
         )
+        low, high = entry["speedup_interval"]
+        assert low <= entry["speedup_vs_ar"] <= high and len(entry["speedup_per_prompt"]) == 2
     assert len(result["per_prompt"]) == 4
 
 
