@@ -37,7 +37,6 @@ from specdec_core.first_difference import BUG, NEAR_TIE, FirstDifference, first_
 from specdec_core.models import LoadedModel
 from specdec_core.prefix_cache import PrefixCache
 from specdec_core.runner import Extra, run
-from specdec_core.runner import load_extra as load_extra  # sweep.py imports it from here
 
 if TYPE_CHECKING:
     from specdec_core.drafters.suffix import History

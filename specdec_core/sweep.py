@@ -31,10 +31,11 @@ from specdec_core.config import DecodeConfig
 from specdec_core.control import StopFlag
 from specdec_core.drafters.suffix import History
 from specdec_core.errors import SpecdecError
-from specdec_core.measure import Measurement, aggregate, compared, load_extra, run_one, warm_up
+from specdec_core.measure import Measurement, aggregate, compared, run_one, warm_up
 from specdec_core.methods import Extra
 from specdec_core.models import LoadedModel
 from specdec_core.prompts import encode_prompt
+from specdec_core.runner import load_extra
 from specdec_core.sweep_records import (  # noqa: F401 (the records, also named from here)
     AXES,
     BASELINES,
