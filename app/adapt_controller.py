@@ -4,7 +4,9 @@
 engine, the Adaptation box, the `RunController` (its `queue_done` starts an adaptation) and the
 shared `JobRunner`; Save adapted head… asks for a new directory. The fine-tuning runs in a
 `TaskWorker` thread, never on the GUI thread, and holds the engine's models, so it cannot
-overlap a run; while it runs the session is `ADAPTING` (no run or load starts).
+overlap a run; while it runs the session is `ADAPTING` (no run or load starts). The switch
+is told to the engine only when it has a model and nothing runs, so the window never waits
+for a busy engine process, and again after Restart engine.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from app.jobs import JobRunner
 from app.run_controller import RunController
 from app.session import Activity, Session
 from app.widgets.adapt_panel import AdaptPanel
-from app.worker import Job, TaskWorker
+from app.worker import Job, TaskWorker, error_message
 
 BUDGET_SECONDS = 0.5  # fine-tuning after each run queue
 
@@ -41,11 +43,12 @@ class AdaptController(QObject):
         self.session, self.engine, self.panel, self.jobs = session, engine, panel, jobs
         self.ask_directory = ask_directory or self._ask_directory
         self.job: Job | None = None
+        self._told: bool | None = None  # what the engine was last told (None: nothing yet)
         panel.toggled.connect(self._toggle)
         panel.reset_requested.connect(self.reset)
         panel.save_requested.connect(self.save)
         runs.queue_done.connect(self.after_runs)
-        session.on_change(lambda what: panel.set_busy(session.busy) if what == "activity" else None)
+        session.on_change(self._on_session_change)
 
     @property
     def running(self) -> bool:
@@ -57,11 +60,34 @@ class AdaptController(QObject):
 
     @Slot(bool)
     def _toggle(self, on: bool) -> None:
-        self.engine.set_adapt(on)
+        self._tell()
+
+    def _on_session_change(self, what: str) -> None:
+        if what == "activity":
+            self.panel.set_busy(self.session.busy)
+        if what == "target" and self.session.target is None:  # the engine process ended:
+            self._told = None  # the one Restart engine starts knows nothing yet
+        if what in ("activity", "target"):
+            self._tell()
+
+    def _tell(self) -> None:
+        """Tell the engine whether to adapt, when it has a model and nothing runs: the engine
+        process is then free, so the window never waits for it (a change during a run is
+        told when the run ends; a restarted engine is told once its model has loaded)."""
+        wanted = self.panel.enabled.isChecked()
+        if wanted == self._told or self.session.busy or self.session.target is None:
+            return
+        try:
+            self.engine.set_adapt(wanted)
+        except Exception as error:  # the engine process ended meanwhile: one line, Restart
+            text, user = error_message(error, "adaptation")
+            self.session.report(text, user=user)
+            return
+        self._told = wanted
 
     @Slot()
     def after_runs(self) -> None:
-        if self.panel.enabled.isChecked():
+        if self.panel.enabled.isChecked() and self.session.target is not None:
             self._start(lambda progress: self.engine.adapt(BUDGET_SECONDS, progress), self._tau)
 
     def reset(self) -> None:

@@ -27,6 +27,7 @@ from app.run_inputs import RunInputs
 from app.session import Session
 from app.widgets.chat_view import ChatView
 from app.widgets.plots_panel import PlotsPanel
+from app.worker import error_message
 from specdec_core.errors import SpecdecError
 from specdec_core.events import RunSummary, Step
 
@@ -104,8 +105,12 @@ class ChatController(RunOwner):
     def clear(self) -> None:
         self.chat = Chat()
         self.view.clear()
-        for name in (CONVERSATION, REFERENCE_CONVERSATION):
-            self.engine.forget(name)
+        try:
+            for name in (CONVERSATION, REFERENCE_CONVERSATION):
+                self.engine.forget(name)
+        except Exception as error:  # the engine process ended: one line, Restart engine
+            text, user = error_message(error, "chat")
+            self.session.report(text, user=user)
 
     def edit_last(self) -> str:
         """Remove the last turn; its message goes back to the caller (the prompt box)."""
@@ -184,6 +189,12 @@ class ChatController(RunOwner):
             self.plots.add_step(self.style.label(request.method), step)
         elif request is self._reference:
             self.plots.add_step(self.style.label(request.method) + " (reference)", step)
+
+    def failed(self, request: RunRequest, message: str, user: bool) -> None:
+        """A turn that got no answer gives its message back to the prompt box (when nothing
+        was typed there meanwhile; otherwise it stays in the chat, for Regenerate)."""
+        if request is self._turn and self.inputs.prompt_text().strip() == "":
+            self.inputs.set_prompt(self.edit_last())
 
     def finished(self, request: RunRequest, summary: RunSummary) -> None:
         if request is self._turn:

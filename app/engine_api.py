@@ -29,6 +29,7 @@ from specdec_core.sweep_records import Grid, SweepProgress, SweepResult, TuneRes
 
 __all__ = [
     "COMMANDS",
+    "ENDED",
     "ChatMessage",
     "Engine",
     "HeadExportRequest",
@@ -43,10 +44,19 @@ __all__ = [
     "SweepRequest",
     "TargetInfo",
     "TuneRequest",
+    "engine_ended",
     "no_head",
 ]
 
 OnPoint = Callable[[SweepProgress], None]
+
+ENDED = "the engine process ended unexpectedly"  # how every engine death is reported
+
+
+def engine_ended(message: str) -> bool:
+    """Does an error's message report the engine's death (so whatever it had loaded is
+    gone, and Restart engine brings it back)?"""
+    return ENDED in message
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from PySide6.QtWidgets import QMessageBox, QStatusBar, QWidget
 
-from app.process_engine import ENDED
+from app.engine_api import engine_ended
 
 SHOWN_MS = 15_000  # how long the status line keeps an error
 
@@ -24,7 +24,7 @@ class ErrorDialog:
         self.last_error = message
         title = "Cannot do that" if user else "Something went wrong"
         self.box = QMessageBox(QMessageBox.Icon.Warning, title, message, parent=self.parent)
-        if ENDED in message:  # the engine died: one click starts a new one with the same models
+        if engine_ended(message):  # one click starts a new engine with the same models
             restart = self.box.addButton("Restart engine", QMessageBox.ButtonRole.AcceptRole)
             restart.clicked.connect(self.restart)
             self.box.addButton(QMessageBox.StandardButton.Close)

@@ -10,9 +10,9 @@ their progress under Models too.
 
 from __future__ import annotations
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, QTimer, Signal
 
-from app.engine_api import Engine, Registries, TargetInfo
+from app.engine_api import Engine, Registries, TargetInfo, engine_ended
 from app.first_run import first_choice
 from app.run_controller import RunController
 from app.session import Activity, Session
@@ -56,6 +56,8 @@ class ModelLoader(QObject):
         self.first_run = first_run
         self.first_choice_reason = ""  # what a new user's window selected, and why
         self._failure = ""  # the failed load's message, while the status line may show it
+        self._restart = False  # Restart engine was pressed while something still ran
+        session.on_change(self._on_session_change)
         models.load_requested.connect(lambda *_: self.load_target())
         models.cancel_requested.connect(runs.cancel_task)
         runs.task_progress.connect(models.show_progress)
@@ -69,15 +71,28 @@ class ModelLoader(QObject):
 
     def restart_engine(self) -> None:
         """A new engine process with the models chosen in the Models panel (what was typed
-        and chosen in the window stays as it is)."""
+        and chosen in the window stays as it is). Pressed while the work that met the dead
+        engine is still ending, it starts as soon as that has ended."""
         self.bar.showMessage("restarting the engine…", 5000)
+        if self.session.busy or self.runs.running or self.runs.task_running:
+            self._restart = True
+            return
         self.start_engine()
+
+    def _on_session_change(self, what: str) -> None:
+        if what == "target" and self.session.target is None:
+            self.models.show_unloaded("nothing is loaded: the engine process ended")
+            self.bar.clear_model()
+        if what == "activity" and self._restart and not self.session.busy:
+            self._restart = False  # once the ending work's own bookkeeping is done
+            QTimer.singleShot(0, self.restart_engine)
 
     def _on_registries(self, registries: Registries) -> None:
         self.session.set_registries(registries)
         self.decoding.set_registries(registries)
         self.compare.set_registries(registries)
-        if self.first_run:
+        if self.first_run:  # once: a restarted engine keeps what the user chose since
+            self.first_run = False
             self._first_choice(registries)
         self.load_target()
 
@@ -122,7 +137,8 @@ class ModelLoader(QObject):
 
     def _on_failed(self, message: str, user: bool) -> None:
         kept = self.session.target
-        if kept is not None:  # the engine keeps the old model until a new one has loaded
+        if kept is not None and not engine_ended(message):  # the engine keeps the old model
+            # until a new one has loaded (unless its process ended, and the model with it)
             message = f"{message} ({kept.spec} is still loaded)"
         self.models.show_failed(message)
         self.session.report(message, user=user)

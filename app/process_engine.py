@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING, Any
 from app.engine import SpecdecEngine
 from app.engine_api import (
     COMMANDS,
+    ENDED,
     Engine,
     LoadSettings,
     OnPoint,
@@ -78,9 +79,6 @@ Message = tuple[Any, ...]
 CHANNELS = ("progress", "on_point", "stop")  # parameters answered by messages, not sent
 LABELS = "token_texts"  # the one request that is not a protocol method
 GONE = (EOFError, OSError)  # a closed or broken pipe: BrokenPipeError, ConnectionResetError, …
-
-
-ENDED = "the engine process ended unexpectedly"  # how every engine death is reported
 
 
 class EngineProcessError(Exception):
@@ -213,7 +211,14 @@ class ProcessEngine:
             name="specdec-engine",
             daemon=True,  # ends with the window's process, whatever happens to it
         )
-        process.start()
+        try:
+            process.start()
+        except OSError as error:  # it died while reading what to run, or could not be made
+            ours.close()
+            theirs.close()
+            raise EngineProcessError(
+                f"{ENDED} while starting ({error}); press Restart engine to try again"
+            ) from None
         theirs.close()  # the child holds the only other end: its exit reads as EOF here
         self.process, self._conn = process, ours
         return ours

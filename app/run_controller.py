@@ -15,7 +15,7 @@ from typing import Protocol
 
 from PySide6.QtCore import QObject, Signal, Slot
 
-from app.engine_api import Engine, RunRequest
+from app.engine_api import Engine, RunRequest, engine_ended
 from app.jobs import JobRunner
 from app.session import Activity, Session
 from app.worker import EventWorker, Job, TaskWorker
@@ -91,7 +91,7 @@ class RunController(QObject):
         compare: bool = False,
     ) -> bool:
         """Run `requests` one after another, their events to `owner`; `keep_going`: an error
-        skips only that run."""
+        skips only that run (the engine's death ends the queue all the same)."""
         if self.running or self.task_running or not requests:
             return False
         self._owner = owner
@@ -145,7 +145,7 @@ class RunController(QObject):
 
     @Slot(str, bool)
     def _on_error(self, message: str, user: bool) -> None:
-        if not self._keep_going:
+        if not self._keep_going or engine_ended(message):  # nothing runs on a dead engine
             self._queue.clear()
         self._owned().failed(self.current, message, user)
         self.session.report(message, user=user)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from app.engine_api import Registries, TargetInfo
+from app.engine_api import Registries, TargetInfo, engine_ended
 
 
 class Activity(StrEnum):
@@ -94,5 +94,10 @@ class Session:
         self._changed(f"result:{kind}")
 
     def report(self, text: str, error: bool = True, user: bool = True) -> None:
+        """Something to read. A failure that reports the engine's death also means that what
+        it had loaded is gone: the target is forgotten first, so nothing starts until Restart
+        engine (or Load) brings a model back."""
+        if error and not user and engine_ended(text) and self.target is not None:
+            self.set_target(None)
         self.last_message = Message(text, error, user)
         self._changed("message")

@@ -24,20 +24,26 @@ from specdec_core.events import Event, Finished, Started, Step
 log = logging.getLogger(__name__)
 
 
+def error_message(error: Exception, what: str) -> tuple[str, bool]:
+    """How an exception of `what` reads to the user, and whether the user caused it (a
+    `SpecdecError`, or running out of memory: both say what to change). Logged unless it is
+    the user's."""
+    if isinstance(error, SpecdecError):
+        return str(error), True
+    if is_out_of_memory(error):  # the window stays usable; say what to change
+        log.warning("%s ran out of memory: %s", what, error)
+        return str(out_of_memory(f"during the {what}")), True
+    log.error("%s failed:\n%s", what, traceback.format_exc())
+    return f"{type(error).__name__}: {error}", False
+
+
 @contextmanager
 def errors_to_signal(errored: Signal, what: str) -> Iterator[None]:
     """Turn an exception into `errored(message, is_user_error)`; the window stays alive."""
     try:
         yield
-    except SpecdecError as error:
-        errored.emit(str(error), True)
     except Exception as error:  # a bug or a library failure: show it, keep the window alive
-        if is_out_of_memory(error):  # the window stays usable; say what to change
-            log.warning("%s ran out of memory: %s", what, error)
-            errored.emit(str(out_of_memory(f"during the {what}")), True)
-            return
-        log.error("%s failed:\n%s", what, traceback.format_exc())
-        errored.emit(f"{type(error).__name__}: {error}", False)
+        errored.emit(*error_message(error, what))
 
 
 EventSource = Callable[[StopFlag, Progress], Iterator[Event]]

@@ -60,3 +60,41 @@ def test_closing_the_window_mid_adaptation_ends_it_and_leaves_no_live_thread(mak
     assert started.wait(5) and window.adaptation.running
     window.close()
     assert window.controller.live_threads() == 0
+
+
+def test_switching_adaptation_during_a_run_tells_the_engine_when_the_run_ends(make_window, qtbot):
+    engine = FakeEngine(steps=400, delay=0.01)
+    told: list[bool] = []
+    engine.set_adapt = told.append  # the engine process would be busy with the run meanwhile
+    window = make_window(engine)
+    told.clear()
+    window.generate()
+    qtbot.waitUntil(lambda: engine.produced > 0, timeout=5000)
+    window.adapt_panel.enabled.setChecked(True)
+    assert told == []  # the window does not wait for an engine that is running
+    window.stop()
+    wait_idle(qtbot, window)
+    assert told == [True]
+
+
+def test_a_dead_engine_met_by_the_adapt_switch_is_one_line_and_restart_tells_it_again(
+    make_window, qtbot
+):
+    from app.process_engine import ENDED, EngineProcessError
+
+    engine = FakeEngine()
+    told: list[bool] = []
+
+    def dead(on: bool) -> None:
+        raise EngineProcessError(f"{ENDED} (exit code -9); press Restart engine")
+
+    window = make_window(engine)
+    engine.set_adapt = dead
+    window.adapt_panel.enabled.setChecked(True)
+    assert window.last_error == f"EngineProcessError: {ENDED} (exit code -9); press Restart engine"
+    assert not window.ready()
+    engine.set_adapt = told.append
+    restart = next(b for b in window.error_box.buttons() if b.text() == "Restart engine")
+    restart.click()
+    qtbot.waitUntil(window.ready, timeout=5000)
+    assert told == [True]  # the new engine adapts, as the switch says

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from PySide6.QtCore import Qt
 
 from app.widgets.decoding_panel import MAX_NEW_TOKENS
@@ -336,6 +337,31 @@ def test_a_dead_engine_offers_a_restart_that_reloads_the_models_and_keeps_the_pr
     assert window.token_view.tokens
 
 
+def test_after_the_engine_died_nothing_starts_and_restart_keeps_every_choice(make_window, qtbot):
+    from app.process_engine import ENDED, EngineProcessError
+
+    engine = FakeEngine()
+    window = make_window(engine, fresh=True)  # a new user: the first method was chosen for them
+    decoding, compare = window.decoding, window.compare
+    decoding.select(decoding.method, "classic")
+    decoding.select(decoding.policy, "threshold")
+    decoding.params["tau"].setValue(0.42)
+    compare.checks["eagle2"].setChecked(False)
+    chosen = (decoding.values(), compare.chosen())
+    engine.fail_next = EngineProcessError(f"{ENDED} (exit code -9); press Restart engine")
+    window.generate()
+    wait_idle(qtbot, window)
+    assert window.session.target is None and not window.ready()  # its model went with it
+    assert window.status.state.text() == "no model" and window.status.model.text() == "model: —"
+    assert "the engine process ended" in window.models.message.text()
+    assert not window.actions.generate.isEnabled()
+    restart = next(b for b in window.error_box.buttons() if b.text() == "Restart engine")
+    restart.click()
+    qtbot.waitUntil(window.ready, timeout=5000)
+    assert (decoding.values(), compare.chosen()) == chosen
+    assert decoding.params["tau"].value() == pytest.approx(0.42)
+
+
 def test_a_run_says_it_is_prefilling_before_its_first_token(make_window, qtbot, monkeypatch):
     engine = FakeEngine(steps=3, delay=0.3)
     window = make_window(engine)
@@ -408,3 +434,48 @@ def test_a_setting_changed_during_a_run_says_it_applies_to_the_next_run(make_win
     assert following.config.policy_params == {"tau": 0.45}
     decoding.params["tau"].setValue(0.2)  # nothing runs: no word
     assert "tau 0.2" not in window.status.currentMessage()
+
+
+def test_restart_engine_pressed_while_work_still_ends_starts_once_it_has_ended(make_window, qtbot):
+    engine = FakeEngine()
+    window = make_window(engine)
+    loads = len(engine.loads)
+    engine.measure.gate.clear()  # the sweep waits inside its first measurement
+    window.sweep.view.k_values.setText("1")
+    window.sweep.view.temperatures.setText("0")
+    assert window.sweep.run_sweep()
+    window.loader.restart_engine()
+    qtbot.wait(100)
+    assert len(engine.loads) == loads  # not while the sweep holds the engine
+    engine.measure.gate.set()
+    qtbot.waitUntil(lambda: len(engine.loads) == loads + 1, timeout=5000)
+    qtbot.waitUntil(window.ready, timeout=5000)
+
+
+def test_a_chat_turn_that_fails_gives_its_message_back_to_the_prompt_box(make_window, qtbot):
+    engine = FakeEngine()
+    window = make_window(engine)
+    window.show_chat()
+    engine.fail_next = SpecdecError("the head 'mine' was not found; choose another in Models")
+    window.prompt.set_text("hello there")
+    window.generate()
+    wait_idle(qtbot, window)
+    assert window.last_error.startswith("the head 'mine' was not found")
+    assert window.prompt.text() == "hello there"  # nothing typed is lost
+    assert window.chat.chat.turns == [] and window.chat_view.turns == []
+    window.generate()  # sent again, answered
+    wait_idle(qtbot, window)
+    assert window.chat.chat.turns[0].reply and window.prompt.text() == ""
+
+
+def test_a_compare_ends_when_the_engine_dies_and_runs_nothing_more(make_window, qtbot):
+    from app.process_engine import ENDED, EngineProcessError
+
+    engine = FakeEngine()
+    window = make_window(engine)
+    window.compare.set_selected(["classic", "eagle"])
+    engine.fail_methods["ar"] = EngineProcessError(f"{ENDED} (exit code -9); press Restart engine")
+    window.run_compare()
+    wait_idle(qtbot, window)
+    assert [r.method for r in engine.requests] == ["ar"]  # not classic, not eagle
+    assert ENDED in window.last_error and not window.ready()

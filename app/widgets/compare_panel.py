@@ -60,6 +60,9 @@ class ComparePanel(QWidget):
         layout.addWidget(self.table)
 
     def set_registries(self, registries: Registries) -> None:
+        """A check box per method; what was checked stays checked (a restarted engine)."""
+        if self.checks:
+            self._wanted = self.chosen()
         for check in self.checks.values():
             self._checks_row.removeWidget(check)
             check.deleteLater()

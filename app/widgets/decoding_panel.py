@@ -144,9 +144,12 @@ class DecodingPanel(QGroupBox):
 
     # -- registries -------------------------------------------------------------------------
     def set_registries(self, registries: Registries) -> None:
+        """The engine's methods and policies; the choices made stay, the policy's parameter
+        values too when the policy is offered again (a restarted engine)."""
         self._registries = registries
         wanted_method = self._pending.get("method") or self.method_name()
         wanted_policy = self._pending.get("policy") or self.policy_name()
+        params = {name: spin.value() for name, spin in self.params.items()}  # typed by hand
         self.method.blockSignals(True)
         self.method.clear()
         for info in registries.methods:
@@ -168,6 +171,10 @@ class DecodingPanel(QGroupBox):
         self.select(self.policy, wanted_policy or "lossless")
         self._on_method()
         self._on_policy()
+        if self.policy_name() == wanted_policy:  # the same policy again (Restart engine)
+            for name, value in params.items():
+                if name in self.params:
+                    self.params[name].setValue(value)
 
     def method_name(self) -> str:
         return self.method.currentData() or ""

@@ -197,6 +197,12 @@ class ModelsPanel(QGroupBox):
         self.progress.setValue(int(round(100 * max(0.0, min(1.0, fraction)))))
         self.message.setText(f"{self._loaded}\n{message}" if self._loaded else message)
 
+    def show_unloaded(self, message: str) -> None:
+        """Nothing is loaded any more (the engine process ended)."""
+        self.progress.setValue(0)
+        self._loaded = ""
+        self.message.setText(message)
+
     def show_failed(self, message: str) -> None:
         self.progress.setValue(0)
         self.message.setText(f"load failed: {message}")

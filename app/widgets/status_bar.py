@@ -48,3 +48,8 @@ class StatusBar(QStatusBar):
     def set_model(self, spec: str, device: str, dtype: str) -> None:
         self.model.setText(f"model: {spec}")
         self.device.setText(f"device: {device} · {dtype}")
+
+    def clear_model(self) -> None:
+        """No model is loaded (the engine process ended)."""
+        self.model.setText("model: —")
+        self.device.setText("device: —")
