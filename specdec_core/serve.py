@@ -29,6 +29,7 @@ from pathlib import Path
 
 from specdec_core.config import DecodeConfig
 from specdec_core.errors import SpecdecError
+from specdec_core.export import export
 
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 TP_FLAG = {"vllm": "--tensor-parallel-size", "sglang": "--tp"}
@@ -73,8 +74,6 @@ def serve_command(
         raise SpecdecError(
             f"--tensor-parallel-size must be at least 1 (got {tensor_parallel_size})"
         )
-    from specdec_core.export import export  # the method registry imports torch: on demand
-
     result = export(engine, method, config, target, model)
     argv = [*shlex.split(result.command), "--dtype", dtype]
     if tensor_parallel_size > 1:
