@@ -3,6 +3,8 @@
 Run under a virtual X server so the result matches a desktop (fonts, styles):
 
     xvfb-run -s "-screen 0 1600x1000x24" python scripts/screenshot.py
+    xvfb-run -s "-screen 0 1280x800x24" python scripts/screenshot.py --size 1280x800 \
+        --tab Train --out docs/train-tab.png
 
 Settings go to a temporary config dir, so the user's own settings are untouched. Methods:
 autoregressive, classic with the target itself as draft (or the bundled draft if present),
@@ -74,6 +76,9 @@ def main() -> int:
     parser.add_argument("--prompt", default="Explain speculative decoding in three sentences.")
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--size", default="1600x1000")
+    parser.add_argument(
+        "--tab", help="show this tab (e.g. Train) once the target has loaded, not a Compare run"
+    )
     args = parser.parse_args()
 
     from specdec_core.resources import resource_path
@@ -83,6 +88,16 @@ def main() -> int:
         args.size,
         lambda window: window.models.draft.set_spec("embedded" if bundled_draft else "smollm2"),
     )
+
+    if args.tab:
+        names = [window.tabs.tabText(i) for i in range(window.tabs.count())]
+        if args.tab not in names:
+            print(f"no tab named {args.tab}; choose from {', '.join(names)}", file=sys.stderr)
+            return 2
+        window.tabs.setCurrentIndex(names.index(args.tab))
+        save_grab(app, window, Path(args.out))
+        window.close()
+        return 0
 
     window.prompt.set_text(args.prompt)
     window.decoding.max_new_tokens.setValue(args.max_new_tokens)
