@@ -39,10 +39,12 @@ from specdec_core.serve import ServeCommand
 if TYPE_CHECKING:  # torch-heavy: imported by the worker threads only
     from specdec_core.adaptation import Adapter
     from specdec_core.drafters.suffix import History
+    from specdec_core.forward_costs import ForwardCosts
     from specdec_core.methods import Extra
     from specdec_core.models import LoadedModel
     from specdec_core.prefix_cache import PrefixCache
     from specdec_core.sweep_records import SweepResult, TuneResult
+    from specdec_core.tree_sizing import AcceptanceEstimates
 
 __all__ = ["ChatMessage", "Registries", "RunRequest", "SpecdecEngine", "TargetInfo"]
 
@@ -64,6 +66,8 @@ class SpecdecEngine:
         self._pending: list[tuple[str, list[int], tuple[int, ...], float]] = []  # finished runs
         self._last_adapted: str | None = None
         self._comparison: tuple[str, History] | None = None  # a Compare's id, history at its start
+        # EAGLE-2 tree sizing: costs measured once and acceptance learned across this engine's runs
+        self._sizing: tuple[ForwardCosts, AcceptanceEstimates] | None = None
 
     def registries(self) -> Registries:
         from specdec_core.methods import METHODS
@@ -118,7 +122,9 @@ class SpecdecEngine:
             else:
                 ids = encode_prompt(target.tokenizer, request.prompt, request.raw)
             extra = self.extra(request.method, request.specs, progress)
-            drafter = build_drafter(request.method, target, extra, self._history(request))
+            costs, acceptance = self._tree_sizing()
+            history = self._history(request)
+            drafter = build_drafter(request.method, target, extra, history, costs, acceptance)
             prefix = None
             if request.conversation:
                 prefix = self._conversations.setdefault(request.conversation, PrefixCache())
@@ -142,6 +148,16 @@ class SpecdecEngine:
                         run = (adapter.source, ids, summary.token_ids, summary.mean_accept_length)
                         self._pending.append(run)
                     yield event
+
+    def _tree_sizing(self) -> tuple[ForwardCosts, AcceptanceEstimates]:
+        """This engine's forward costs and acceptance estimates, which its runs share (created
+        at the first run: torch is imported by the worker threads only)."""
+        if self._sizing is None:
+            from specdec_core.forward_costs import ForwardCosts
+            from specdec_core.tree_sizing import AcceptanceEstimates
+
+            self._sizing = (ForwardCosts(), AcceptanceEstimates())
+        return self._sizing
 
     def _history(self, request: RunRequest) -> History | None:
         """The suffix history a run drafts from: the process's (None), or in a Compare a

@@ -1,12 +1,11 @@
 """Forward costs measured on this device, for sizing EAGLE-2 trees (`tree_sizing`).
 
-`ForwardCosts` measures each model's costs once and keeps them for whoever owns it (the runs
-that size trees with it): `target(model)`, seconds per target forward over n tree tokens after
-a cached prefix; `head(key, step)`, seconds per head step over k beam rows. A fresh
-`ForwardCosts` measures again, so what it returns never depends on what ran before it. `COSTS`
-is the default owner, for trees sized without one of their own (`measure_target`,
-`measure_head`). `fastest` keeps the fastest of several rounds (a busy shared CPU only ever adds
-time) and `monotone` makes costs never fall with size.
+`ForwardCosts` measures each model's costs once and keeps them for whoever owns it (a run, a
+benchmark, an engine: it is handed to the drafters that size trees with it): `target(model)`,
+seconds per target forward over n tree tokens after a cached prefix; `head(key, step)`, seconds
+per head step over k beam rows. A fresh `ForwardCosts` measures again, so what it returns never
+depends on what ran before it elsewhere in the process. `fastest` keeps the fastest of several
+rounds (a busy shared CPU only ever adds time) and `monotone` makes costs never fall with size.
 """
 
 from __future__ import annotations
@@ -43,21 +42,6 @@ class ForwardCosts:
             runs = {k: (lambda k=k: step(k)) for k in HEAD_ROWS}
             self._head[key] = monotone(fastest(runs))
         return self._head[key]
-
-
-COSTS = ForwardCosts()  # the default owner: trees sized without costs of their own
-
-
-def measure_target(model, costs: ForwardCosts = COSTS) -> dict[int, float]:
-    """`costs.target(model)` (default: the default owner's)."""
-    return costs.target(model)
-
-
-def measure_head(
-    key: tuple, step: Callable[[int], None], costs: ForwardCosts = COSTS
-) -> dict[int, float]:
-    """`costs.head(key, step)` (default: the default owner's)."""
-    return costs.head(key, step)
 
 
 @torch.inference_mode()

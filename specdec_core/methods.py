@@ -3,7 +3,10 @@
 Each entry says which extra model it needs ("draft" for a classic draft LM, "head" for an
 EAGLE head, nothing for n-gram / autoregressive) so the CLI and GUI load exactly that. A
 builder is given the suffix history the run drafts from (drafters/suffix.py; None: the
-process's `HISTORY`); only the suffix methods use it. `is_tree` answers from the torch-free
+process's `HISTORY`); only the suffix methods use it. It is also given the forward costs and the
+acceptance estimates that EAGLE-2's tree sizing keeps (forward_costs.py, tree_sizing.py), owned
+by the caller (a run, a benchmark, an engine; None: a fresh pair for this drafter); only the
+EAGLE-2 methods use them. `is_tree` answers from the torch-free
 specdec_core/method_kinds.py, whose tree methods are the ones flagged `tree` here.
 """
 
@@ -19,14 +22,19 @@ from specdec_core.drafters.classic import ClassicDrafter, check_same_tokenizer
 from specdec_core.drafters.ngram import NgramDrafter
 from specdec_core.drafters.suffix import History, SuffixDrafter
 from specdec_core.errors import SpecdecError
+from specdec_core.forward_costs import ForwardCosts
 from specdec_core.method_kinds import is_tree
 from specdec_core.models import LoadedModel
+from specdec_core.tree_sizing import AcceptanceEstimates
 
 if TYPE_CHECKING:
     from specdec_core.eagle.head import EagleHead
 
 Extra: TypeAlias = "LoadedModel | EagleHead | None"  # what a method needs besides the target
-Builder: TypeAlias = Callable[[LoadedModel, Extra, "History | None"], Drafter]
+# (target, extra, suffix history, forward costs, acceptance estimates) -> the drafter
+Builder: TypeAlias = Callable[
+    [LoadedModel, Extra, "History | None", ForwardCosts, AcceptanceEstimates], Drafter
+]
 
 __all__ = [
     "METHODS",
@@ -49,28 +57,40 @@ class Method:
     history: bool = False  # drafts from the suffix history of earlier runs
 
 
-def _classic(target: LoadedModel, draft: Extra, history: History | None) -> Drafter:
+def _classic(target: LoadedModel, draft: Extra, history: History | None, *_) -> Drafter:
     assert isinstance(draft, LoadedModel)
     check_same_tokenizer(target.tokenizer, draft.tokenizer, draft.spec)
     return ClassicDrafter(draft.model, target.vocab_size)
 
 
-def _eagle(target: LoadedModel, head: Extra, history: History | None) -> Drafter:
+def _eagle(target: LoadedModel, head: Extra, history: History | None, *_) -> Drafter:
     from specdec_core.drafters.eagle import EagleDrafter
 
     return EagleDrafter(head, target.model.config.num_hidden_layers)
 
 
-def _eagle2(target: LoadedModel, head: Extra, history: History | None) -> Drafter:
+def _eagle2(
+    target: LoadedModel,
+    head: Extra,
+    history: History | None,
+    costs: ForwardCosts,
+    acceptance: AcceptanceEstimates,
+) -> Drafter:
     from specdec_core.drafters.eagle2 import Eagle2Drafter
 
-    return Eagle2Drafter(head, target.model)
+    return Eagle2Drafter(head, target.model, costs=costs, acceptance=acceptance)
 
 
-def _eagle2_lookup(target: LoadedModel, head: Extra, history: History | None) -> Drafter:
+def _eagle2_lookup(
+    target: LoadedModel,
+    head: Extra,
+    history: History | None,
+    costs: ForwardCosts,
+    acceptance: AcceptanceEstimates,
+) -> Drafter:
     from specdec_core.drafters.eagle2_lookup import Eagle2LookupDrafter
 
-    return Eagle2LookupDrafter(head, target.model)
+    return Eagle2LookupDrafter(head, target.model, costs, acceptance)
 
 
 def vocabulary_key(target: LoadedModel) -> tuple:
@@ -78,13 +98,20 @@ def vocabulary_key(target: LoadedModel) -> tuple:
     return (getattr(target.tokenizer, "name_or_path", ""), target.vocab_size)
 
 
-def _eagle2_suffix(target: LoadedModel, head: Extra, history: History | None) -> Drafter:
+def _eagle2_suffix(
+    target: LoadedModel,
+    head: Extra,
+    history: History | None,
+    costs: ForwardCosts,
+    acceptance: AcceptanceEstimates,
+) -> Drafter:
     from specdec_core.drafters.eagle2_suffix import Eagle2SuffixDrafter
 
-    return Eagle2SuffixDrafter(head, target.model, vocabulary_key(target), history)
+    key = vocabulary_key(target)
+    return Eagle2SuffixDrafter(head, target.model, key, history, costs, acceptance)
 
 
-def _suffix(target: LoadedModel, extra: Extra, history: History | None) -> Drafter:
+def _suffix(target: LoadedModel, extra: Extra, history: History | None, *_) -> Drafter:
     return SuffixDrafter(vocabulary_key(target), history)
 
 
@@ -131,10 +158,18 @@ def get_method(name: str) -> Method:
 
 
 def build_drafter(
-    name: str, target: LoadedModel, extra: Extra = None, history: History | None = None
+    name: str,
+    target: LoadedModel,
+    extra: Extra = None,
+    history: History | None = None,
+    costs: ForwardCosts | None = None,
+    acceptance: AcceptanceEstimates | None = None,
 ) -> Drafter:
-    """The drafter of method `name`; a suffix method drafts from `history` (None: `HISTORY`)."""
+    """The drafter of method `name`; a suffix method drafts from `history` (None: `HISTORY`);
+    an EAGLE-2 method sizes its tree with `costs` and `acceptance` (None: a fresh one each)."""
     method = get_method(name)
     if method.needs and extra is None:
         raise SpecdecError(f"method '{name}' needs a {method.needs}; pass --{method.needs} SPEC")
-    return method.build(target, extra, history)
+    costs = costs if costs is not None else ForwardCosts()
+    acceptance = acceptance if acceptance is not None else AcceptanceEstimates()
+    return method.build(target, extra, history, costs, acceptance)

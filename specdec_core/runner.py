@@ -3,6 +3,12 @@
 `load_extra` loads what a method needs besides the target (a draft model, an EAGLE head) through
 the `EXTRA_LOADERS` registry, so adding a method never touches the CLI; the CLI, the bench, the
 sweeps and the window all load through it.
+
+`run` sizes EAGLE-2 trees with the forward costs and acceptance estimates it is given (their
+owner: a benchmark, an engine, a test). A run given none uses `SHARED_COSTS` and
+`SHARED_ACCEPTANCE`, which every such run in the process shares: the bench and the sweeps run
+through `measure.run_one`, which passes no owners, and they measure each model once and learn
+acceptance across their prompts through this pair.
 """
 
 from __future__ import annotations
@@ -18,10 +24,12 @@ from specdec_core.decode import generate
 from specdec_core.drafters.suffix import History
 from specdec_core.errors import SpecdecError
 from specdec_core.events import Event, Finished, RunSummary
+from specdec_core.forward_costs import ForwardCosts
 from specdec_core.methods import Extra, build_drafter, get_method
 from specdec_core.models import LoadedModel, LoadOptions, load_model
 from specdec_core.prefix_cache import PrefixCache
 from specdec_core.resources import resource_path
+from specdec_core.tree_sizing import AcceptanceEstimates
 
 if TYPE_CHECKING:
     import torch
@@ -74,6 +82,8 @@ def load_head(
 
 
 EXTRA_LOADERS: dict[str, ExtraLoader] = {"draft": load_draft, "head": load_head}
+SHARED_COSTS = ForwardCosts()  # runs given no costs of their own
+SHARED_ACCEPTANCE = AcceptanceEstimates()  # runs given no acceptance estimates of their own
 
 
 def extra_kind(method: str) -> str | None:
@@ -128,12 +138,17 @@ def run(
     on_event: Callable[[Event], None] | None = None,
     prefix: PrefixCache | None = None,
     history: History | None = None,
+    costs: ForwardCosts | None = None,
+    acceptance: AcceptanceEstimates | None = None,
 ) -> RunSummary:
     """Run `method` to the end; with `prefix`, reuse and then update a conversation's cache;
     a suffix method drafts from and records into `history` (None: an empty history of its own,
-    so the run never depends on what ran before it)."""
+    so the run never depends on what ran before it); an EAGLE-2 method sizes its tree with
+    `costs` and `acceptance` (None: `SHARED_COSTS`, `SHARED_ACCEPTANCE`)."""
     history = history if history is not None else History()
-    drafter = build_drafter(method, target, extra, history)
+    costs = costs if costs is not None else SHARED_COSTS
+    acceptance = acceptance if acceptance is not None else SHARED_ACCEPTANCE
+    drafter = build_drafter(method, target, extra, history, costs, acceptance)
     events = generate(target, drafter, prompt_ids, config, method=method, stop=stop, prefix=prefix)
     for event in events:
         if on_event is not None:

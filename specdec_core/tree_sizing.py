@@ -12,7 +12,7 @@ accepted path). `choose` takes the shape with the most tokens per second. The pr
 only the start: `observe` counts how often the target accepted the head's top-1 child at each
 verified tree level (measured directly, whatever the tree shape, so a small tree does not lock
 itself in), blended with what was known before and kept per head by its owner
-(`AcceptanceEstimates`; `ACCEPTANCE` by default), so the size follows the head in use.
+(`AcceptanceEstimates`: a run, a benchmark, an engine), so the size follows the head in use.
 
 On a GPU a forward over 60 tokens costs about as much as over one, so this lands on EAGLE's
 defaults (60 tokens, depth 6, top-k 10); on a CPU every verified token adds to the forward
@@ -148,21 +148,6 @@ class AcceptanceEstimates:
         new = (old * weight + hits) / (weight + trials)
         self._estimates[key] = (new, min(weight + trials, MEMORY_TRIALS))
         return new
-
-
-ACCEPTANCE = AcceptanceEstimates()  # the default owner: trees sized without estimates of their own
-
-
-def acceptance(key: tuple, estimates: AcceptanceEstimates = ACCEPTANCE) -> float:
-    """`estimates.acceptance(key)` (default: the default owner's)."""
-    return estimates.acceptance(key)
-
-
-def observe(
-    key: tuple, trials: int, hits: int, estimates: AcceptanceEstimates = ACCEPTANCE
-) -> float:
-    """`estimates.observe(key, trials, hits)` (default: the default owner's)."""
-    return estimates.observe(key, trials, hits)
 
 
 def _rank_probs(k: int, alpha1: float) -> torch.Tensor:

@@ -212,7 +212,7 @@ def test_auto_size_follows_the_measured_acceptance(tiny_target):
     config = DecodeConfig(max_new_tokens=60)
     _, summary = _events(tiny_target, drafter, prompt(), config)
     assert summary.steps >= RESIZE_STEPS
-    alpha1 = tree_sizing.acceptance(drafter.sizer.acceptance_key(config))
+    alpha1 = drafter.sizer.acceptance.acceptance(drafter.sizer.acceptance_key(config))
     assert alpha1 != tree_sizing.ALPHA1
     choice = drafter.sizer.choice(config)
     assert choice.shape == choose(choice.costs, alpha1).shape

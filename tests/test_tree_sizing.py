@@ -1,8 +1,13 @@
 """What tree sizing keeps between runs belongs to an owner: forward costs are measured once per
 owner and model, acceptance is learned per owner and head, and a fresh owner starts over."""
 
+from specdec_core.config import DecodeConfig
+from specdec_core.drafters.eagle2_sizing import RESIZE_STEPS, TreeSizer
 from specdec_core.forward_costs import HEAD_ROWS, ForwardCosts
+from specdec_core.runner import run
 from specdec_core.tree_sizing import ALPHA1, AcceptanceEstimates, Costs, choose
+from tests.eagle_tiny import tiny_head
+from tests.tiny import prompt
 
 KEY = ("head", "eagle1", 8192, "torch.float32", 0.0, 1.0)
 
@@ -52,3 +57,36 @@ def test_target_costs_are_measured_once_per_owner_and_model(tiny_target):
     assert min(measured) == 1 and seconds == sorted(seconds)  # never falls with size
     assert costs.target(tiny_target.model) is measured
     assert ForwardCosts().target(tiny_target.model) is not measured
+
+
+def test_runs_with_separate_owners_share_no_measurement(tiny_target):
+    """Each run measures into and learns in its own owners; the second run starts from the
+    prior, not from what the first one learned."""
+    head = tiny_head(tiny_target)
+    config = DecodeConfig(max_new_tokens=60)
+    owners = [(ForwardCosts(), AcceptanceEstimates()) for _ in range(2)]
+    summaries = [
+        run(tiny_target, "eagle2", prompt(), config, head, costs=costs, acceptance=acceptance)
+        for costs, acceptance in owners
+    ]
+    sizer = TreeSizer(head, tiny_target.model, ForwardCosts(), AcceptanceEstimates())
+    for (costs, acceptance), summary in zip(owners, summaries, strict=True):
+        assert summary.steps >= RESIZE_STEPS
+        assert f"top-1 acceptance {ALPHA1:.2f}" in summary.config["tree_sizing"]
+        assert acceptance.acceptance(sizer.acceptance_key(config)) != ALPHA1  # learned here
+        calls = []
+        costs.head(sizer.head_key(), calls.append)
+        assert calls == []  # measured by its own run
+
+
+def test_runs_sharing_owners_carry_what_the_first_learned_into_the_second(tiny_target):
+    head = tiny_head(tiny_target)
+    config = DecodeConfig(max_new_tokens=60)
+    costs, acceptance = ForwardCosts(), AcceptanceEstimates()
+    first = run(tiny_target, "eagle2", prompt(), config, head, costs=costs, acceptance=acceptance)
+    sizer = TreeSizer(head, tiny_target.model, costs, acceptance)
+    learned = acceptance.acceptance(sizer.acceptance_key(config))
+    second = run(tiny_target, "eagle2", prompt(), config, head, costs=costs, acceptance=acceptance)
+    assert f"top-1 acceptance {ALPHA1:.2f}" in first.config["tree_sizing"]
+    assert f"top-1 acceptance {learned:.2f}" in second.config["tree_sizing"]
+    assert f"{learned:.2f}" != f"{ALPHA1:.2f}"

@@ -4,6 +4,9 @@ The drafter composes three parts and owns the state between them:
 
 - the tree size (`TreeSizer`, drafters/eagle2_sizing.py): the shape for a `DecodeConfig`,
   given or sized for this device, re-sized from how often the target takes the head's top-1;
+  the measured costs (`costs`) and the learned acceptance (`acceptance`) are the caller's to
+  own and share between its drafters (a run, a benchmark, an engine); a drafter given none
+  has a pair of its own;
 - the growth (pure functions): greedy beam search and rerank at temperature 0
   (drafters/eagle2_growth.py), i.i.d. draws at T > 0 for the verifier's recursive rejection
   sampling (drafters/eagle2_sampled.py);
@@ -33,8 +36,10 @@ from specdec_core.drafters.eagle2_growth import Root, grow
 from specdec_core.drafters.eagle2_sampled import grow_sampled
 from specdec_core.drafters.eagle2_sizing import TreeSizer
 from specdec_core.eagle.head import EagleHead
+from specdec_core.forward_costs import ForwardCosts
 from specdec_core.step_clock import Laps
 from specdec_core.target import TargetOutput
+from specdec_core.tree_sizing import AcceptanceEstimates
 
 # (committed ids, config, the head's tree) -> the proposal to verify
 PostProcess = Callable[[list[int], DecodeConfig, Proposal], Proposal]
@@ -43,12 +48,24 @@ PostProcess = Callable[[list[int], DecodeConfig, Proposal], Proposal]
 class Eagle2Drafter(Drafter):
     name = "eagle2"
 
-    def __init__(self, head: EagleHead, target_model, post: PostProcess | None = None) -> None:
+    def __init__(
+        self,
+        head: EagleHead,
+        target_model,
+        post: PostProcess | None = None,
+        costs: ForwardCosts | None = None,
+        acceptance: AcceptanceEstimates | None = None,
+    ) -> None:
         self.head = head
         self.target_model = target_model
         self.post = post
         self.feature_layers = feature_layers(head, int(target_model.config.num_hidden_layers))
-        self.sizer = TreeSizer(head, target_model)
+        self.sizer = TreeSizer(
+            head,
+            target_model,
+            costs if costs is not None else ForwardCosts(),
+            acceptance if acceptance is not None else AcceptanceEstimates(),
+        )
         self.cache = head.new_cache()
         self.root: Root | None = None  # head (hidden [h], logits [Vd]) after the last pair
         self.parts: dict[str, float] = {}  # the latest propose's seconds by part

@@ -32,6 +32,8 @@ from specdec_core.drafters.eagle2 import Eagle2Drafter
 from specdec_core.drafters.eagle2_merge import MERGED_SCORE, merge_chain, merge_proposal
 from specdec_core.drafters.ngram import prompt_lookup
 from specdec_core.eagle.head import EagleHead
+from specdec_core.forward_costs import ForwardCosts
+from specdec_core.tree_sizing import AcceptanceEstimates
 
 __all__ = ["LOOKUP_SCORE", "Eagle2LookupDrafter", "merge_chain", "merge_lookup"]
 
@@ -49,5 +51,11 @@ class Eagle2LookupDrafter(Eagle2Drafter):
 
     name = "eagle2-lookup"
 
-    def __init__(self, head: EagleHead, target_model) -> None:
-        super().__init__(head, target_model, post=merge_lookup)
+    def __init__(
+        self,
+        head: EagleHead,
+        target_model,
+        costs: ForwardCosts | None = None,
+        acceptance: AcceptanceEstimates | None = None,
+    ) -> None:
+        super().__init__(head, target_model, merge_lookup, costs, acceptance)

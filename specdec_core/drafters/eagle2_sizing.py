@@ -6,9 +6,11 @@ parents, the head's own nodes first) and what the target accepted (`observe`). O
 all three dimensions (depth, top-k, tokens) the shape is that one, capped at what its beam can
 yield; where any is None the rest is sized by `tree_sizing.choose` from the measured costs of
 this device (the target's forwards, and `time_head_step`: the head's beam step as growth runs
-it) and the head's top-1 acceptance α₁, refitted from the tallied tree levels every
-RESIZE_STEPS steps (`tree_sizing.observe`, kept per head and sampling settings for the
-process). Invariant: the choice for a config changes only at a refit; a given shape never
+it; measured once by `costs`, a `forward_costs.ForwardCosts`) and the head's top-1 acceptance
+α₁, refitted from the tallied tree levels every RESIZE_STEPS steps (kept per head and sampling
+settings by `acceptance`, a `tree_sizing.AcceptanceEstimates`). Both belong to whoever built
+the sizer (a run, a benchmark, an engine), so a size never depends on what else ran in the
+process. Invariant: the choice for a config changes only at a refit; a given shape never
 changes. The cost model itself is in tree_sizing.py; the decode loop: docs/architecture.md.
 """
 
@@ -16,20 +18,29 @@ from __future__ import annotations
 
 import torch
 
-from specdec_core import forward_costs, kv_cache, tree_sizing
+from specdec_core import kv_cache, tree_sizing
 from specdec_core.config import DecodeConfig
 from specdec_core.drafters.eagle2_growth import beam_step
 from specdec_core.eagle.head import EagleHead
-from specdec_core.tree_sizing import Choice, TreeShape
+from specdec_core.forward_costs import ForwardCosts
+from specdec_core.tree_sizing import AcceptanceEstimates, Choice, TreeShape
 
 RESIZE_STEPS = 16  # tree steps between refits of the acceptance estimate (auto size only)
 TIMING_PREFIX = 128  # cached head rows under a timed beam step (a short chat prompt)
 
 
 class TreeSizer:
-    def __init__(self, head: EagleHead, target_model) -> None:
+    def __init__(
+        self,
+        head: EagleHead,
+        target_model,
+        costs: ForwardCosts,
+        acceptance: AcceptanceEstimates,
+    ) -> None:
         self.head = head
         self.target_model = target_model
+        self.costs = costs  # the device's forward and head-step costs, measured once
+        self.acceptance = acceptance  # each head's learned top-1 acceptance
         self.timing_cache = None  # head cache of a dummy prefix, for `time_head_step`
         self._choices: dict[tuple, Choice] = {}  # (depth, top-k, tokens) asked -> chosen
         self._config = DecodeConfig()  # the config of the latest `choice`
@@ -51,10 +62,10 @@ class TreeSizer:
                 self._choices[key] = Choice(shape, tree_sizing.expected_tau(shape), None, reason)
             else:
                 costs = tree_sizing.Costs(
-                    target=forward_costs.measure_target(self.target_model),
-                    head=forward_costs.measure_head(self.head_key(), self.time_head_step),
+                    target=self.costs.target(self.target_model),
+                    head=self.costs.head(self.head_key(), self.time_head_step),
                 )
-                alpha1 = tree_sizing.acceptance(self.acceptance_key(config))
+                alpha1 = self.acceptance.acceptance(self.acceptance_key(config))
                 self._choices[key] = tree_sizing.choose(costs, alpha1, *key)
         self._config = config
         return self._choices[key]
@@ -73,12 +84,12 @@ class TreeSizer:
         self._tally = (self._tally[0] + 1, self._tally[1] + trials, self._tally[2] + hits)
         if self._tally[0] < RESIZE_STEPS or not self._tally[1]:
             return
-        alpha1 = tree_sizing.observe(self.acceptance_key(config), *self._tally[1:])
+        alpha1 = self.acceptance.observe(self.acceptance_key(config), *self._tally[1:])
         self._choices[key] = tree_sizing.choose(self._choices[key].costs, alpha1, *key)
         self._tally = (0, 0, 0)
 
     def head_key(self) -> tuple:
-        """The head's identity for the per-process cost and acceptance tables."""
+        """The head's identity in the cost and acceptance owners' tables."""
         head = self.head
         return (id(head), head.kind, head.draft_vocab, str(head.fc.weight.dtype))
 

@@ -23,7 +23,9 @@ from specdec_core.drafters.eagle2 import Eagle2Drafter
 from specdec_core.drafters.eagle2_merge import merge_proposal
 from specdec_core.drafters.suffix import History, SuffixSource
 from specdec_core.eagle.head import EagleHead
+from specdec_core.forward_costs import ForwardCosts
 from specdec_core.target import TargetOutput
+from specdec_core.tree_sizing import AcceptanceEstimates
 
 
 class Eagle2SuffixDrafter(Eagle2Drafter):
@@ -32,10 +34,16 @@ class Eagle2SuffixDrafter(Eagle2Drafter):
     name = "eagle2-suffix"
 
     def __init__(
-        self, head: EagleHead, target_model, key: Hashable, history: History | None = None
+        self,
+        head: EagleHead,
+        target_model,
+        key: Hashable,
+        history: History | None = None,
+        costs: ForwardCosts | None = None,
+        acceptance: AcceptanceEstimates | None = None,
     ) -> None:
         self.source = SuffixSource(key, history)
-        super().__init__(head, target_model, post=self.merge_suffix)
+        super().__init__(head, target_model, self.merge_suffix, costs, acceptance)
 
     def merge_suffix(self, ids: list[int], config: DecodeConfig, tree: Proposal) -> Proposal:
         return merge_proposal(tree, self.source.tree(ids, config.k))
