@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
 
 from specdec_core.config import DecodeConfig
 from specdec_core.control import StopFlag
@@ -28,7 +27,7 @@ from specdec_core.errors import SpecdecError
 from specdec_core.methods import Extra, is_tree
 from specdec_core.models import LoadedModel
 from specdec_core.sweep import BenchMeasure, Grid, Measure, SweepProgress, run_sweep
-from specdec_core.sweep_records import TuneResult, TuneRow
+from specdec_core.sweep_records import MeasuredPoint, TuneResult, TuneRow
 
 CANDIDATES = (1, 2, 3, 4, 6, 8)
 TREE_CANDIDATES = (4, 8, 16, 32)  # tree sizes in tokens, for a tree method
@@ -84,7 +83,7 @@ def autotune_k(
     default = TREE_CANDIDATES if setting == "tree_tokens" else CANDIDATES
     grid = Grid({setting: sorted(set(candidates or default))})
     result = run_sweep(method, grid, config, measure, progress=progress, stop=stop)
-    table = tuple(_row(record, setting) for record in result.points)
+    table = tuple(_row(measured, setting) for measured in result.points)
     given = config.tree_tokens if setting == "tree_tokens" else config.k
     if len(table) < len(grid.points()):
         return _stopped(method, table, given, len(grid.points()), setting)
@@ -138,12 +137,12 @@ def check_tunable(method: str) -> None:
         )
 
 
-def _row(record: dict[str, Any], setting: str = "k") -> TuneRow:
-    """A sweep point's record (`sweep._record`) as a row of the tuning table."""
+def _row(measured: MeasuredPoint, setting: str = "k") -> TuneRow:
+    """A measured sweep point as a row of the tuning table."""
     return TuneRow(
-        k=record["point"][setting],
-        tokens_per_second=record["tokens_per_second"],
-        speedup_vs_ar=record["speedup_vs_ar"],
-        mean_accept_length=record["mean_accept_length"],
-        ar_tokens_per_second=record["ar_tokens_per_second"],
+        k=measured.point[setting],
+        tokens_per_second=measured.tokens_per_second,
+        speedup_vs_ar=measured.speedup_vs_ar,
+        mean_accept_length=measured.mean_accept_length,
+        ar_tokens_per_second=measured.ar_tokens_per_second,
     )

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from safetensors import safe_open
@@ -52,6 +52,7 @@ from specdec_core.eagle.layouts import TOKEN_MAP, layout_of
 from specdec_core.errors import SpecdecError
 from specdec_core.method_kinds import is_tree
 from specdec_core.resources import resource_path
+from specdec_core.sweep_records import read_sweep
 
 ENGINES = ("vllm", "sglang")
 EMBEDDED_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"  # the embedded target's original repo
@@ -183,30 +184,22 @@ class SweepChoice:
 
 def best_of_sweep(path: str | Path, temperature: float | None = None) -> SweepChoice:
     """The fastest point of a sweep JSON (at `temperature`, if given) as an export input."""
-    try:
-        data = json.loads(Path(path).read_text())
-        header = data["sweep"]
-        best = (
-            data["best"]
-            if temperature is None
-            else data["best_by_temperature"].get(str(float(temperature)))
-        )
-    except (OSError, json.JSONDecodeError, KeyError, TypeError):
-        raise SpecdecError(f"{path} is not a `specdec sweep` result (JSON)") from None
+    result = read_sweep(path, "pass the JSON file `specdec sweep --json-out` wrote")
+    header = result.header
+    best = result.best(None if temperature is None else float(temperature))
     if best is None:
-        measured = ", ".join(data["best_by_temperature"]) or "none"
+        measured = ", ".join(str(t) for t in result.best_by_temperature()) or "none"
         raise SpecdecError(f"{path} has no point at temperature {temperature} (has: {measured})")
-    names = {f.name for f in fields(DecodeConfig)}
-    config = DecodeConfig(**{k: v for k, v in best["config"].items() if k in names})
-    if best.get("tree"):  # the tree a tree method actually used: "tokens/depth/top-k"
-        tokens, depth, topk = (int(v) for v in best["tree"].split("/"))
+    config = best.config
+    if best.tree:  # the tree a tree method actually used: "tokens/depth/top-k"
+        tokens, depth, topk = (int(v) for v in best.tree.split("/"))
         config = replace(config, tree_tokens=tokens, tree_depth=depth, tree_topk=topk)
     needs = METHOD_MAP.get(header["method"], (None,))[0]
     model = header.get("specs", {}).get(needs or "", "embedded")
-    point = ", ".join(f"{k}={v}" for k, v in best["point"].items())
+    point = ", ".join(f"{k}={v}" for k, v in best.point.items())
     note = (
-        f"from {path}: the best point ({point}) ran {best['speedup_vs_ar']:.2f}x vs ar "
-        f"(τ {best['mean_accept_length']:.2f}) on {header.get('device', '?')}"
+        f"from {path}: the best point ({point}) ran {best.speedup_vs_ar:.2f}x vs ar "
+        f"(τ {best.mean_accept_length:.2f}) on {header.get('device', '?')}"
     )
     return SweepChoice(header["method"], config, header.get("target", "embedded"), model, note)
 

@@ -34,6 +34,7 @@ from specdec_core.config import DecodeConfig
 from specdec_core.events import Rates, StepPhases
 from specdec_core.fidelity import mean_logprob, prefix_agreement, token_agreement
 from specdec_core.first_difference import BUG, NEAR_TIE, FirstDifference, first_difference
+from specdec_core.method_kinds import is_tree
 from specdec_core.models import LoadedModel
 from specdec_core.prefix_cache import PrefixCache
 from specdec_core.runner import Extra, run
@@ -253,7 +254,7 @@ def run_one(
         policy_params=dict(config.policy_params),
         lossy=summary.lossy,
         mean_logprob=mean_logprob(target.model, ids, summary.token_ids),
-        tree=tree_label(summary.config),
+        tree=tree_label(method, summary.config),
         tree_sizing=summary.config.get("tree_sizing"),
         prompt_index=prompt_index,
         reused_tokens=summary.reused_tokens,
@@ -315,9 +316,10 @@ def aggregate(rows: list[Row]) -> Aggregate:
     )
 
 
-def tree_label(config: dict[str, Any]) -> str | None:
-    """'tokens/depth/top-k' of a tree method's run (None for chains), as chosen or given."""
-    if "tree_sizing" not in config:  # set by tree drafters' describe()
+def tree_label(method: str, config: dict[str, Any]) -> str | None:
+    """'tokens/depth/top-k' of a tree method's run (None for chains), as chosen or given
+    (a tree drafter's `describe()` puts its chosen size in the run's `config`)."""
+    if not is_tree(method):
         return None
     return f"{config['tree_tokens']}/{config['tree_depth']}/{config['tree_topk']}"
 

@@ -21,7 +21,6 @@ begins: no point drafts from another point's output of the same prompt.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -41,11 +40,13 @@ from specdec_core.sweep_records import (  # noqa: F401 (the records, also named 
     BASELINES,
     PARAM_PREFIX,
     Grid,
+    MeasuredPoint,
     Point,
     SweepProgress,
     SweepResult,
     apply_point,
     point_key,
+    read_sweep,
 )
 
 
@@ -78,7 +79,7 @@ def run_sweep(
     result = SweepResult(header=header)
     if resume:
         result.points = _resumable(json_out, header)
-    done = {point_key(r["point"]) for r in result.points}
+    done = {point_key(p.point) for p in result.points}
     todo = [p for p in grid.points() if point_key(p) not in done]
     total = len(done) + len(todo)
     baselines: dict[float, Measurement] = {}
@@ -109,32 +110,49 @@ def _baseline(config: DecodeConfig) -> DecodeConfig:
 
 def _record(
     point: Point, config: DecodeConfig, metrics: Measurement, ar: Measurement
-) -> dict[str, Any]:
-    """A sweep file's point: the aggregate's record, its speedup, and what it was run with."""
+) -> MeasuredPoint:
+    """The measured point: the method's aggregate, its speedup, and what it was run with."""
     ar_tps = ar.aggregate.tokens_per_second
-    record = metrics.aggregate.against(ar_tps).to_record()
-    record.update(point=point, config=config.as_dict(), ar_tokens_per_second=ar_tps)
-    return record
+    a = metrics.aggregate.against(ar_tps)
+    return MeasuredPoint(
+        point=dict(point),
+        config=config,
+        speedup_vs_ar=a.speedup_vs_ar if a.speedup_vs_ar is not None else 0.0,
+        mean_accept_length=a.mean_accept_length,
+        tokens_per_second=a.tokens_per_second,
+        ar_tokens_per_second=ar_tps,
+        identical_to_ar=a.identical_to_ar,
+        prompts=a.prompts,
+        new_tokens=a.new_tokens,
+        steps=a.steps,
+        wall_seconds=a.wall_seconds,
+        draft_ms_per_step=a.draft_ms_per_step,
+        verify_ms_per_step=a.verify_ms_per_step,
+        lossy=a.lossy,
+        tree=a.tree,
+        prefix_agreement=a.prefix_agreement,
+        token_agreement=a.token_agreement,
+        mean_logprob=a.mean_logprob,
+        near_ties=a.near_ties,
+        bugs=a.bugs,
+        identical_to_fp32=a.identical_to_fp32,
+    )
 
 
-def _resumable(json_out: Path | None, header: dict[str, Any]) -> list[dict[str, Any]]:
+def _resumable(json_out: Path | None, header: dict[str, Any]) -> list[MeasuredPoint]:
     if json_out is None:
         raise SpecdecError("--resume needs --json-out FILE (the file of the interrupted sweep)")
     if not json_out.is_file():
         return []
-    try:
-        saved = json.loads(json_out.read_text())
-        saved_header, points = saved["sweep"], saved["points"]
-    except (json.JSONDecodeError, KeyError, TypeError):
-        raise SpecdecError(f"{json_out} is not a sweep result; pass another --json-out") from None
+    saved = read_sweep(json_out, "pass another --json-out")
     fixed = [k for k in header if k != "axes"]
-    changed = [k for k in fixed if saved_header.get(k) != header[k]]
+    changed = [k for k in fixed if saved.header.get(k) != header[k]]
     if changed:
         raise SpecdecError(
             f"{json_out} was measured with other settings ({', '.join(changed)} differ); "
             "rerun with the same settings, or pass another --json-out to start afresh"
         )
-    return list(points)
+    return list(saved.points)
 
 
 class BenchMeasure:

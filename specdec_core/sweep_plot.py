@@ -17,12 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from specdec_core.errors import SpecdecError
+from specdec_core.sweep_records import MeasuredPoint, SweepResult
 
-FIDELITY_MARKERS = ("agreement", "logprob")  # metric names containing these are fidelity numbers
 
-
-def render_png(result: dict[str, Any], path: str | Path) -> None:
-    """Write the PNG for `result` (a `SweepResult.as_dict()`, e.g. read back from its JSON)."""
+def render_png(result: SweepResult, path: str | Path) -> None:
+    """Write the PNG for `result` (measured here, or read back from its JSON: `read_sweep`)."""
     try:
         from matplotlib.figure import Figure
     except ImportError:
@@ -30,14 +29,14 @@ def render_png(result: dict[str, Any], path: str | Path) -> None:
             "--png-out needs matplotlib; install it with `pip install matplotlib` "
             "(the JSON result is complete without it)"
         ) from None
-    points = result["points"]
+    points = result.points
     if not points:
         raise SpecdecError("the sweep has no finished points to plot")
-    varying = [n for n, values in result["sweep"]["axes"].items() if len(values) > 1]
-    fidelity = fidelity_keys(points) if any(p.get("lossy") for p in points) else []
+    varying = [n for n, values in result.header["axes"].items() if len(values) > 1]
+    fidelity = list(points[0].fidelity()) if any(p.lossy for p in points) else []
     figure = Figure(figsize=(6.5 * (1 + bool(fidelity)), 4.8), layout="constrained")
     axes = figure.subplots(1, 1 + bool(fidelity), squeeze=False)[0]
-    title = f"{result['sweep']['method']}: speedup vs ar"
+    title = f"{result.header['method']}: speedup vs ar"
     if len(varying) >= 2:
         _heatmap(axes[0], points, varying, figure)
         title += _folded_note(varying)
@@ -49,17 +48,8 @@ def render_png(result: dict[str, Any], path: str | Path) -> None:
     figure.savefig(path, dpi=110)
 
 
-def fidelity_keys(points: list[dict[str, Any]]) -> list[str]:
-    first = points[0]
-    return [
-        key
-        for key, value in first.items()
-        if any(m in key for m in FIDELITY_MARKERS) and isinstance(value, (int, float))
-    ]
-
-
-def _value(record: dict[str, Any], axis: str) -> Any:
-    return record["point"].get(axis)
+def _value(measured: MeasuredPoint, axis: str) -> Any:
+    return measured.point.get(axis)
 
 
 def _label(value: Any) -> str:
@@ -73,18 +63,18 @@ def _heatmap_axes(varying: list[str]) -> tuple[str, str, list[str]]:
     return rows_axis, cols_axis, [n for n in varying if n not in (rows_axis, cols_axis)]
 
 
-def _heatmap(ax, points: list[dict[str, Any]], varying: list[str], figure) -> None:
+def _heatmap(ax, points: list[MeasuredPoint], varying: list[str], figure) -> None:
     from matplotlib.colors import TwoSlopeNorm
 
     rows_axis, cols_axis, _ = _heatmap_axes(varying)
     rows = sorted({_value(p, rows_axis) for p in points}, key=_sortable)
     cols = sorted({_value(p, cols_axis) for p in points}, key=_sortable)
-    best: dict[tuple[Any, Any], dict[str, Any]] = {}
+    best: dict[tuple[Any, Any], MeasuredPoint] = {}
     for p in points:  # fold the other axes: keep the best speedup per cell
         cell = (_value(p, rows_axis), _value(p, cols_axis))
-        if cell not in best or p["speedup_vs_ar"] > best[cell]["speedup_vs_ar"]:
+        if cell not in best or p.speedup_vs_ar > best[cell].speedup_vs_ar:
             best[cell] = p
-    grid = [[best.get((r, c), {}).get("speedup_vs_ar", float("nan")) for c in cols] for r in rows]
+    grid = [[_speedup(best.get((r, c))) for c in cols] for r in rows]
     values = [v for row in grid for v in row if v == v]  # drop NaN (cells not measured)
     low, high = min([0.5, *values]), max([1.5, *values])
     norm = TwoSlopeNorm(vcenter=1.0, vmin=low, vmax=high)  # red below ar, green above
@@ -93,7 +83,7 @@ def _heatmap(ax, points: list[dict[str, Any]], varying: list[str], figure) -> No
         for j, c in enumerate(cols):
             if (r, c) in best:
                 p = best[(r, c)]
-                text = f"{p['speedup_vs_ar']:.2f}x\nτ {p['mean_accept_length']:.2f}"
+                text = f"{p.speedup_vs_ar:.2f}x\nτ {p.mean_accept_length:.2f}"
                 ax.text(j, i, text, ha="center", va="center", fontsize=8)
     ax.set_xticks(range(len(cols)), [_label(c) for c in cols])
     ax.set_yticks(range(len(rows)), [_label(r) for r in rows])
@@ -102,27 +92,32 @@ def _heatmap(ax, points: list[dict[str, Any]], varying: list[str], figure) -> No
     figure.colorbar(image, ax=ax, label="speedup vs ar")
 
 
-def _curve(ax, points: list[dict[str, Any]], axis: str | None) -> None:
+def _speedup(measured: MeasuredPoint | None) -> float:
+    """A cell's speedup; NaN where no point was measured (drawn blank)."""
+    return measured.speedup_vs_ar if measured is not None else float("nan")
+
+
+def _curve(ax, points: list[MeasuredPoint], axis: str | None) -> None:
     ordered = sorted(points, key=lambda p: _sortable(_value(p, axis))) if axis else points
     xs = [_label(_value(p, axis)) for p in ordered] if axis else ["(one point)"]
-    ax.plot(xs, [p["speedup_vs_ar"] for p in ordered], "o-", color="tab:green", label="speedup")
+    ax.plot(xs, [p.speedup_vs_ar for p in ordered], "o-", color="tab:green", label="speedup")
     ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
     ax.set_xlabel(axis or "")
     ax.set_ylabel("speedup vs ar")
     tau = ax.twinx()
-    tau.plot(xs, [p["mean_accept_length"] for p in ordered], "s--", color="tab:blue")
+    tau.plot(xs, [p.mean_accept_length for p in ordered], "s--", color="tab:blue")
     tau.set_ylabel("τ (mean accepted length)", color="tab:blue")
 
 
-def _fidelity(ax, points: list[dict[str, Any]], keys: list[str]) -> None:
+def _fidelity(ax, points: list[MeasuredPoint], keys: list[str]) -> None:
     """τ against agreement (left axis, 0..1) and target log-prob (right axis)."""
-    taus = [p["mean_accept_length"] for p in points]
-    labels = [",".join(_label(v) for v in p["point"].values()) for p in points]
+    taus = [p.mean_accept_length for p in points]
+    labels = [",".join(_label(v) for v in p.point.values()) for p in points]
     logprob = ax.twinx()
     colors = ("tab:blue", "tab:orange", "tab:red", "tab:purple")
     for key, marker, color in zip(keys, "os^v", colors, strict=False):
         side = logprob if "logprob" in key else ax
-        values = [p[key] for p in points]
+        values = [p.fidelity().get(key, float("nan")) for p in points]
         side.plot(taus, values, marker, color=color, linestyle="none", label=key)
         for tau, value, label in zip(taus, values, labels, strict=True):
             side.annotate(label, (tau, value), fontsize=7)

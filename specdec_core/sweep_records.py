@@ -1,14 +1,20 @@
-"""The records of sweeps and Tune: grids of points, progress, results, tuning tables.
+"""The records of sweeps and Tune: grids of points, measured points, progress, results, tuning
+tables.
 
-Torch-free, so the window (whose process never imports torch) can build a grid, show
-progress and read a result the engine process measured; `sweep.py` and `autotune.py` measure.
+A measured point is a `MeasuredPoint` from the measurement to the file: it becomes JSON only in
+`SweepResult.write` / `as_dict` and comes back from it in `read_sweep` / `SweepResult.from_dict`
+(files written before it existed read the same).
+
+Torch-free, so the window (whose process never imports torch) can build a grid, show progress
+and read a result the engine process measured; `sweep.py` and `autotune.py` measure.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +25,8 @@ from specdec_core.files import write_atomic
 AXES = ("temperature", "k", "tree_tokens", "tree_depth", "tree_topk", "k_schedule")  # config fields
 BASELINES = ("temperature", "point")  # how often `ar` is measured: per temperature, per point
 PARAM_PREFIX = "policy_params."  # axis name of a policy parameter, e.g. policy_params.tau
-Point = dict[str, Any]
+AxisValue = float | int | str | None  # one value of an axis (None: the engine chooses)
+Point = Mapping[str, AxisValue]  # axis name -> value: one point of a grid
 
 
 @dataclass(frozen=True)
@@ -63,40 +70,120 @@ def point_key(point: Point) -> str:
     return json.dumps(point, sort_keys=True)
 
 
+@dataclass(frozen=True)
+class MeasuredPoint:
+    """One measured point of a sweep: its axes' values, the settings it ran with, the method's
+    aggregate over the prompts (`measure.Aggregate`) and the `ar` speed its speedup divides."""
+
+    point: Point
+    config: DecodeConfig
+    speedup_vs_ar: float
+    mean_accept_length: float  # τ
+    tokens_per_second: float = 0.0
+    ar_tokens_per_second: float = 0.0  # the baseline measured in the same process
+    identical_to_ar: float = 0.0  # share of prompts whose output equals ar's
+    prompts: int = 0
+    new_tokens: int = 0
+    steps: int = 0
+    wall_seconds: float = 0.0
+    draft_ms_per_step: float | None = None
+    verify_ms_per_step: float | None = None
+    lossy: bool = False
+    tree: str | None = None  # 'tokens/depth/top-k' a tree method used (last prompt)
+    prefix_agreement: float | None = None
+    token_agreement: float | None = None
+    mean_logprob: float | None = None
+    near_ties: int = 0
+    bugs: int = 0
+    identical_to_fp32: float | None = None
+
+    @property
+    def temperature(self) -> float:
+        return self.config.temperature
+
+    def fidelity(self) -> dict[str, float]:
+        """The fidelity numbers this point has (agreement with ar's output, target log-prob)."""
+        values = {
+            "prefix_agreement": self.prefix_agreement,
+            "token_agreement": self.token_agreement,
+            "mean_logprob": self.mean_logprob,
+        }
+        return {name: value for name, value in values.items() if value is not None}
+
+    def to_record(self) -> dict[str, Any]:
+        """The JSON form of a sweep file's point (the keys of the CLI contract)."""
+        return asdict(self)
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> MeasuredPoint:
+        """A point as a sweep file holds it; keys this version does not know are skipped."""
+        names = {f.name for f in fields(cls)} - _NESTED
+        values = {name: value for name, value in record.items() if name in names}
+        config_names = {f.name for f in fields(DecodeConfig)}
+        saved = record["config"]
+        config = DecodeConfig(**{k: v for k, v in saved.items() if k in config_names})
+        return cls(point=dict(record["point"]), config=config, **values)
+
+
+_NESTED = frozenset({"point", "config"})  # records of their own in the JSON form
+
+
 @dataclass
 class SweepProgress:
     done: int  # points finished, including those resumed from the file
     total: int
     point: Point
-    record: dict[str, Any]
+    record: MeasuredPoint
     eta_seconds: float | None  # from the points measured in this process
 
 
 @dataclass
 class SweepResult:
     header: dict[str, Any]
-    points: list[dict[str, Any]] = field(default_factory=list)
+    points: list[MeasuredPoint] = field(default_factory=list)
 
-    def best(self, temperature: float | None = None) -> dict[str, Any] | None:
-        rows = [r for r in self.points if temperature is None or _temp(r) == temperature]
-        return max(rows, key=lambda r: r["speedup_vs_ar"], default=None)
+    def best(self, temperature: float | None = None) -> MeasuredPoint | None:
+        rows = [p for p in self.points if temperature is None or p.temperature == temperature]
+        return max(rows, key=lambda p: p.speedup_vs_ar, default=None)
+
+    def best_by_temperature(self) -> dict[float, MeasuredPoint]:
+        """The fastest point at each measured temperature, temperatures ascending."""
+        temperatures = sorted({p.temperature for p in self.points})
+        return {t: best for t in temperatures if (best := self.best(t)) is not None}
 
     def as_dict(self) -> dict[str, Any]:
-        temperatures = sorted({_temp(r) for r in self.points})
+        best = self.best()
         return {
             "sweep": self.header,
-            "points": self.points,
-            "best": self.best(),
-            "best_by_temperature": {str(t): self.best(t) for t in temperatures},
+            "points": [p.to_record() for p in self.points],
+            "best": best.to_record() if best is not None else None,
+            "best_by_temperature": {
+                str(t): p.to_record() for t, p in self.best_by_temperature().items()
+            },
         }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SweepResult:
+        """The result of a sweep file's JSON (`best` is recomputed from the points)."""
+        return cls(
+            header=dict(data["sweep"]),
+            points=[MeasuredPoint.from_record(p) for p in data["points"]],
+        )
 
     def write(self, path: Path) -> None:
         """Write atomically, so an interrupt during the write never corrupts earlier points."""
         write_atomic(path, json.dumps(self.as_dict(), indent=2))
 
 
-def _temp(record: dict[str, Any]) -> float:
-    return record["config"]["temperature"]
+def read_sweep(path: str | Path, what_to_do: str = "pass another file") -> SweepResult:
+    """The sweep result in the JSON file at `path` (any version of the format)."""
+    try:
+        result = SweepResult.from_dict(json.loads(Path(path).read_text()))
+    except (OSError, json.JSONDecodeError, KeyError, TypeError, AttributeError):
+        result = None
+    if result is None or "method" not in result.header:
+        raise SpecdecError(f"{path} is not a `specdec sweep` result (JSON); {what_to_do}")
+    return result
 
 
 @dataclass(frozen=True)

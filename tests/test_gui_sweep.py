@@ -42,7 +42,7 @@ def test_heatmap_has_one_cell_per_grid_point(qtbot, sweep_window):
     assert len(view.cells) == 12
     assert len(view.records) == 12  # every cell measured and coloured
     assert view.labels[(0, 2)].textItem.toPlainText() == "1.90x"  # k=3, temperature 0
-    assert sweep_window.sweep.last_result.best()["point"] == {"temperature": 0.0, "k": 3}
+    assert sweep_window.sweep.last_result.best().point == {"temperature": 0.0, "k": 3}
     measured = [c for m, c in sweep_window.engine.measure.calls if m == "classic"]
     assert all(c["policy"] == "lossless" for c in measured)
 

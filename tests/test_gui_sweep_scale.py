@@ -15,7 +15,8 @@ from app.widgets.sweep_view import (
     speedup_color,
     tune_words,
 )
-from specdec_core.sweep_records import TuneResult, TuneRow
+from specdec_core.config import DecodeConfig
+from specdec_core.sweep_records import MeasuredPoint, TuneResult, TuneRow
 
 
 @pytest.fixture
@@ -25,12 +26,18 @@ def view(qtbot):
     return widget
 
 
+def at(point: dict, speedup: float) -> MeasuredPoint:
+    """A point measured at `speedup` (τ 1: the view colours by speedup alone)."""
+    config = DecodeConfig(temperature=point["temperature"])
+    return MeasuredPoint(point=point, config=config, speedup_vs_ar=speedup, mean_accept_length=1.0)
+
+
 def measured(view: SweepView, speedups: dict[int, float], temperature: float = 0.0) -> None:
     """One row of k = 1, 2, 3, …, each k measured at its speedup."""
     view.begin({"temperature": [temperature], "k": [1, 2, 3, 4]})
     for k, speedup in speedups.items():
         point = {"temperature": temperature, "k": k}
-        view.add_record({"point": point, "config": {}, "speedup_vs_ar": speedup})
+        view.add_record(at(point, speedup))
 
 
 def hue_side(color: QColor) -> str:
@@ -83,21 +90,18 @@ def test_the_colour_bar_shows_the_fixed_scale(view):
 
 
 def test_the_result_line_is_plain_words(view):
-    records = [
-        {"point": {"temperature": 0.0, "k": 3}, "speedup_vs_ar": 1.9},
-        {"point": {"temperature": 0.7, "k": 1}, "speedup_vs_ar": 1.2},
-    ]
+    records = [at({"temperature": 0.0, "k": 3}, 1.9), at({"temperature": 0.7, "k": 1}, 1.2)]
     view.show_result(records, "Classic draft")
     assert view.status.text() == (
         "2 points of Classic draft measured; fastest: 1.90× vs autoregressive at temperature "
         "0, 3 drafted tokens per step; click a cell to use it"
     )
-    tree = [{"point": {"temperature": 0.0, "tree_tokens": 16}, "speedup_vs_ar": 1.92}]
+    tree = [at({"temperature": 0.0, "tree_tokens": 16}, 1.92)]
     assert result_words(tree, "EAGLE-2 + prompt lookup") == (
         "1 point of EAGLE-2 + prompt lookup measured; fastest: 1.92× vs autoregressive at "
         "temperature 0, a tree of 16 tokens; click a cell to use it"
     )
-    slow = [{"point": {"temperature": 1.0, "policy_params.tau": 0.3}, "speedup_vs_ar": 0.8}]
+    slow = [at({"temperature": 1.0, "policy_params.tau": 0.3}, 0.8)]
     assert result_words(slow, "N-gram lookup") == (
         "1 point of N-gram lookup measured; every one is slower than autoregressive decoding, "
         "the least slow 0.80× vs autoregressive at temperature 1, the policy's tau at 0.3"

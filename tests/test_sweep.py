@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -60,7 +61,7 @@ def test_sweep_measures_each_requested_point_once_and_ar_once_per_temperature(tm
     assert sorted(measure.method_points()) == sorted(itertools.product([1, 2, 4], [0.0, 1.0]))
     ar = [c.temperature for m, c in measure.calls if m == "ar"]
     assert ar == [0.0, 1.0]
-    assert [r["speedup_vs_ar"] for r in result.points] == pytest.approx([1.2, 1.5, 0.9] * 2)
+    assert [p.speedup_vs_ar for p in result.points] == pytest.approx([1.2, 1.5, 0.9] * 2)
     saved = json.loads((tmp_path / "s.json").read_text())
     assert len(saved["points"]) == 6
     assert saved["best"]["point"] == {"temperature": 0.0, "k": 2}
@@ -87,7 +88,7 @@ def test_an_interrupted_sweep_keeps_its_points_and_resume_measures_only_the_rest
     again = FakeMeasure()
     result = run_sweep("classic", grid, DecodeConfig(), again, json_out=out, resume=True)
     assert len(again.method_points()) == 5
-    done = {(r["point"]["k"], r["point"]["temperature"]) for r in result.points}
+    done = {(p.point["k"], p.point["temperature"]) for p in result.points}
     assert done == set(itertools.product([1, 2, 3, 4], [0.0, 0.7]))
     assert len(json.loads(out.read_text())["points"]) == 8
 
@@ -144,10 +145,10 @@ def test_png_heatmap_curve_and_fidelity_panel(tmp_path):
     from specdec_core.sweep_plot import render_png
 
     grid = Grid({"k": [1, 2], "temperature": [0.0, 1.0], "tree_depth": [2, 3]})
-    two_axes = run_sweep("eagle", grid, DecodeConfig(), FakeMeasure({2: 1.3})).as_dict()
-    one_axis = run_sweep("eagle", Grid({"k": [1, 2, 4]}), DecodeConfig(), FakeMeasure()).as_dict()
-    for point in one_axis["points"]:
-        point.update(lossy=True, prefix_agreement=0.5, mean_logprob=-1.2)
+    two_axes = run_sweep("eagle", grid, DecodeConfig(), FakeMeasure({2: 1.3}))
+    one_axis = run_sweep("eagle", Grid({"k": [1, 2, 4]}), DecodeConfig(), FakeMeasure())
+    lossy = {"lossy": True, "prefix_agreement": 0.5, "mean_logprob": -1.2}
+    one_axis.points = [replace(p, **lossy) for p in one_axis.points]
     for name, result in (("heat.png", two_axes), ("curve.png", one_axis)):
         render_png(result, tmp_path / name)
         assert (tmp_path / name).read_bytes()[:8] == PNG_MAGIC
@@ -170,11 +171,11 @@ def test_a_real_sweep_on_tiny_models_measures_speedup_and_identity(tiny_target, 
     )
     config = DecodeConfig(max_new_tokens=8)
     result = run_sweep("classic", Grid({"k": [1, 3]}), config, measure)
-    assert [r["point"]["k"] for r in result.points] == [1, 3]
-    for record in result.points:
-        assert record["speedup_vs_ar"] > 0 and record["new_tokens"] == 8
-        assert record["identical_to_ar"] == 1.0  # greedy speculative output equals ar
-        assert "token_ids" not in record
+    assert [p.point["k"] for p in result.points] == [1, 3]
+    for measured in result.points:
+        assert measured.speedup_vs_ar > 0 and measured.new_tokens == 8
+        assert measured.identical_to_ar == 1.0  # greedy speculative output equals ar
+        assert "token_ids" not in measured.to_record()
 
 
 def test_cli_sweep_writes_json_and_png_and_resumes(tmp_path, monkeypatch, tiny_target, capsys):
@@ -223,3 +224,12 @@ def test_cli_k_auto_prints_the_table_and_generates_with_the_chosen_k(
 def test_autotune_says_when_no_k_beats_ar():
     tuned = autotune_k("ngram", DecodeConfig(), FakeMeasure(speed={1: 0.9, 2: 0.8}), (1, 2))
     assert tuned.k == 1 and "ar` is faster" in tuned.reason
+
+
+def test_only_a_tree_method_reports_the_tree_it_used():
+    from specdec_core.measure import tree_label
+
+    config = {"tree_tokens": 12, "tree_depth": 4, "tree_topk": 3, "tree_sizing": "given"}
+    assert tree_label("eagle2", config) == "12/4/3"
+    assert tree_label("eagle2-lookup", {**config, "tree_sizing": "measured"}) == "12/4/3"
+    assert tree_label("ngram", config) is None

@@ -33,7 +33,7 @@ from PySide6.QtWidgets import (
 )
 
 from specdec_core.errors import SpecdecError
-from specdec_core.sweep_records import TuneResult
+from specdec_core.sweep_records import MeasuredPoint, TuneResult
 
 PARAM_PREFIX = "policy_params."  # as specdec_core.sweep.PARAM_PREFIX (no torch import here)
 PENDING = QBrush(QColor("#a0a0a0"), Qt.BrushStyle.BDiagPattern)  # hatched: not measured yet
@@ -97,16 +97,15 @@ def speedup_words(speedup: float) -> str:
     return f"{speedup:.2f}× vs autoregressive"
 
 
-def result_words(records: list[dict[str, Any]], method: str) -> str:
+def result_words(measured: list[MeasuredPoint], method: str) -> str:
     """The line after a sweep: how many points, the fastest, at which settings; `method` as
     the Method box names it."""
-    measured = [r for r in records if r.get("speedup_vs_ar") is not None]
     if not measured:
         return f"no point of the {method} sweep was measured"
-    best = max(measured, key=lambda r: r["speedup_vs_ar"])
-    speedup = best["speedup_vs_ar"]
+    best = max(measured, key=lambda p: p.speedup_vs_ar)
+    speedup = best.speedup_vs_ar
     count = f"{len(measured)} point{'' if len(measured) == 1 else 's'} of {method} measured"
-    where = point_words(best["point"])
+    where = point_words(best.point)
     if speedup < 1.0 - NEUTRAL_BAND:
         return (
             f"{count}; every one is slower than autoregressive decoding, the least slow "
@@ -267,7 +266,7 @@ class SweepView(QWidget):
         self.rows: list[float] = []
         self.cells: dict[tuple[int, int], QGraphicsRectItem] = {}
         self.labels: dict[tuple[int, int], pg.TextItem] = {}
-        self.records: dict[tuple[int, int], dict[str, Any]] = {}
+        self.records: dict[tuple[int, int], MeasuredPoint] = {}
 
     # -- inputs ---------------------------------------------------------------------------------
     def grid_axes(self, tree: bool, param: str | None = None) -> dict[str, list[Any]]:
@@ -347,8 +346,8 @@ class SweepView(QWidget):
             return f"policy {self.axis.removeprefix(PARAM_PREFIX)}"
         return "tree size" if self.axis == "tree_tokens" else "draft length k"
 
-    def add_record(self, record: dict[str, Any]) -> None:
-        point = record["point"]
+    def add_record(self, record: MeasuredPoint) -> None:
+        point = record.point
         try:
             key = (self.rows.index(point["temperature"]), self.columns.index(point[self.axis]))
         except (KeyError, ValueError):
@@ -360,16 +359,16 @@ class SweepView(QWidget):
 
     def _redraw_tradeoff(self) -> None:
         rows = [
-            (r["mean_accept_length"], r.get("token_agreement"), r)
+            (r.mean_accept_length, r.token_agreement, r)
             for r in self.records.values()
-            if r.get("token_agreement") is not None
+            if r.token_agreement is not None
         ]
         self.tradeoff_points.setData([x for x, _, _ in rows], [y for _, y, _ in rows])
         for label in self.tradeoff_labels:
             self.tradeoff.removeItem(label)
         self.tradeoff_labels = []
         for x, y, record in rows:
-            point = record["point"]
+            point = record.point
             text = f"{point[self.axis]:g} @T{point['temperature']:g}"
             label = pg.TextItem(text, color="k", anchor=(0, 1))
             label.setPos(x, y)
@@ -378,7 +377,7 @@ class SweepView(QWidget):
 
     def _recolor(self) -> None:
         for key, record in self.records.items():
-            speedup = record["speedup_vs_ar"]
+            speedup = record.speedup_vs_ar
             color = speedup_color(speedup)
             self.cells[key].setBrush(QBrush(color))
             self.labels[key].setText(f"{speedup:.2f}x")
@@ -393,7 +392,7 @@ class SweepView(QWidget):
         """`method` as the Method box names it."""
         self.status.setText(f"sweeping {method}: {points} point{'' if points == 1 else 's'}…")
 
-    def show_result(self, records: list[dict[str, Any]], method: str) -> None:
+    def show_result(self, records: list[MeasuredPoint], method: str) -> None:
         """The line after a sweep of `method` (as the Method box names it)."""
         self.status.setText(result_words(records, method))
 
@@ -417,6 +416,6 @@ class SweepView(QWidget):
     def select_cell(self, row: int, col: int) -> None:
         settings = {"temperature": self.rows[row], self.axis: self.columns[col]}
         record = self.records.get((row, col))
-        note = speedup_words(record["speedup_vs_ar"]) if record else "not measured yet"
+        note = speedup_words(record.speedup_vs_ar) if record else "not measured yet"
         self.status.setText(f"applied {point_words(settings)} ({note})")
         self.apply_requested.emit(settings)

@@ -338,10 +338,10 @@ def progress_line(progress: SweepProgress) -> None:
         f"{k.removeprefix('policy_params.')}={show(v)}" for k, v in progress.point.items()
     )
     eta = f"{progress.eta_seconds / 60:.1f} min left" if progress.eta_seconds is not None else ""
-    record = progress.record
+    measured = progress.record
     print(
         f"[{'#' * filled}{'.' * (width - filled)}] {progress.done}/{progress.total} {point}: "
-        f"{record['speedup_vs_ar']:.2f}x, tau {record['mean_accept_length']:.2f} | {eta}",
+        f"{measured.speedup_vs_ar:.2f}x, tau {measured.mean_accept_length:.2f} | {eta}",
         file=sys.stderr,
         flush=True,
     )

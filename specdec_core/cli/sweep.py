@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
-from typing import Any
 
 from specdec_core.cli.options import (
     add_decode_options,
@@ -19,6 +17,7 @@ from specdec_core.cli.options import (
     sweep_axes,
 )
 from specdec_core.errors import SpecdecError
+from specdec_core.sweep_records import SweepResult, read_sweep
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -98,35 +97,35 @@ def run(args: argparse.Namespace) -> int:
         _png(args.png_out, json_out)
         return 130
     print(file=sys.stderr)
-    print(format_sweep(result.as_dict()))
-    _png(args.png_out, json_out, result.as_dict())
+    print(format_sweep(result))
+    _png(args.png_out, json_out, result)
     return 0
 
 
-def format_sweep(result: dict[str, Any]) -> str:
+def format_sweep(result: SweepResult) -> str:
     """The measured points as a table (fidelity columns for lossy ones), then the best point
     per temperature."""
-    names = list(result["sweep"]["axes"])
-    lossy = any(p.get("lossy") for p in result["points"])
-    tree = any(p.get("tree") for p in result["points"])  # tokens/depth/top-k a tree method used
+    names = list(result.header["axes"])
+    lossy = any(p.lossy for p in result.points)
+    tree = any(p.tree for p in result.points)  # tokens/depth/top-k a tree method used
     header = "".join(f"{n.removeprefix('policy_params.'):>12}" for n in names)
     header += f"{'tok/s':>8}{'ar tok/s':>9}{'speedup':>9}{'tau':>7}"
     header += f"{'prefix':>8}{'logp':>8}" if lossy else ""
     header += f"{'tree used':>12}" if tree else ""
     lines = [header, "-" * len(header)]
-    for p in result["points"]:
-        cells = "".join(f"{show(p['point'][n]):>12}" for n in names)
-        cells += f"{p['tokens_per_second']:>8.1f}{p['ar_tokens_per_second']:>9.1f}"
-        cells += f"{p['speedup_vs_ar']:>8.2f}x{p['mean_accept_length']:>7.2f}"
+    for p in result.points:
+        cells = "".join(f"{show(p.point[n]):>12}" for n in names)
+        cells += f"{p.tokens_per_second:>8.1f}{p.ar_tokens_per_second:>9.1f}"
+        cells += f"{p.speedup_vs_ar:>8.2f}x{p.mean_accept_length:>7.2f}"
         if lossy:
-            cells += "".join(_number(p.get(key), 8) for key in ("prefix_agreement", "mean_logprob"))
-        cells += f"{p.get('tree') or '-':>12}" if tree else ""
+            cells += _number(p.prefix_agreement, 8) + _number(p.mean_logprob, 8)
+        cells += f"{p.tree or '-':>12}" if tree else ""
         lines.append(cells)
-    for temperature, best in result["best_by_temperature"].items():
-        point = ", ".join(f"{k}={show(v)}" for k, v in best["point"].items())
+    for temperature, best in result.best_by_temperature().items():
+        point = ", ".join(f"{k}={show(v)}" for k, v in best.point.items())
         lines.append(
-            f"best at T={temperature}: {point} -> {best['speedup_vs_ar']:.2f}x, "
-            f"tau {best['mean_accept_length']:.2f}"
+            f"best at T={temperature}: {point} -> {best.speedup_vs_ar:.2f}x, "
+            f"tau {best.mean_accept_length:.2f}"
         )
     return "\n".join(lines)
 
@@ -135,7 +134,7 @@ def _number(value: float | None, width: int) -> str:
     return f"{value:>{width}.3f}" if value is not None else f"{'-':>{width}}"
 
 
-def _png(png_out: str | None, json_out: Path | None, result: dict | None = None) -> None:
+def _png(png_out: str | None, json_out: Path | None, result: SweepResult | None = None) -> None:
     if not png_out:
         return
     from specdec_core.sweep_plot import render_png
@@ -143,7 +142,7 @@ def _png(png_out: str | None, json_out: Path | None, result: dict | None = None)
     if result is None:
         if json_out is None or not json_out.is_file():
             return
-        result = json.loads(json_out.read_text())
-    if result["points"]:
+        result = read_sweep(json_out)
+    if result.points:
         render_png(result, png_out)
         print(f"wrote {png_out}", file=sys.stderr)
