@@ -61,6 +61,7 @@ from specdec_core.config import DecodeConfig
 from specdec_core.drafters.suffix import History
 from specdec_core.errors import SpecdecError
 from specdec_core.files import write_atomic
+from specdec_core.forward_costs import ForwardCosts
 from specdec_core.measure import (
     Aggregate,
     Row,
@@ -78,6 +79,7 @@ from specdec_core.prompts import encode_chat, encode_prompt
 from specdec_core.runner import extra_key, load_extra, run
 from specdec_core.speedup_bound import MeasuredSpeedup
 from specdec_core.step_profile import profiles
+from specdec_core.tree_sizing import AcceptanceEstimates
 
 Report = Callable[[str], None]  # a progress line
 SUFFIX_HISTORIES = ("own", "shared")  # one suffix history per entry, or one for all entries
@@ -166,6 +168,9 @@ def run_bench(
     methods = ["ar", *[m for m in methods if m != "ar"]]
     entries = [parse_entry(label, config) for label in methods]
     histories = suffix_histories(entries, suffix_history)
+    # tree sizing's owners for this bench: each model timed once, each head's acceptance
+    # learned over its prompts (shared by the entries, as one measurement)
+    costs, acceptance = ForwardCosts(), AcceptanceEstimates()
     extras = load_extras(entries, target, specs)
     conversations = prompts if multi_turn else [[prompt] for prompt in prompts]
     first = conversations[0][0]
@@ -197,6 +202,8 @@ def run_bench(
                     index,
                     prefix,
                     histories[label],
+                    costs,
+                    acceptance,
                 )
                 row = replace(row, turn=turn)
                 dialogue.reply(target.tokenizer, row.token_ids)

@@ -34,10 +34,12 @@ from specdec_core.config import DecodeConfig
 from specdec_core.events import Rates, StepPhases
 from specdec_core.fidelity import mean_logprob, prefix_agreement, token_agreement
 from specdec_core.first_difference import BUG, NEAR_TIE, FirstDifference, first_difference
+from specdec_core.forward_costs import ForwardCosts
 from specdec_core.method_kinds import is_tree
 from specdec_core.models import LoadedModel
 from specdec_core.prefix_cache import PrefixCache
 from specdec_core.runner import Extra, run
+from specdec_core.tree_sizing import AcceptanceEstimates
 
 if TYPE_CHECKING:
     from specdec_core.drafters.suffix import History
@@ -222,10 +224,13 @@ def run_one(
     prompt_index: int = 0,
     prefix: PrefixCache | None = None,
     history: History | None = None,
+    costs: ForwardCosts | None = None,
+    acceptance: AcceptanceEstimates | None = None,
 ) -> Row:
     """One timed run of `method` (ours or an HF baseline) on `ids`; `label` names the row
     (default: the method); `prefix`: a conversation's cache to reuse and update (ours only);
-    `history`: the suffix history a suffix method drafts from (None: an empty one of its own).
+    `history`: the suffix history a suffix method drafts from (None: an empty one of its own);
+    `costs` / `acceptance`: what sizes an EAGLE-2 tree (None: a fresh pair of the run's own).
     The target log-prob is one extra forward, after the timing."""
     name = label or method
     if method in HF_METHODS:
@@ -241,7 +246,10 @@ def run_one(
             mean_logprob=mean_logprob(target.model, ids, hf.token_ids),
             prompt_index=prompt_index,
         )
-    summary = run(target, method, ids, config, extra, prefix=prefix, history=history)
+    summary = run(
+        target, method, ids, config, extra, prefix=prefix, history=history, costs=costs,
+        acceptance=acceptance,
+    )  # fmt: skip
     return Row(
         method=name,
         token_ids=summary.token_ids,

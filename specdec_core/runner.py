@@ -5,10 +5,8 @@ the `EXTRA_LOADERS` registry, so adding a method never touches the CLI; the CLI,
 sweeps and the window all load through it.
 
 `run` sizes EAGLE-2 trees with the forward costs and acceptance estimates it is given (their
-owner: a benchmark, an engine, a test). A run given none uses `SHARED_COSTS` and
-`SHARED_ACCEPTANCE`, which every such run in the process shares: the bench and the sweeps run
-through `measure.run_one`, which passes no owners, and they measure each model once and learn
-acceptance across their prompts through this pair.
+owner: a benchmark, a sweep's measurement, an engine, a test); a run given none makes a fresh
+pair of its own, so its result never depends on what ran before it in the process.
 """
 
 from __future__ import annotations
@@ -82,8 +80,6 @@ def load_head(
 
 
 EXTRA_LOADERS: dict[str, ExtraLoader] = {"draft": load_draft, "head": load_head}
-SHARED_COSTS = ForwardCosts()  # runs given no costs of their own
-SHARED_ACCEPTANCE = AcceptanceEstimates()  # runs given no acceptance estimates of their own
 
 
 def extra_kind(method: str) -> str | None:
@@ -144,10 +140,10 @@ def run(
     """Run `method` to the end; with `prefix`, reuse and then update a conversation's cache;
     a suffix method drafts from and records into `history` (None: an empty history of its own,
     so the run never depends on what ran before it); an EAGLE-2 method sizes its tree with
-    `costs` and `acceptance` (None: `SHARED_COSTS`, `SHARED_ACCEPTANCE`)."""
+    `costs` and `acceptance` (None: a fresh pair of its own)."""
     history = history if history is not None else History()
-    costs = costs if costs is not None else SHARED_COSTS
-    acceptance = acceptance if acceptance is not None else SHARED_ACCEPTANCE
+    costs = costs if costs is not None else ForwardCosts()
+    acceptance = acceptance if acceptance is not None else AcceptanceEstimates()
     drafter = build_drafter(method, target, extra, history, costs, acceptance)
     events = generate(target, drafter, prompt_ids, config, method=method, stop=stop, prefix=prefix)
     for event in events:

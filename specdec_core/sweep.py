@@ -30,6 +30,7 @@ from specdec_core.config import DecodeConfig
 from specdec_core.control import StopFlag
 from specdec_core.drafters.suffix import History
 from specdec_core.errors import SpecdecError
+from specdec_core.forward_costs import ForwardCosts
 from specdec_core.measure import Measurement, aggregate, compared, run_one, warm_up
 from specdec_core.methods import Extra
 from specdec_core.models import LoadedModel
@@ -48,6 +49,7 @@ from specdec_core.sweep_records import (  # noqa: F401 (the records, also named 
     point_key,
     read_sweep,
 )
+from specdec_core.tree_sizing import AcceptanceEstimates
 
 
 class Measure(Protocol):
@@ -171,6 +173,9 @@ class BenchMeasure:
         self.specs = specs
         self.encoded = [encode_prompt(target.tokenizer, p, raw) for p in prompts]
         self.extras: dict[str, Extra] = dict(extras or {})
+        # tree sizing's owners: each model timed once, each head's acceptance learned over
+        # every point and prompt of this measurement
+        self.costs, self.acceptance = ForwardCosts(), AcceptanceEstimates()
         warm_up(target, self.encoded[0])
 
     def __call__(
@@ -181,6 +186,9 @@ class BenchMeasure:
         rows = []
         history = History()  # this point's own: its runs of the earlier prompts
         for index, ids in enumerate(self.encoded):
-            row = run_one(method, self.target, ids, config, self.extras[method], history=history)
+            row = run_one(
+                method, self.target, ids, config, self.extras[method], history=history,
+                costs=self.costs, acceptance=self.acceptance,
+            )  # fmt: skip
             rows.append(compared(row, row.token_ids if reference is None else reference[index]))
         return Measurement(aggregate(rows), tuple(row.token_ids for row in rows))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 
 from app.engine_api import OnPoint, Progress, StopFlag, SweepRequest, TargetInfo
-from specdec_core.sweep_records import SweepProgress, SweepResult, apply_point
+from specdec_core.sweep_records import MeasuredPoint, SweepProgress, SweepResult, apply_point
 from tests.gui_fake import FakeEngine
 
 LOAD_STAGES, STAGE_SECONDS = 10, 0.02  # a load: progress at each stage
@@ -42,8 +42,10 @@ class PacedEngine(FakeEngine):
             if stop.is_set():
                 break
             time.sleep(POINT_SECONDS)
-            config = apply_point(request.base, point).as_dict()
-            record = {"point": point, "config": config, "speedup_vs_ar": 1.5}
+            config = apply_point(request.base, point)
+            record = MeasuredPoint(
+                point=point, config=config, speedup_vs_ar=1.5, mean_accept_length=2.0
+            )
             records.append(record)
             on_point(SweepProgress(done, len(points), point, record, None))
         return SweepResult({"method": request.method, "source": "gui"}, records)

@@ -130,8 +130,8 @@ def test_a_sweep_and_a_tune_run_in_the_engine_process(slow, tiny_dir):
     sweep = SweepRequest("classic", grid, base, (PROMPT,), specs)
     result = slow.sweep(sweep, points.append, threading.Event())
     assert [p.done for p in points] == [1, 2]
-    assert [r["point"] for r in result.points] == [{"k": 1}, {"k": 2}]
-    assert result.points[0]["speedup_vs_ar"] > 0
+    assert [p.point for p in result.points] == [{"k": 1}, {"k": 2}]
+    assert result.points[0].speedup_vs_ar > 0
     with pytest.raises(SpecdecError):  # ar has no k; the error comes across
         slow.tune(TuneRequest("ar", base, specs), points.append, threading.Event())
     stopped = threading.Event()
