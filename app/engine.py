@@ -65,6 +65,7 @@ class SpecdecEngine:
         self._adapters: dict[str, Adapter] = {}  # head spec -> its adapter
         self._pending: list[tuple[str, list[int], tuple[int, ...], float]] = []  # finished runs
         self._last_adapted: str | None = None
+        self._suffix_history: History | None = None  # what this engine's runs leave (lazy)
         self._comparison: tuple[str, History] | None = None  # a Compare's id, history at its start
         # EAGLE-2 tree sizing: costs measured once and acceptance learned across this engine's runs
         self._sizing: tuple[ForwardCosts, AcceptanceEstimates] | None = None
@@ -159,15 +160,23 @@ class SpecdecEngine:
             self._sizing = (ForwardCosts(), AcceptanceEstimates())
         return self._sizing
 
-    def _history(self, request: RunRequest) -> History | None:
-        """The suffix history a run drafts from: the process's (None), or in a Compare a
-        copy of the history as the Compare began, its own (drafters/suffix.py)."""
-        if not request.comparison:
-            return None
-        from specdec_core.drafters.suffix import HISTORY
+    @property
+    def suffix_history(self) -> History:
+        """The suffix history this engine's runs draft from and record into (one per engine,
+        so two engines never share one)."""
+        if self._suffix_history is None:
+            from specdec_core.drafters.suffix import History
 
+            self._suffix_history = History()
+        return self._suffix_history
+
+    def _history(self, request: RunRequest) -> History:
+        """The suffix history a run drafts from: the engine's, or in a Compare a copy of it as
+        the Compare began, the run's own (drafters/suffix.py)."""
+        if not request.comparison:
+            return self.suffix_history
         if self._comparison is None or self._comparison[0] != request.comparison:
-            self._comparison = (request.comparison, HISTORY.snapshot())
+            self._comparison = (request.comparison, self.suffix_history.snapshot())
         return self._comparison[1].snapshot()
 
     def _adapter_for(self, request: RunRequest, target: LoadedModel, extra) -> Adapter | None:

@@ -2,8 +2,8 @@
 
 Each entry says which extra model it needs ("draft" for a classic draft LM, "head" for an
 EAGLE head, nothing for n-gram / autoregressive) so the CLI and GUI load exactly that. A
-builder is given the suffix history the run drafts from (drafters/suffix.py; None: the
-process's `HISTORY`); only the suffix methods use it. It is also given the forward costs and the
+builder is given the suffix history the run drafts from (drafters/suffix.py; None: an empty
+one of its own); only the suffix methods use it. It is also given the forward costs and the
 acceptance estimates that EAGLE-2's tree sizing keeps (forward_costs.py, tree_sizing.py), owned
 by the caller (a run, a benchmark, an engine; None: a fresh pair for this drafter); only the
 EAGLE-2 methods use them. `is_tree` answers from the torch-free
@@ -165,8 +165,9 @@ def build_drafter(
     costs: ForwardCosts | None = None,
     acceptance: AcceptanceEstimates | None = None,
 ) -> Drafter:
-    """The drafter of method `name`; a suffix method drafts from `history` (None: `HISTORY`);
-    an EAGLE-2 method sizes its tree with `costs` and `acceptance` (None: a fresh one each)."""
+    """The drafter of method `name`; a suffix method drafts from `history` (None: an empty one
+    of its own); an EAGLE-2 method sizes its tree with `costs` and `acceptance` (None: a fresh
+    one each)."""
     method = get_method(name)
     if method.needs and extra is None:
         raise SpecdecError(f"method '{name}' needs a {method.needs}; pass --{method.needs} SPEC")

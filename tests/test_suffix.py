@@ -11,7 +11,6 @@ import torch
 
 from specdec_core.config import DecodeConfig
 from specdec_core.decode import generate
-from specdec_core.drafters import suffix
 from specdec_core.drafters.base import Proposal
 from specdec_core.drafters.eagle2_merge import MERGED_SCORE, merge_proposal
 from specdec_core.drafters.eagle2_suffix import Eagle2SuffixDrafter
@@ -27,14 +26,6 @@ from tests.test_tree import joint_first_two, sample_first_two
 from tests.tiny import prompt
 
 KEY = ("tiny", 32)
-
-
-@pytest.fixture
-def default_history(monkeypatch) -> History:
-    """A fresh default owner: drafters built without a history of their own record into it."""
-    history = History()
-    monkeypatch.setattr(suffix, "HISTORY", history)
-    return history
 
 
 def _brute_longest(text: list[int], context: list[int], max_length: int):
@@ -223,14 +214,13 @@ def saved_head(tiny_target, tmp_path):
 
 
 def test_a_bench_suffix_entry_has_the_same_tau_after_another_suffix_entry_as_alone(
-    tiny_target, saved_head, default_history
+    tiny_target, saved_head
 ):
     alone, record, _ = _bench_tau(tiny_target, ["suffix"])
     after, record, table = _bench_tau(tiny_target, [f"eagle2-suffix@{saved_head}", "suffix"])
     assert after == alone
     assert record["suffix_history"] == "own"
     assert "own suffix history" in table.splitlines()[-1]
-    assert default_history.tokens == 0  # a bench leaves the default history alone
 
 
 def test_a_shared_suffix_history_drafts_from_the_entry_before_and_is_marked(
@@ -253,7 +243,7 @@ def test_each_sweep_point_drafts_only_from_its_own_runs(tiny_target):
     assert measure("suffix", config, None).aggregate.mean_accept_length == first
 
 
-def test_in_a_compare_no_method_drafts_from_another_methods_output(tiny_target, default_history):
+def test_in_a_compare_no_method_drafts_from_another_methods_output(tiny_target):
     import threading
 
     from app.engine import RunRequest, SpecdecEngine
@@ -267,8 +257,20 @@ def test_in_a_compare_no_method_drafts_from_another_methods_output(tiny_target, 
         return events[-1].summary.mean_accept_length
 
     generated = tau("")  # a Generate run: recorded in the window's history
-    before = default_history.snapshot().documents(vocabulary_key(tiny_target))
+    before = engine.suffix_history.snapshot().documents(vocabulary_key(tiny_target))
     new = FAIR_PROMPTS[1]
     assert tau("compare-1", new) == tau("compare-1", new)  # neither drafts from the other
-    assert default_history.snapshot().documents(vocabulary_key(tiny_target)) == before
+    assert engine.suffix_history.snapshot().documents(vocabulary_key(tiny_target)) == before
     assert tau("compare-2") > generated  # a Compare drafts from the history as it began
+
+
+def test_two_engines_never_share_a_suffix_history(tiny_target):
+    import threading
+
+    from app.engine import RunRequest, SpecdecEngine
+
+    first, second = SpecdecEngine(tiny_target), SpecdecEngine(tiny_target)
+    request = RunRequest("suffix", FAIR_PROMPTS[0], DecodeConfig(max_new_tokens=20), raw=True)
+    list(first.events(request, threading.Event(), lambda *_: None))
+    assert first.suffix_history.snapshot().tokens > 0  # the run, sealed as the next sees it
+    assert second.suffix_history.snapshot().tokens == 0

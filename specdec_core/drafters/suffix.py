@@ -32,9 +32,10 @@ milliseconds at the cap, counted in that run's prefill.
 
 **Fair comparisons.** A run drafts from the history it is given: `runner.run` without one
 gives the run an empty history of its own, so its result never depends on what ran before it
-in the process; a drafter built without one (`build_drafter(..., history=None)`) records into
-`HISTORY`, the default owner. A method that ran the same prompt just before leaves its output
-in a shared history, and a suffix method run next copies it: a speedup no user would see. So
+in the process; a drafter built without one (`build_drafter(..., history=None)`) gets an empty
+one of its own too, and the window's engine keeps one per engine. A method that ran the same
+prompt just before leaves its output in a shared history, and a suffix method run next copies
+it: a speedup no user would see. So
 comparisons give each run a history of its own: `specdec bench` one `History` per entry (each
 entry drafts from its own runs of earlier prompts; `--suffix-history shared` keeps one for all
 entries, marked in the table and JSON), a sweep or Tune point one per point, and the window's
@@ -155,9 +156,6 @@ class History:
             self._indexes.pop(old_key, None)
 
 
-HISTORY = History()  # the default owner: drafters built without a history of their own
-
-
 def continuations(index: SuffixArray | None, ids: Sequence[int], depth: int) -> np.ndarray:
     """[occurrences, depth] what followed the longest matching suffix of `ids` in the history
     (`index`) and earlier in `ids`, oldest first (-1 past a document's end)."""
@@ -223,12 +221,12 @@ def candidate_tree(
 
 
 class SuffixSource:
-    """One run's use of a history (None: `HISTORY`): records the run, drafts from the history
-    as it began."""
+    """One run's use of a history (None: an empty one of its own): records the run, drafts
+    from the history as it began."""
 
     def __init__(self, key: Hashable, history: History | None = None) -> None:
         self.key = key
-        self.history = history if history is not None else HISTORY
+        self.history = history if history is not None else History()
         self.record: Record | None = None
         self.index: SuffixArray | None = None
 
