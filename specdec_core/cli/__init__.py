@@ -11,12 +11,22 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 
 from specdec_core.cli import bench, data, export, generate, sweep, train, watch
 from specdec_core.errors import SpecdecError, is_out_of_memory, out_of_memory
 
 COMMANDS = (generate, bench, sweep, export, train, data, watch)
+
+
+def interruptible() -> None:
+    """Let SIGINT (Ctrl+C, the Train tab's Stop) interrupt every command, even where it was
+    started with SIGINT ignored: a shell starts background commands that way, and Python then
+    keeps ignoring it, so a job could not be stopped. Only the main thread can set it."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    interruptible()
     args = build_parser().parse_args(argv)
     try:
         return args.handler(args)
