@@ -11,14 +11,13 @@ gives their sliding layers a `DynamicSlidingWindowLayer` that keeps only the las
 positions, so once a sequence passes the window a rejected draft cannot be rolled back (`crop`
 raises) and a tree cannot be compacted. `new_cache` therefore gives *every* attention layer a
 `GrowingLayer` (a `DynamicLayer` writing into spare room) that keeps its whole history. The
-window is still applied exactly: it lives
-in the attention mask, which the model builds per layer type from absolute positions (chains),
-or `target.tree_attention` builds per layer type (trees), so every layer sees the same keys it
-would see with a truncated cache and greedy float32 output stays identical to `ar`. Chosen over a
-margin of k extra positions in the sliding layers because it needs no sliding layer of our own,
-no margin to size for trees (a tree forward appends every node) and no offsets in the masks;
-the price is memory and attention time over the whole context in sliding layers, as for a
-full-attention model of the same size.
+window is still applied exactly: it lives in the attention mask, which the model builds per
+layer type from absolute positions (chains), or `target.tree_attention` builds per layer type
+(trees), so every layer sees the same keys it would see with a truncated cache and greedy
+float32 output stays identical to `ar`. Chosen over a margin of k extra positions in the
+sliding layers because it needs no sliding layer of our own, no margin to size for trees (a
+tree forward appends every node) and no offsets in the masks; the price is memory and attention
+time over the whole context in sliding layers, as for a full-attention model of the same size.
 
 Refused, with a `SpecdecError` naming what was found: layers holding a recurrent state
 (linear attention, Mamba-style conv / SSM, hybrid layers of both) or other per-layer state the

@@ -5,7 +5,9 @@ sample the correction from norm(max(0, p_i − q_i)); if all k are accepted, sam
 token from p_{k}. The output is distributed exactly as sampling from p alone.
 
 At temperature 0 both p and q are one-hot (see `sampling.probs`), so the same rule reads
-"accept while draft == argmax(target); then emit argmax(target)" and needs no special case.
+"accept while draft == argmax(target); then emit argmax(target)". The decode loop applies that
+reading to the argmax ids directly (`verifiers/greedy.py`, tested against this rule) rather
+than building one-hot rows; this function gives the same tokens at T = 0.
 """
 
 from __future__ import annotations
