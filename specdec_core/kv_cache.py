@@ -144,6 +144,16 @@ def new_cache(config: PretrainedConfig | None = None) -> DynamicCache:
     return cache
 
 
+def generation_cache(config: PretrainedConfig) -> DynamicCache | None:
+    """A cache for a batched `generate` call that writes each step into spare room instead of
+    copying the history (a 64-row generation of 256 tokens in bf16 runs ~1.3x faster on a
+    CPU, docs/eagle.md), or None where `config` has layers it cannot hold (transformers then
+    builds its own)."""
+    if set(layer_types(config)) - set(ROLLBACK_TYPES):
+        return None
+    return new_cache(config)
+
+
 def check_rollback(cache) -> None:
     """Raise a SpecdecError unless `cache` can drop positions (see the module docstring)."""
     layers = getattr(cache, "layers", None)

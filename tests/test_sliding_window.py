@@ -158,6 +158,25 @@ def test_eagle3_heads_on_a_hybrid_target(method):
     )
 
 
+def test_batched_answers_equal_generate_with_transformers_own_cache(target):
+    """The data generator's batched answers (left-padded rows, a cache writing into spare
+    room) are the ones `generate` gives with the cache transformers builds itself, past the
+    window."""
+    from specdec_core.eagle.data import answer_batch
+
+    answers = answer_batch(target.model, PROMPTS, 12, pad=0, eos_ids={2})
+    width = max(len(p) for p in PROMPTS)
+    ids = torch.tensor([[0] * (width - len(p)) + p for p in PROMPTS])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in PROMPTS])
+    with torch.no_grad():
+        out = target.model.generate(
+            input_ids=ids, attention_mask=mask, max_new_tokens=12, do_sample=False,
+            pad_token_id=0, eos_token_id=2,
+        )  # fmt: skip
+    for (answer, _), row in zip(answers, out[:, width:].tolist(), strict=True):
+        assert answer == (row[: row.index(2) + 1] if 2 in row else row)
+
+
 def test_target_logits_are_the_models_own_including_soft_capping(target):
     ids = prompt(12)
     with torch.no_grad():

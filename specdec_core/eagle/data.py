@@ -31,6 +31,7 @@ import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
 from specdec_core.errors import SpecdecError
+from specdec_core.kv_cache import cache_arg, generation_cache
 
 HOLDOUT = 64  # conversations held out for validation (split_conversations)
 
@@ -242,6 +243,7 @@ def answer_batch(
         max_new_tokens=max_new_tokens,
         stopping_criteria=StoppingCriteriaList(criteria),
         pad_token_id=pad,
+        **cache_arg(generation_cache(model.config)),
         output_hidden_states=keep_features,  # the features come from the same passes
         return_dict_in_generate=True,
         **sampling,
