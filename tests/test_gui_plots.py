@@ -6,7 +6,8 @@ import pytest
 
 from app.plot_data import Series, node_depths
 from app.widgets.plots_panel import REDRAW_MS, PlotsPanel
-from specdec_core.events import Step
+from app.widgets.tree_plot import TreePlot
+from specdec_core.events import DraftTree, Step
 from tests.gui_fake import TREE, fake_step
 
 
@@ -88,6 +89,41 @@ def test_the_tree_plot_shows_the_last_tree_with_the_accepted_path(panel):
     visible = [label.toPlainText() for label in panel.tree.labels if label.isVisible()]
     assert visible == [f"t{token}" for token in TREE.tokens]
     assert node_depths(TREE.parents) == [1, 1, 2, 2, 3]
+
+
+def wide_tree() -> DraftTree:
+    """Six first guesses, each with four children: 30 nodes, 24 leaves; the path 0 → 6."""
+    parents = [-1] * 6 + [p for p in range(6) for _ in range(4)]
+    scores = [-0.1 * i for i in range(len(parents))]
+    return DraftTree(tuple(range(len(parents))), tuple(parents), tuple(scores), (0, 6))
+
+
+def visible_labels(plot: TreePlot) -> list:
+    return [label for label in plot.labels if label.isVisible()]
+
+
+def test_tree_labels_never_overlap_and_show_the_accepted_path_first(qtbot):
+    plot = TreePlot()
+    qtbot.addWidget(plot)
+    plot.labeler = lambda token_id: f"token-with-a-long-text-{token_id}"
+    plot.resize(320, 160)
+    plot.show()
+    qtbot.waitExposed(plot)
+    plot.show_tree(wide_tree())
+    small = visible_labels(plot)
+    rects = [label.sceneBoundingRect() for label in small]
+    for a in range(len(rects)):
+        for b in range(a + 1, len(rects)):
+            assert not rects[a].intersects(rects[b]), (
+                small[a].toPlainText(),
+                small[b].toPlainText(),
+            )
+    assert {plot.labels[0], plot.labels[6]} <= set(small)  # the accepted path keeps its labels
+    assert len(small) < 30 and all(label.toPlainText().endswith("…") for label in small)
+    plot.resize(1000, 900)
+    qtbot.waitUntil(lambda: len(visible_labels(plot)) > len(small), timeout=2000)
+    # every node names its token on hover, labelled or not
+    assert list(plot.nodes.data["data"][1:]) == [f"token-with-a-long-text-{i}" for i in range(30)]
 
 
 def test_redraws_are_throttled(panel, qtbot):

@@ -1,6 +1,10 @@
 """The last step's draft tree (EAGLE-2): nodes by depth, accepted path highlighted.
 
-Labels use a pool of text items created once and reused, so redraws only move items.
+Labels use a pool of text items created once and reused, so redraws only move items. A label
+is shown only where it fits at the plot's current size: at each depth the accepted node's
+label first, then the others by draft score, each only if it keeps a text line's height from
+the labels already shown there, and each cut (…) to the room before the next depth. Every
+node shows its token on hover, labelled or not.
 """
 
 from __future__ import annotations
@@ -8,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pyqtgraph as pg
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QFontMetrics
 
 from app.plot_data import node_depths
 from app.widgets.timed_plot import TimedPlot
@@ -16,6 +22,8 @@ from specdec_core.events import DraftTree
 ACCEPTED = "#009E73"
 OTHER = "#9a9a9a"
 MAX_LABELS = 48
+LABEL_OFFSET = 0.08  # depth units between a node and its label
+LABEL_FILL = (255, 255, 255, 210)  # edges pass behind a label, not through its text
 
 
 class TreePlot(TimedPlot):
@@ -30,9 +38,13 @@ class TreePlot(TimedPlot):
         self.labeler: Callable[[int], str] = str
         self.edges = self.plot(pen=pg.mkPen(OTHER, width=1), connect="pairs")
         self.path = self.plot(pen=pg.mkPen(ACCEPTED, width=3), connect="pairs")
-        self.nodes = pg.ScatterPlotItem(size=9, pen=None)
+        self.nodes = pg.ScatterPlotItem(
+            size=9, pen=None, hoverable=True, tip=lambda x, y, data: data
+        )
         self.addItem(self.nodes)
-        self.labels = [pg.TextItem(anchor=(0, 0.5), color="#222") for _ in range(MAX_LABELS)]
+        self.labels = [
+            pg.TextItem(anchor=(0, 0.5), color="#222", fill=LABEL_FILL) for _ in range(MAX_LABELS)
+        ]
         for label in self.labels:
             label.setVisible(False)
             self.addItem(label)
@@ -41,7 +53,10 @@ class TreePlot(TimedPlot):
         )
         self.addItem(self.note)
         self.tree: DraftTree | None = None
+        self.texts: list[str] = []  # each node's label text, uncut
+        self.positions: tuple[list[float], list[float]] = ([], [])
         self.show_tree(None)
+        self.getViewBox().sigResized.connect(self.fit_labels)
 
     def reset(self) -> None:
         self.show_tree(None)
@@ -71,15 +86,48 @@ class TreePlot(TimedPlot):
         self.edges.setData(ex, ey)
         self.path.setData(px, py)
         brushes = [ACCEPTED if i in accepted else OTHER for i in range(len(tree.tokens))]
-        self.nodes.setData([0.0, *x], [0.0, *y], brush=["#333", *brushes])
-        show = len(tree.tokens) <= MAX_LABELS
-        for i, label in enumerate(self.labels):
-            visible = show and i < len(tree.tokens)
-            label.setVisible(visible)
-            if visible:
-                label.setText(self.labeler(tree.tokens[i]).replace("\n", "↵"))
-                label.setPos(x[i] + 0.08, y[i])
+        self.texts = [self.labeler(token).replace("\n", "↵") for token in tree.tokens]
+        self.positions = (x, y)
+        self.nodes.setData(
+            [0.0, *x], [0.0, *y], brush=["#333", *brushes], data=["(last accepted)", *self.texts]
+        )
         self.setRange(xRange=(-0.2, max(x) + 0.8), yRange=(min(y) - 0.5, max(y) + 0.5), padding=0)
+        self.fit_labels()
+
+    def fit_labels(self) -> None:
+        """Show the labels that fit at the current size (see the module docstring)."""
+        tree = self.tree
+        if tree is None or not tree.tokens:
+            return
+        box = self.getViewBox()
+        (x0, x1), (y0, y1) = box.viewRange()
+        width, height = box.width(), box.height()
+        if width <= 0 or height <= 0:
+            return
+        per_depth = width / (x1 - x0) if x1 > x0 else width
+        per_row = height / (y1 - y0) if y1 > y0 else height
+        metrics = QFontMetrics(self.labels[0].textItem.font())
+        line, x, y = metrics.height(), *self.positions
+        order = sorted(
+            range(min(len(tree.tokens), MAX_LABELS)),
+            key=lambda i: (i not in tree.accepted, -tree.scores[i], i),
+        )
+        shown: dict[float, list[float]] = {}  # depth -> rows of the labels shown there
+        for label in self.labels:
+            label.setVisible(False)
+        for i in order:
+            rows = shown.setdefault(x[i], [])
+            if any(abs(y[i] - r) * per_row < line for r in rows):
+                continue
+            room = int((min(x[i] + 1, x1) - x[i] - LABEL_OFFSET) * per_depth) - 8
+            text = metrics.elidedText(self.texts[i], Qt.TextElideMode.ElideRight, max(room, 0))
+            if not text or text == "…":
+                continue  # no room for a character
+            rows.append(y[i])
+            label = self.labels[i]
+            label.setText(text)
+            label.setPos(x[i] + LABEL_OFFSET, y[i])
+            label.setVisible(True)
 
 
 def _layout(tree: DraftTree) -> tuple[list[float], list[float]]:
