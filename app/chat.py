@@ -2,7 +2,9 @@
 
 Turns alternate a user message and the assistant's reply; each reply keeps its `RunSummary`
 (how its tokens were produced, τ, tokens/s, how much of the prompt came from the cached
-conversation) and its measured speedup. `messages(pending)` is what the chat template is
+conversation) and its speedup over the autoregressive reference measured right after it, with
+its 95 % interval over both runs' steps (`app/reference.py`; not saved: a loaded chat's
+replies are shown, not measured). `messages(pending)` is what the chat template is
 applied over for the next reply. A chat saves as one JSON object in the prompt files' format
 (`turns`: the user messages, plus `replies`), so `specdec bench --prompts chat.jsonl
 --multi-turn` replays it.
@@ -15,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.engine_api import ChatMessage
+from app.reference import RunSpeedup
 from specdec_core.errors import SpecdecError
 from specdec_core.events import RunSummary
 from specdec_core.files import write_atomic
@@ -27,7 +30,7 @@ class Turn:
     user: str
     reply: str = ""
     summary: RunSummary | None = None
-    speedup: float | None = None  # against an autoregressive run of the same history
+    speedup: RunSpeedup | None = None  # against an autoregressive run of the same history
 
 
 @dataclass

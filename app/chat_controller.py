@@ -4,8 +4,10 @@ The chat template is applied over the whole history (the engine renders `RunRequ
 and the engine keeps the conversation's KV cache between turns (`RunRequest.conversation`), so
 a turn prefills only its new tokens. Each turn is followed by an autoregressive run of the
 same history, with a cache of its own, so its speedup is measured against decoding that also
-reuses its cache. `ChatController` owns its requests (a `RunOwner`): it alone hears their
-events. It also answers the Chat view's buttons (clear, edit, regenerate, save, load).
+reuses its cache, right after the turn (the same conditions), with its 95 % interval over
+both runs' steps (`app/reference.py`). `ChatController` owns its requests (a `RunOwner`): it
+alone hears their events. It also answers the Chat view's buttons (clear, edit, regenerate,
+save, load).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from app.chat import CONVERSATION, Chat
 from app.engine_api import Engine, RunRequest
 from app.method_style import MethodStyle
 from app.palette import REFERENCE_COLOR
-from app.reference import REFERENCE, speedup
+from app.reference import REFERENCE, measured
 from app.run_controller import RunController, RunOwner
 from app.run_inputs import RunInputs
 from app.session import Session
@@ -30,6 +32,7 @@ from app.widgets.plots_panel import PlotsPanel
 from app.worker import error_message
 from specdec_core.errors import SpecdecError
 from specdec_core.events import RunSummary, Step
+from specdec_core.run_speedup import StepTime
 
 REFERENCE_CONVERSATION = CONVERSATION + "-reference"
 FILES = "Chat (*.jsonl *.json)"
@@ -60,6 +63,8 @@ class ChatController(RunOwner):
         self._turn: RunRequest | None = None
         self._reference: RunRequest | None = None
         self._answer: RunSummary | None = None
+        self._steps: list[StepTime] = []  # the turn's steps, timed
+        self._reference_steps: list[StepTime] = []  # its reference's
         view.clear_requested.connect(lambda: session.ready() and self.clear())
         view.edit_requested.connect(self.edit_last_turn)
         view.regenerate_requested.connect(self.regenerate_last)
@@ -97,6 +102,7 @@ class ChatController(RunOwner):
         if self.runs.running or self.runs.task_running:
             return False
         self._turn, self._answer = turn, None
+        self._steps, self._reference_steps = [], []
         self.chat.ask(text)
         self.view.add_turn(text)
         self.plots.reset()
@@ -185,9 +191,11 @@ class ChatController(RunOwner):
 
     def stepped(self, request: RunRequest, step: Step) -> None:
         if request is self._turn:
+            self._steps.append(StepTime.of(step))
             self.view.add_step(step)
             self.plots.add_step(self.style.label(request.method), step)
         elif request is self._reference:
+            self._reference_steps.append(StepTime.of(step))
             self.plots.add_step(self.style.label(request.method) + " (reference)", step)
 
     def failed(self, request: RunRequest, message: str, user: bool) -> None:
@@ -203,7 +211,9 @@ class ChatController(RunOwner):
             self.chat.answer(summary)
             self.view.finish(self.style.label(summary.method), summary, None)
         elif request is self._reference and self._answer is not None:
-            ratio = speedup(self._answer, summary) if summary.stop_reason != "stopped" else None
-            self.chat.turns[-1].speedup = ratio
-            self.view.finish(self.style.label(self._answer.method), self._answer, ratio)
+            found = None
+            if summary.stop_reason != "stopped" and self._answer.stop_reason != "stopped":
+                found = measured(self._answer, summary, self._steps, self._reference_steps)
+            self.chat.turns[-1].speedup = found
+            self.view.finish(self.style.label(self._answer.method), self._answer, found)
         self.plots.redraw()

@@ -3,7 +3,10 @@ in a column of its own and a row of the table.
 
 A failing method skips only itself. Every method of one Compare drafts from the suffix
 history as it was when the Compare began (`RunRequest.comparison`), so none drafts from
-another's output of the same prompt. `CompareController` owns its requests (a `RunOwner`).
+another's output of the same prompt. Autoregressive runs first: each method's speedup is
+against that run of the same Compare, with its 95 % interval over the two runs' steps (each
+step's tokens and seconds are kept for it, `app/export.py`). `CompareController` owns its
+requests (a `RunOwner`).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from app.status_controller import RunStatusLine
 from app.widgets.compare_panel import ComparePanel
 from app.widgets.plots_panel import PlotsPanel
 from specdec_core.events import RunSummary, Started, Step
+from specdec_core.run_speedup import StepTime
 
 
 class CompareController(RunOwner):
@@ -43,11 +47,13 @@ class CompareController(RunOwner):
         )
         self.show_tab = show_tab
         self.line = RunStatusLine(show_state)
+        self.steps: dict[str, list[StepTime]] = {}  # method -> its steps in this Compare
 
     def run(self) -> bool:
         self.panel.begin()
         self.plots.reset()
         self.show_tab()
+        self.steps = {}
         comparison = uuid.uuid4().hex  # suffix methods draft from the history as it began
         requests = [self.inputs.request(m, comparison) for m in self.panel.selected()]
         return self.runs.run_queue(requests, self, keep_going=True, compare=True)
@@ -57,6 +63,7 @@ class CompareController(RunOwner):
         label, color = self.style.label(request.method), self.style.color(request.method)
         self.plots.begin_series(label, color)
         self.panel.columns.add_column(request.method, label, color)
+        self.steps[request.method] = []
         self.line.begun(label)
 
     def started(self, request: RunRequest, started: Started) -> None:
@@ -65,6 +72,7 @@ class CompareController(RunOwner):
     def stepped(self, request: RunRequest, step: Step) -> None:
         label = self.style.label(request.method)
         self.line.stepped(label)
+        self.steps.setdefault(request.method, []).append(StepTime.of(step))
         self.panel.columns.add_step(request.method, step)
         self.plots.add_step(label, step)
 
@@ -74,7 +82,8 @@ class CompareController(RunOwner):
         self.inputs.remember_extra(summary.method)
         method = summary.method
         label, color = self.style.label(method), self.style.color(method)
-        self.panel.add_result(CompareResult(method, label, color, summary))
+        steps = tuple(self.steps.get(request.method, ()))
+        self.panel.add_result(CompareResult(method, label, color, summary, steps))
 
     def failed(self, request: RunRequest, message: str, user: bool) -> None:
         self.panel.fail(request.method, message)

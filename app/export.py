@@ -1,4 +1,9 @@
-"""Comparison results as rows, and their CSV / JSON export (no Qt)."""
+"""Comparison results as rows, and their CSV / JSON export (no Qt).
+
+Each method's speedup is its tokens/s over the `ar` run of the same Compare, with the 95 %
+interval of that ratio over both runs' steps (`speedup_interval_low`, `speedup_interval_high`:
+`specdec_core/run_speedup.py`; empty for `ar` itself and where no step was timed). Files
+written before the interval lack those two keys; every other key is as before."""
 
 from __future__ import annotations
 
@@ -7,7 +12,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.reference import measured
 from specdec_core.events import RunSummary
+from specdec_core.run_speedup import StepTime
 
 COLUMNS = (
     "method",
@@ -21,6 +28,8 @@ COLUMNS = (
     "speedup_vs_ar",
     "identical_to_ar",
     "stop_reason",
+    "speedup_interval_low",
+    "speedup_interval_high",
 )
 
 
@@ -30,14 +39,21 @@ class CompareResult:
     label: str
     color: str
     summary: RunSummary
+    steps: tuple[StepTime, ...] = ()  # each step's tokens and seconds, for the interval
 
 
 def result_rows(results: list[CompareResult]) -> list[dict]:
-    """One row per method; speedup and identity are relative to the `ar` run, if any."""
-    ar = next((r.summary for r in results if r.method == "ar"), None)
+    """One row per method; speedup (with its interval over both runs' steps) and identity are
+    relative to the `ar` run, if any."""
+    reference = next((r for r in results if r.method == "ar"), None)
+    ar = reference.summary if reference is not None else None
     rows = []
     for result in results:
         s = result.summary
+        found = None
+        if reference is not None and result is not reference:
+            found = measured(s, reference.summary, result.steps, reference.steps)
+        low, high = found.interval if found is not None and found.interval else (None, None)
         rows.append(
             {
                 "method": result.method,
@@ -55,6 +71,8 @@ def result_rows(results: list[CompareResult]) -> list[dict]:
                 ),
                 "identical_to_ar": None if ar is None else s.token_ids == ar.token_ids,
                 "stop_reason": s.stop_reason,
+                "speedup_interval_low": None if low is None else round(low, 3),
+                "speedup_interval_high": None if high is None else round(high, 3),
             }
         )
     return rows

@@ -1,10 +1,12 @@
 """Generate: one run of the chosen method in the Output tab, and its measured speedup.
 
-A speculative run is followed by an autoregressive run of the same prompt and sampling
-settings (app/reference.py), unless this window already measured one; the reference is drawn
-in the plots beside the run (grey) but not in the token view, and the summary gets the
-speedup line once both are measured. `SingleRunController` owns its requests (a `RunOwner`):
-it alone hears their events.
+Every speculative run is followed by an autoregressive run of the same prompt and sampling
+settings (app/reference.py), measured right after it so that both are timed under the same
+conditions (no reference is kept from an earlier Generate); the reference is drawn in the
+plots beside the run (grey) but not in the token view, and the summary gets the speedup line,
+with its 95 % interval over both runs' steps, once both are measured. An `ar` run is its own
+reference; a Stop during the reference ends it and no speedup is shown. `SingleRunController`
+owns its requests (a `RunOwner`): it alone hears their events.
 """
 
 from __future__ import annotations
@@ -15,13 +17,14 @@ from app import history
 from app.engine_api import RunRequest
 from app.method_style import MethodStyle
 from app.palette import REFERENCE_COLOR
-from app.reference import ReferenceKey, References, reference_key, reference_request, speedup_text
+from app.reference import OWN_REFERENCE, REFERENCE, reference_request, speedup_text
 from app.run_controller import RunController, RunOwner
 from app.run_inputs import RunInputs
 from app.status_controller import RunStatusLine
 from app.widgets.output_panel import OutputPanel
 from app.widgets.plots_panel import PlotsPanel
 from specdec_core.events import RunSummary, Started, Step
+from specdec_core.run_speedup import StepTime
 
 MEASURING = "measuring the autoregressive reference for the speedup…"
 
@@ -46,27 +49,26 @@ class SingleRunController(RunOwner):
         )
         self.show_state, self.show_tab = show_state, show_tab
         self.line = RunStatusLine(show_state)
-        self.references = References()
         self.run: RunRequest | None = None  # the run of the last Generate
-        self.reference: RunRequest | None = None  # its reference, when one is measured
+        self.reference: RunRequest | None = None  # its reference (none for an `ar` run)
         self.measured: RunSummary | None = None  # the run's summary, once finished
+        self.steps: list[StepTime] = []  # the run's steps, timed
+        self.reference_steps: list[StepTime] = []  # its reference's
         self.speedup_line = ""  # the last run's measured speedup
 
     def generate(self) -> bool:
-        """Run the chosen method on the prompt, then its reference if none is measured."""
+        """Run the chosen method on the prompt, then its reference right after it."""
         self.output.clear()
         self.plots.reset()
         self.show_tab()
         run = self.inputs.request(self.inputs.method())
         queue = [run]
         self.run, self.reference, self.measured = run, None, None
-        if run.method != "ar" and self.references.get(self._key(run)) is None:
-            self.reference = reference_request(run)  # measured after the run, once
+        self.steps, self.reference_steps, self.speedup_line = [], [], ""
+        if run.method != REFERENCE:
+            self.reference = reference_request(run)  # adjacent in time: the same conditions
             queue.append(self.reference)
         return self.runs.run_queue(queue, self)
-
-    def _key(self, request: RunRequest) -> ReferenceKey:
-        return reference_key(request, self.inputs.target_spec())
 
     def _series(self, request: RunRequest) -> str:
         label = self.style.label(request.method)
@@ -88,7 +90,10 @@ class SingleRunController(RunOwner):
             self.line.started(self.style.label(request.method), started.prompt_token_count)
 
     def stepped(self, request: RunRequest, step: Step) -> None:
-        if request is not self.reference:
+        if request is self.reference:
+            self.reference_steps.append(StepTime.of(step))
+        else:
+            self.steps.append(StepTime.of(step))
             self.line.stepped(self.style.label(request.method))
             self.output.view.add_step(step)
         self.plots.add_step(self._series(request), step)
@@ -96,22 +101,25 @@ class SingleRunController(RunOwner):
     def finished(self, request: RunRequest, summary: RunSummary) -> None:
         self.plots.redraw()
         if request is self.reference:
-            self.references.put(self._key(request), summary)
             if self.measured is not None:
-                self._show(self.measured)
+                self._show(self.measured, summary)
             return
         history.record(summary, request.prompt)
         self.inputs.remember_extra(summary.method)
-        if summary.method == "ar":  # an autoregressive run is its own reference
-            self.references.put(self._key(request), summary)
         self.measured = summary
-        self._show(summary)
+        self._show(summary, None)
 
-    def _show(self, summary: RunSummary) -> None:
-        """The run's summary, with its speedup once the reference is measured."""
+    def _show(self, summary: RunSummary, reference: RunSummary | None) -> None:
+        """The run's summary, with its speedup once the reference is measured (a stopped run
+        or reference gives none)."""
         self.output.show_summary(self.style.label(summary.method), summary)
-        reference = self.references.get(self._key(self.run)) if self.run is not None else None
-        if reference is not None and summary.stop_reason != "stopped":
-            self.speedup_line = speedup_text(summary, reference)
-            label = self.output.summary
-            label.setText(f"{label.text()}\n{self.speedup_line}")
+        if summary.stop_reason == "stopped":
+            return
+        if self.reference is None:  # an autoregressive run is its own reference
+            self.speedup_line = OWN_REFERENCE
+        elif reference is not None and reference.stop_reason != "stopped":
+            self.speedup_line = speedup_text(summary, reference, self.steps, self.reference_steps)
+        else:
+            return
+        label = self.output.summary
+        label.setText(f"{label.text()}\n{self.speedup_line}")

@@ -24,12 +24,11 @@ hold (the key names are the CLI contract: `docs/architecture.md`).
 
 from __future__ import annotations
 
-import random
-import statistics
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from specdec_core.baselines import HF_METHODS, run_hf
+from specdec_core.bootstrap import RESAMPLES, SEED, percentile_interval, resample
 from specdec_core.config import DecodeConfig
 from specdec_core.events import Rates, StepPhases
 from specdec_core.fidelity import mean_logprob, prefix_agreement, token_agreement
@@ -140,8 +139,8 @@ class Aggregate:
         return record
 
 
-SPEEDUP_RESAMPLES = 2000  # bootstrap resamples of the prompts
-SPEEDUP_SEED = 0  # the same rows always give the same interval
+SPEEDUP_RESAMPLES = RESAMPLES  # bootstrap resamples of the prompts
+SPEEDUP_SEED = SEED  # the same rows always give the same interval
 
 
 @dataclass(frozen=True)
@@ -161,20 +160,15 @@ def speedup_spread(
     seed: int = SPEEDUP_SEED,
 ) -> SpeedupSpread | None:
     """`rows`' speedup over `ar_rows` (the same run's `ar`) on each prompt both ran (the
-    turns of a conversation summed), and a percentile bootstrap over those prompts of the
-    run's speedup (all tokens / all time, against `ar`'s on the same resampled prompts),
-    with a fixed seed. None when no prompt ran both."""
+    turns of a conversation summed), and a percentile bootstrap (`bootstrap.py`) over those
+    prompts of the run's speedup (all tokens / all time, against `ar`'s on the same resampled
+    prompts), with a fixed seed. None when no prompt ran both."""
     own, reference = _by_prompt(rows), _by_prompt(ar_rows)
     pairs = [(*own[i], *reference[i]) for i in sorted(own.keys() & reference.keys())]
     if not pairs:
         return None
-    rng = random.Random(seed)
-    ratios = [_pooled(rng.choices(pairs, k=len(pairs))) for _ in range(resamples)]
-    # cut points every 2.5 %: the first and the last bound the middle 95 %
-    cuts = statistics.quantiles(ratios, n=40, method="inclusive")
-    return SpeedupSpread(
-        per_prompt=tuple(_speedup(*pair) for pair in pairs), interval=(cuts[0], cuts[-1])
-    )
+    interval = percentile_interval(lambda rng: _pooled(resample(rng, pairs)), resamples, seed)
+    return SpeedupSpread(per_prompt=tuple(_speedup(*pair) for pair in pairs), interval=interval)
 
 
 def _by_prompt(rows: list[Row]) -> dict[int, tuple[int, float]]:

@@ -93,9 +93,14 @@ def test_the_window_chats_in_turns_with_speedup_and_cache_per_turn(make_window, 
     assert requests[3].conversation != CONVERSATION  # the reference keeps its own cache
     turns = window.chat_view.turns
     assert len(turns) == 2 and turns[1].reply.tokens
-    assert "vs autoregressive" in turns[1].summary.text()
+    assert "vs autoregressive (95% interval " in turns[1].summary.text()
     assert "from the kept conversation" in turns[1].summary.text()
-    assert window.chat.chat.turns[1].speedup is not None
+    speedup = window.chat.chat.turns[1].speedup
+    answer, reference = window.engine.summaries[2:4]
+    assert speedup.ratio == answer.tokens_per_second / reference.tokens_per_second
+    low, high = speedup.interval
+    assert low < speedup.ratio < high
+    assert f"(95% interval {speedup.interval_text()})" in turns[1].summary.text()
 
     window.save_chat(tmp_path / "chat.jsonl")
     window.regenerate()

@@ -97,6 +97,13 @@ def test_compare_gives_one_column_per_method_and_a_filled_table(make_window, qtb
             assert table.item(row, column).text()
     assert table.item(0, 6).text() == "1.00×" and table.item(0, 7).text() == "yes"
     assert table.item(1, 4).text() == "2.75"
+    cell = table.item(1, 6).text()  # "2.75× (2.00–3.58)": the ratio, its 95 % interval
+    ratio, low, high = (
+        float(x) for x in cell.replace("×", "").strip(")").replace("(", "–").split("–")
+    )
+    assert ratio == 2.75 and low < ratio < high
+    assert "95% interval over both runs' steps" in table.item(1, 6).toolTip()
+    assert "reference" in table.item(0, 6).toolTip()
     assert set(window.plots.series) == {"Autoregressive", "Classic draft", "EAGLE-2"}
 
     window.files.export("csv", tmp_path / "c.csv")
@@ -104,8 +111,13 @@ def test_compare_gives_one_column_per_method_and_a_filled_table(make_window, qtb
     window.files.export("png", tmp_path / "c.png")
     lines = (tmp_path / "c.csv").read_text().splitlines()
     assert lines[0].startswith("method,label,policy") and len(lines) == 4
+    assert lines[0].endswith(",speedup_interval_low,speedup_interval_high")
     data = json.loads((tmp_path / "c.json").read_text())
     assert [m["method"] for m in data["methods"]] == ["ar", "classic", "eagle2"]
+    classic = data["methods"][1]
+    assert classic["speedup_interval_low"] < classic["speedup_vs_ar"]
+    assert classic["speedup_vs_ar"] < classic["speedup_interval_high"]
+    assert data["methods"][0]["speedup_interval_low"] is None  # ar: the reference itself
     assert (tmp_path / "c.png").stat().st_size > 1000
 
 
@@ -287,14 +299,40 @@ def test_a_single_run_shows_its_speedup_from_a_measured_autoregressive_reference
     wait_idle(qtbot, window)
     run, reference = (s for s in window.engine.summaries)
     expected = run.tokens_per_second / reference.tokens_per_second
-    assert f"×{expected:.2f} vs autoregressive" in window.summary.text()
+    line = window.summary.text().splitlines()[-1]
+    assert line.startswith(f"×{expected:.2f} vs autoregressive (95% interval ")
+    assert "reference measured right after the run" in line
+    low, high = (float(x) for x in line.split("interval ")[1].split(" ")[0].split("–"))
+    assert low < expected < high  # the ratio shown lies inside its interval
     assert "Classic draft (reference)" not in window.plots.series
     assert "Autoregressive (reference)" in window.plots.series  # drawn beside the run
     assert len(window.token_view.tokens) == len(run.token_ids)  # the reference is not shown
-    window.generate()  # same prompt and settings: the reference is reused, not run again
+    window.generate()  # same prompt and settings: the reference is measured again, after it
     wait_idle(qtbot, window)
-    assert [r.method for r in window.engine.requests] == ["classic", "ar", "classic"]
-    assert "vs autoregressive" in window.summary.text()
+    methods = ["classic", "ar", "classic", "ar"]
+    assert [r.method for r in window.engine.requests] == methods
+    assert "95% interval" in window.summary.text()
+
+
+def test_an_autoregressive_run_is_its_own_reference(make_window, qtbot):
+    window = make_window()
+    window.decoding.select(window.decoding.method, "ar")
+    window.generate()
+    wait_idle(qtbot, window)
+    assert [r.method for r in window.engine.requests] == ["ar"]
+    assert "this run is the autoregressive reference" in window.summary.text()
+
+
+def test_stop_during_the_reference_ends_it_and_shows_no_speedup(make_window, qtbot):
+    engine = FakeEngine(steps=40, delay=0.02)
+    window = make_window(engine)
+    window.generate()
+    qtbot.waitUntil(lambda: len(engine.requests) == 2 and engine.produced >= 2, timeout=10000)
+    window.stop()
+    wait_idle(qtbot, window)
+    assert engine.summaries[-1].method == "ar" and engine.summaries[-1].stop_reason == "stopped"
+    assert "vs autoregressive" not in window.summary.text()
+    assert "τ" in window.summary.text()  # the run's own summary stays
 
 
 def test_a_new_user_starts_on_the_fastest_lossless_method_and_is_told_why(make_window):

@@ -2,10 +2,11 @@
 Generate's speedup line, in Chat's turn line and in Compare's table."""
 
 from app.export import CompareResult
-from app.reference import speedup_text
+from app.reference import measured, speedup_text
 from app.widgets.chat_view import turn_summary
 from app.widgets.compare_table import HEADERS, CompareTable
 from specdec_core.events import RunSummary
+from specdec_core.run_speedup import StepTime
 from specdec_core.speedup_bound import MeasuredSpeedup
 
 
@@ -45,9 +46,20 @@ def test_generate_and_chat_show_a_disturbed_speedup_as_a_disturbance():
     assert speedup_text(PLAUSIBLE, AR).startswith("×1.60 vs autoregressive")
     line = speedup_text(DISTURBED, AR)
     assert line.startswith("timing disturbed") and "×3.20" in line and "run again" in line
-    assert "×1.60 vs autoregressive" in turn_summary("EAGLE-2", PLAUSIBLE, 1.6)
-    chat = turn_summary("EAGLE-2", DISTURBED, 3.2)
+    assert "Generate again re-measures" in line
+    assert "×1.60 vs autoregressive" in turn_summary("EAGLE-2", PLAUSIBLE, measured(PLAUSIBLE, AR))
+    chat = turn_summary("EAGLE-2", DISTURBED, measured(DISTURBED, AR))
     assert "×3.20 vs autoregressive ·" not in chat and "speedup not shown" in chat
+    assert "Regenerate re-measures" in chat
+
+
+def test_a_disturbed_speedup_shows_no_interval_even_when_its_steps_give_one():
+    run = [StepTime(2, 0.06 + 0.01 * (i % 3)) for i in range(32)]  # the steps of DISTURBED
+    reference = [StepTime(1, 0.09 + 0.02 * (i % 2)) for i in range(64)]
+    line = speedup_text(DISTURBED, AR, run, reference)
+    assert line.startswith("timing disturbed") and "interval" not in line
+    chat = turn_summary("EAGLE-2", DISTURBED, measured(DISTURBED, AR, run, reference))
+    assert "interval" not in chat and "speedup not shown" in chat
 
 
 def test_compare_never_shows_a_speedup_above_tau(qtbot):

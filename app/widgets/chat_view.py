@@ -1,6 +1,7 @@
 """The Chat tab: turns listed as in a chat app, each reply coloured by who produced its tokens,
-with τ, speedup and what the kept conversation cache saved; Clear, Edit last turn,
-Regenerate, Save and Load."""
+with τ, the speedup over the reference measured right after the turn (with its 95 % interval
+over both runs' steps; a ratio above τ is shown as a timing disturbance) and what the kept
+conversation cache saved; Clear, Edit last turn, Regenerate, Save and Load."""
 
 from __future__ import annotations
 
@@ -15,22 +16,22 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.reference import RunSpeedup
 from app.widgets.token_view import TokenView
 from specdec_core.events import RunSummary, Step
-from specdec_core.speedup_bound import MeasuredSpeedup
 
 USER_STYLE = "background:#eef2f7; border-radius:6px; padding:6px;"
 
 
-def turn_summary(label: str, summary: RunSummary, speedup: float | None) -> str:
+def turn_summary(label: str, summary: RunSummary, speedup: RunSpeedup | None) -> str:
+    """The line under a reply: τ, tokens/s, the speedup with its 95 % interval (or why a
+    disturbed one is not shown), what the conversation cache saved."""
     ratio = ""
-    if speedup is not None:
-        bound = MeasuredSpeedup(speedup, summary.mean_accept_length, summary.lossy)
-        ratio = (
-            f" · speedup not shown: {bound.why()}"
-            if bound.disturbed
-            else f" · ×{speedup:.2f} vs autoregressive"
-        )
+    if speedup is not None and speedup.disturbed:
+        ratio = f" · speedup not shown: {speedup.bound.why()} (Regenerate re-measures it)"
+    elif speedup is not None:
+        spread = f" (95% interval {speedup.interval_text()})" if speedup.interval else ""
+        ratio = f" · ×{speedup.ratio:.2f} vs autoregressive{spread}"
     fresh = summary.prompt_tokens - summary.reused_tokens
     cache = (
         f" · prefilled {fresh} new of {summary.prompt_tokens} prompt tokens "
@@ -139,7 +140,7 @@ class ChatView(QWidget):
             bar = self.scroll.verticalScrollBar()
             bar.setValue(bar.maximum())
 
-    def finish(self, label: str, summary: RunSummary, speedup: float | None) -> None:
+    def finish(self, label: str, summary: RunSummary, speedup: RunSpeedup | None) -> None:
         if self.turns:
             self.turns[-1].summary.setText(turn_summary(label, summary, speedup))
 

@@ -1,4 +1,8 @@
-"""The comparison table: tokens/s, speedup vs autoregressive, τ, identical to autoregressive."""
+"""The comparison table: tokens/s, speedup vs autoregressive, τ, identical to autoregressive.
+
+A speedup is against the autoregressive run of the same Compare, shown as "1.60× (1.52–1.68)":
+the ratio and its 95 % interval over both runs' steps (the tooltip says so); a lossless
+ratio above τ is "timing disturbed", with the reason in the tooltip."""
 
 from __future__ import annotations
 
@@ -37,13 +41,38 @@ def _cells(row: dict) -> list[str]:
         str(row["steps"]),
         f"{row['mean_accept_length']:.2f}",
         f"{row['tokens_per_second']:.1f}",
-        "—" if speedup is None else _bound(row).label(),
+        "—" if speedup is None else _speedup_cell(row),
         "—" if identical is None else ("yes" if identical else "no"),
     ]
 
 
 def _bound(row: dict) -> MeasuredSpeedup:
     return MeasuredSpeedup(row["speedup_vs_ar"], row["mean_accept_length"], row["lossy"])
+
+
+def _interval(row: dict) -> tuple[float, float] | None:
+    low, high = row["speedup_interval_low"], row["speedup_interval_high"]
+    return None if low is None or high is None else (low, high)
+
+
+def _speedup_cell(row: dict) -> str:
+    """'1.60× (1.52–1.68)': the ratio and its 95 % interval; 'timing disturbed' above τ."""
+    bound, interval = _bound(row), _interval(row)
+    if bound.disturbed or interval is None:
+        return bound.label()
+    return f"{bound.label()} ({interval[0]:.2f}–{interval[1]:.2f})"
+
+
+def _speedup_tip(row: dict) -> str:
+    bound = _bound(row)
+    if bound.disturbed:
+        return f"{bound.why()} (Run comparison again re-measures it)"
+    if row["method"] == "ar":
+        return "the reference: every speedup is tokens/s over this run's, in the same Compare"
+    measured = "tokens/s over the autoregressive run's in the same Compare"
+    if _interval(row) is None:
+        return measured
+    return f"{measured}; in brackets its 95% interval over both runs' steps (a bootstrap)"
 
 
 class CompareTable(QTableWidget):
@@ -67,7 +96,7 @@ class CompareTable(QTableWidget):
             for c, text in enumerate(_cells(row)):
                 item = QTableWidgetItem(text)
                 if HEADERS[c] == "Speedup vs AR" and row["speedup_vs_ar"] is not None:
-                    item.setToolTip(_bound(row).why())
+                    item.setToolTip(_speedup_tip(row))
                 if c:
                     item.setTextAlignment(Qt.AlignmentFlag.AlignCenter)
                 else:

@@ -1,0 +1,74 @@
+"""A single run's speedup over the reference measured with it, and its 95 % interval.
+
+The window times a run and an autoregressive reference of the same prompt and settings under
+the same conditions: Generate and a chat turn measure the reference right after the run,
+Compare runs `ar` in the same Compare. Both runs are made of steps, each some new tokens in
+some seconds (`StepTime.of`: a step's draft, verify and loop time, which add up to its wall
+time). `speedup_interval` redraws each run's steps independently (a percentile bootstrap,
+`bootstrap.py`: fixed seed, 2000 resamples) and takes the middle 95 % of
+(Σ tokens ÷ Σ seconds of the run) ÷ (the same of the reference).
+
+The speedup shown stays the ratio of the two runs' summaries (tokens/s over wall time, which
+also counts the prefill and the time around the steps); the steps' own ratio differs from it
+by that much. So the interval is scaled to the point shown: its bounds are the point times
+the bootstrap's bounds over the steps' ratio, i.e. the bootstrap's spread relative to the
+steps' ratio, carried over to the point. It says how much the speedup depends on which steps
+were fast or slow (a step stalled by another job, a long accepted draft), not how it would
+change on another prompt (bench's interval over prompts says that).
+
+Torch-free and Qt-free: the window computes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from specdec_core.bootstrap import RESAMPLES, SEED, percentile_interval, resample
+from specdec_core.events import Step
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """One step of a run: the new tokens it gave and the seconds it took."""
+
+    tokens: int
+    seconds: float
+
+    @classmethod
+    def of(cls, step: Step) -> StepTime:
+        """Its emitted tokens and its wall time (draft + verify + the loop's own time: the
+        phases add up to the step's wall time, `StepPhases`)."""
+        return cls(len(step.tokens), step.draft_seconds + step.verify_seconds + step.phases.loop)
+
+
+def steps_speedup(run: Sequence[StepTime], reference: Sequence[StepTime]) -> float:
+    """The run's tokens per second of its steps over the reference's (0 where either took no
+    time or the reference gave no token)."""
+    speed, reference_speed = _speed(run), _speed(reference)
+    return speed / reference_speed if reference_speed else 0.0
+
+
+def speedup_interval(
+    run: Sequence[StepTime],
+    reference: Sequence[StepTime],
+    point: float,
+    resamples: int = RESAMPLES,
+    seed: int = SEED,
+) -> tuple[float, float] | None:
+    """(low, high): the 95 % interval of `point` (the speedup shown: the summaries' tokens/s
+    ratio), from a bootstrap of each run's steps; the bounds are `point` times the bootstrap's
+    bounds over the steps' own ratio. None when either run has no step or no time."""
+    measured = steps_speedup(run, reference)
+    if not run or not reference or measured <= 0:
+        return None
+    low, high = percentile_interval(
+        lambda rng: steps_speedup(resample(rng, run), resample(rng, reference)), resamples, seed
+    )
+    scale = point / measured
+    return low * scale, high * scale
+
+
+def _speed(steps: Sequence[StepTime]) -> float:
+    seconds = sum(step.seconds for step in steps)
+    return sum(step.tokens for step in steps) / seconds if seconds > 0 else 0.0
