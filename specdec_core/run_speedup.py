@@ -6,7 +6,10 @@ Compare runs `ar` in the same Compare. Both runs are made of steps, each some ne
 some seconds (`StepTime.of`: a step's draft, verify and loop time, which add up to its wall
 time). `speedup_interval` redraws each run's steps independently (a percentile bootstrap,
 `bootstrap.py`: fixed seed, 2000 resamples) and takes the middle 95 % of
-(Σ tokens ÷ Σ seconds of the run) ÷ (the same of the reference).
+(Σ tokens ÷ Σ seconds of the run) ÷ (the same of the reference). A run of more than `BLOCKS`
+steps is redrawn in `BLOCKS` runs of consecutive steps (a block bootstrap): a stall from
+another job spans several steps, and the window's cost stays that of 64 steps however long
+the run (a few tens of milliseconds).
 
 The speedup shown stays the ratio of the two runs' summaries (tokens/s over wall time, which
 also counts the prefill and the time around the steps); the steps' own ratio differs from it
@@ -26,6 +29,8 @@ from dataclasses import dataclass
 
 from specdec_core.bootstrap import RESAMPLES, SEED, percentile_interval, resample
 from specdec_core.events import Step
+
+BLOCKS = 64  # most samples a run is redrawn in
 
 
 @dataclass(frozen=True)
@@ -62,11 +67,24 @@ def speedup_interval(
     measured = steps_speedup(run, reference)
     if not run or not reference or measured <= 0:
         return None
+    run, reference = blocks(run), blocks(reference)
     low, high = percentile_interval(
         lambda rng: steps_speedup(resample(rng, run), resample(rng, reference)), resamples, seed
     )
     scale = point / measured
     return low * scale, high * scale
+
+
+def blocks(steps: Sequence[StepTime], most: int = BLOCKS) -> list[StepTime]:
+    """`steps` as at most `most` runs of consecutive steps of near-equal length, each summed
+    (the steps themselves when there are no more than `most`)."""
+    if len(steps) <= most:
+        return list(steps)
+    cuts = [len(steps) * i // most for i in range(most + 1)]
+    return [
+        StepTime(sum(s.tokens for s in part), sum(s.seconds for s in part))
+        for part in (steps[a:b] for a, b in zip(cuts, cuts[1:], strict=False))
+    ]
 
 
 def _speed(steps: Sequence[StepTime]) -> float:

@@ -91,3 +91,19 @@ def test_computing_a_speedup_interval_never_imports_torch():
         "assert 'torch' not in sys.modules, 'torch was imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_long_run_is_redrawn_in_blocks_of_consecutive_steps_with_the_same_totals():
+    from specdec_core.run_speedup import BLOCKS, blocks
+
+    steps = [StepTime(1 + i % 3, 0.01 * (1 + i % 5)) for i in range(4096)]
+    grouped = blocks(steps)
+    assert len(grouped) == BLOCKS
+    assert sum(b.tokens for b in grouped) == sum(s.tokens for s in steps)
+    assert sum(b.seconds for b in grouped) == pytest.approx(sum(s.seconds for s in steps))
+    assert blocks(steps[:10]) == steps[:10]  # short runs keep their steps
+    # a stall spanning many steps widens the interval
+    stalled = steps[:2048] + [StepTime(s.tokens, s.seconds * 3) for s in steps[2048:]]
+    steady_low, steady_high = speedup_interval(steps, steps, 1.0)
+    low, high = speedup_interval(stalled, steps, 1.0)
+    assert low < 1.0 < high and high - low > 3 * (steady_high - steady_low)
