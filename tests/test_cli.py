@@ -106,6 +106,7 @@ def test_corrupt_gguf_is_a_clear_error(capsys, tmp_path):
     assert code == 2 and "cannot read GGUF" in err and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_entry_point_prints_no_traceback(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "specdec_core.cli", "generate", "--target", str(tmp_path / "x")],

@@ -38,6 +38,7 @@ def test_greedy_classic_matches_transformers_generate(tiny_target, tiny_draft):
     assert list(ours.token_ids) == expected[: len(ours.token_ids)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("temperature, top_p", [(1.0, 1.0), (0.7, 0.9)])
 def test_sampled_tokens_follow_target_distribution(tiny_target, tiny_draft, temperature, top_p):
     ids = prompt(length=4)

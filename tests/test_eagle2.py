@@ -95,6 +95,7 @@ def test_rerank_keeps_parents_of_ties():
     assert chosen == [5, 7, 8] and tree_parents == (-1, 0, 1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("temperature, top_p", [(1.0, 1.0), (0.7, 0.9)])
 def test_eagle2_sampling_follows_target_distribution(tiny_target, temperature, top_p):
     ids = prompt(length=4)

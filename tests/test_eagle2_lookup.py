@@ -110,6 +110,7 @@ def _prompt_with_a_likely_lookup(target) -> list[int]:
     return best
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("temperature, top_p", [(1.0, 1.0), (0.7, 0.9)])
 def test_eagle2_lookup_sampling_follows_target_distribution(tiny_target, temperature, top_p):
     ids = _prompt_with_a_likely_lookup(tiny_target)

@@ -42,6 +42,7 @@ def _argv(deep_dir, out, *extra) -> list[str]:
     ]
 
 
+@pytest.mark.slow
 def test_an_eagle3_training_run_saves_a_lossless_eagle3_head(deep_dir, deep_target, tmp_path):
     out = tmp_path / "head"
     argv = _argv(deep_dir, out, "--arch", "eagle3", "--unroll", "3")
@@ -111,6 +112,7 @@ def test_eagle3_training_learns_the_targets_next_tokens(deep_target):
     assert float(before) < 0.3 and float(after) > 0.8  # top-1 agreement with the target
 
 
+@pytest.mark.slow
 def test_an_init_head_of_the_other_layout_is_refused_with_what_to_do(deep_dir, tmp_path, capsys):
     first = tmp_path / "e3"
     assert main(_argv(deep_dir, first, "--arch", "eagle3", "--epochs", "1")) == 0
@@ -138,6 +140,7 @@ def test_an_eagle3_head_for_a_too_shallow_target_is_refused_with_what_to_do(tmp_
     assert "--arch eagle1" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_input_norms_train_an_eagle3_1_head_that_reloads_and_decodes_losslessly(
     deep_dir, deep_target, tmp_path
 ):

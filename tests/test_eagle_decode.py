@@ -39,6 +39,7 @@ def test_one_token_prompt_starts_drafting_after_the_first_step(tiny_target):
     "kind, draft_vocab, temperature, top_p",
     [("eagle1", 0, 1.0, 1.0), ("eagle1", 0, 0.7, 0.9), ("eagle3", 12, 1.0, 1.0)],
 )
+@pytest.mark.slow
 def test_sampled_tokens_follow_target_distribution(
     tiny_target, kind, draft_vocab, temperature, top_p
 ):

@@ -4,6 +4,7 @@ lossless in both drafters."""
 
 import json
 
+import pytest
 import torch
 
 from specdec_core.cli import main
@@ -24,6 +25,7 @@ def _argv(root, out, *extra) -> list[str]:
     ]
 
 
+@pytest.mark.slow
 def test_a_two_layer_head_trains_saves_in_the_official_layout_and_decodes_losslessly(tmp_path):
     root = training_dir(tmp_path)
     out = tmp_path / "head"
@@ -49,6 +51,7 @@ def test_a_two_layer_head_trains_saves_in_the_official_layout_and_decodes_lossle
         torch.testing.assert_close(again.step(features, tokens, positions).logits, expected)
 
 
+@pytest.mark.slow
 def test_growing_a_head_by_a_layer_keeps_its_drafts_until_trained(tmp_path):
     root = training_dir(tmp_path)
     one = tmp_path / "one"
@@ -70,6 +73,7 @@ def test_growing_a_head_by_a_layer_keeps_its_drafts_until_trained(tmp_path):
     assert trained.layers[1].self_attn.o_proj.weight.abs().max() > 0  # training moved it
 
 
+@pytest.mark.slow
 def test_removing_layers_or_stacking_an_eagle3_head_is_refused_with_what_to_do(tmp_path, capsys):
     root = training_dir(tmp_path)
     two = tmp_path / "two"

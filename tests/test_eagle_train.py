@@ -30,6 +30,7 @@ def _tiny_run(tiny_dir, tokens: int, epochs: int) -> list[str]:
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["eagle", "draft"])
 def test_a_short_training_run_produces_a_loadable_model(tiny_dir, tmp_path, kind):
     out = tmp_path / kind
@@ -192,6 +193,7 @@ def test_self_long_answers_only_the_long_prompts_and_caches_them_apart(
     assert (tmp_path / "self").is_dir() and (tmp_path / "self-long").is_dir()
 
 
+@pytest.mark.slow
 def test_training_continues_from_an_init_head(tiny_dir, tmp_path):
     common = _tiny_run(tiny_dir, tokens=400, epochs=1)
     first, second = tmp_path / "first", tmp_path / "second"
@@ -210,6 +212,7 @@ def test_training_continues_from_an_init_head(tiny_dir, tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_answers_saved_as_npz_train_a_head(tiny_dir, tmp_path):
     import numpy as np
 
@@ -228,6 +231,7 @@ def test_answers_saved_as_npz_train_a_head(tiny_dir, tmp_path):
     assert main(["train", "eagle", *common, "--out", str(tmp_path / "bad")]) == 2
 
 
+@pytest.mark.slow
 def test_a_checkpoint_from_other_data_is_refused_not_resumed_at_a_wrong_step(
     tiny_dir, tmp_path, capsys
 ):
@@ -286,6 +290,7 @@ def test_feature_shards_of_other_samples_are_redone_not_reused(tiny_target, tmp_
     assert all(item.fused is not None for item in again)  # EAGLE-1 shards lack the layers
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["eagle", "draft"])
 def test_an_interrupted_training_run_resumes_from_its_last_checkpoint(
     tiny_dir, tmp_path, capsys, monkeypatch, kind

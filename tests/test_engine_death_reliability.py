@@ -103,6 +103,7 @@ def restarted(engine: ProcessEngine) -> None:
     assert isinstance(events[-1], Finished) and events[-1].summary.new_tokens > 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("activity", ACTIVITIES)
 def test_a_kill_at_any_moment_reaches_the_caller_only_as_an_engine_process_error(activity):
     engine = ProcessEngine(PacedEngine)
@@ -198,6 +199,7 @@ def restart_button(window: MainWindow):
     return buttons[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("activity", ACTIVITIES)
 def test_a_kill_at_any_moment_is_one_line_in_the_window_and_restart_engine_brings_it_back(
     qtbot, window, activity

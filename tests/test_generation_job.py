@@ -231,6 +231,7 @@ def test_start_detaches_refuses_a_second_job_and_stop_then_start_resumes(setup, 
     assert _shards(work) == _shards(reference)
 
 
+@pytest.mark.slow
 def test_training_on_a_job_records_its_mix_by_source_and_kind(setup, tmp_path):
     work = tmp_path / "work"
     run_job(work, tiny_plan(setup, tokens=1500))

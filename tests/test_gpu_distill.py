@@ -51,6 +51,7 @@ def test_length_groups_respect_the_count_and_the_padded_token_budget():
     assert lengths == sorted(lengths)  # groups of similar length
 
 
+@pytest.mark.slow
 def test_a_timed_run_answers_trains_and_saves_a_lossless_two_layer_head(tmp_path):
     tiny_model(1).save_pretrained(tmp_path / "target")
     tiny_tokenizer().save_pretrained(tmp_path / "target")
@@ -89,6 +90,7 @@ def test_a_missing_prompts_file_says_how_to_make_it(tmp_path):
         distill.run(DistillSettings(prompts=str(tmp_path / "none.npz"), out="x"), COMMAND)
 
 
+@pytest.mark.slow
 def test_the_script_passes_its_flags_and_says_what_went_wrong_in_one_line(tmp_path):
     missing = str(tmp_path / "none.npz")
     flags = ["--prompts", missing, "--out", "x", "--lr", "1", "--init", "", "--arch", "eagle3"]
@@ -119,6 +121,7 @@ def _saved_answers(root, layers: int, count: int):
     return answers
 
 
+@pytest.mark.slow
 def test_a_run_on_saved_answers_trains_a_fresh_eagle3_head(tmp_path):
     answers = _saved_answers(tmp_path, layers=4, count=12)
     out = tmp_path / "out"
@@ -140,6 +143,7 @@ def test_a_run_on_saved_answers_trains_a_fresh_eagle3_head(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_a_timed_run_and_specdec_train_write_the_same_card_on_the_same_answers(
     tmp_path, monkeypatch
 ):

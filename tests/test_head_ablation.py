@@ -52,6 +52,7 @@ def test_the_ablation_trains_each_variant_and_tables_tau_per_file(setup, tmp_pat
     assert again.returncode == 0 and "specdec_core.cli train" not in again.stdout  # reused
 
 
+@pytest.mark.slow
 def test_vocab_coverage_reports_the_share_of_answer_tokens_per_file(setup, tmp_path):  # noqa: F811
     data = tmp_path / "data"
     run_job(data, tiny_plan(setup, tokens=800))

@@ -103,6 +103,7 @@ def test_an_interrupted_download_is_asked_again_next_time(tmp_path, monkeypatch,
     assert cut == ["model.safetensors"] and fake.asked.count("model.safetensors") == 1
 
 
+@pytest.mark.slow
 def test_download_progress_names_the_file_bytes_and_time_left(tmp_path, monkeypatch, tiny_source):
     use_cache(monkeypatch, tmp_path / "cache", offline=False)
     FakeHub(tiny_source, tmp_path / "served", chunks=8, delay=0.1).install(monkeypatch)

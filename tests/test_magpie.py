@@ -120,6 +120,7 @@ def test_generated_prompts_are_unique_and_never_evaluation_prompts(chat_dir, tmp
     assert [s.ids for s in again] == [s.ids for s in samples]  # a rerun reads the cache
 
 
+@pytest.mark.slow
 def test_training_on_magpie_records_the_mix_and_a_table_by_kind(chat_dir, tmp_path, monkeypatch):
     monkeypatch.setattr(magpie, "sampled_turns", lambda target, directory: stub_writer)
     out = tmp_path / "head"

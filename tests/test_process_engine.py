@@ -185,6 +185,7 @@ def test_a_broken_pipe_to_an_engine_not_yet_seen_dead_is_reported_as_ended(monke
     engine.close()
 
 
+@pytest.mark.slow
 def test_the_window_stops_and_reports_errors_across_the_process(qtbot, tmp_path, monkeypatch):
     monkeypatch.setenv("SPECDEC_CONFIG_DIR", str(tmp_path / "config"))
     monkeypatch.setenv("SPECDEC_DATA_DIR", str(tmp_path / "data"))
@@ -230,6 +231,7 @@ def test_the_window_stops_and_reports_errors_across_the_process(qtbot, tmp_path,
     assert process not in multiprocessing.active_children()
 
 
+@pytest.mark.slow
 def test_writing_a_head_refused_in_the_engine_process_is_a_one_line_user_error(tmp_path):
     engine = ProcessEngine()  # the protocol's export_head, forwarded by its own name
     try:

@@ -130,6 +130,7 @@ def test_closing_the_window_mid_load_leaves_no_live_thread(make_window, qtbot):
     assert window.jobs.live_threads() == 0
 
 
+@pytest.mark.slow
 def test_closing_the_window_mid_download_cancels_it_and_leaves_no_live_thread(
     qtbot, tmp_path, monkeypatch
 ):

@@ -25,6 +25,7 @@ def _events(engine, method, stop):
     return engine.events(request, stop, lambda *_: None)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["ngram", "eagle2"])
 def test_stop_at_fifty_random_moments_stops_within_one_step_and_leaves_no_trace(
     tiny_target, method, monkeypatch

@@ -133,6 +133,7 @@ def test_a_run_given_no_history_drafts_the_same_whatever_ran_before(tiny_target,
     assert again.token_ids == first.token_ids
 
 
+@pytest.mark.slow
 def test_suffix_sampling_follows_target_distribution(tiny_target):
     ids = prompt(length=4)
     # a low temperature: the target's mode is likely enough for drafts to be accepted
@@ -146,6 +147,7 @@ def test_suffix_sampling_follows_target_distribution(tiny_target):
     assert 0.1 * samples < accepted  # drafts from the history were accepted
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("temperature, top_p", [(1.0, 1.0), (0.7, 0.9)])
 def test_eagle2_suffix_sampling_follows_target_distribution(tiny_target, temperature, top_p):
     ids = prompt(length=4)

@@ -180,6 +180,7 @@ def sample_first_two(target, drafter, ids, config, samples: int, seed: int):
     return drawn, accepted
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("temperature, top_p", [(1.0, 1.0), (0.7, 0.9)])
 def test_tree_sampling_follows_target_distribution(tiny_target, tiny_draft, temperature, top_p):
     ids = prompt(length=4)
