@@ -37,13 +37,24 @@ def test_one_budget_covers_every_source_and_settings_that_fit_are_kept():
     assert continued.draft_vocab == 0  # the --init head brings its draft vocabulary
 
 
+def test_token_budgets_take_the_same_counts_as_specdec_data():
+    import argparse
+
+    from specdec_core.cli.train import register, request_from_args
+
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    argv = ["train", "eagle", "--data", "self,magpie", "--tokens", "2M,500k", "--out", "o"]
+    assert request_from_args(parser.parse_args(argv)).budgets == (2_000_000, 500_000)
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
         (["draft", "--init", "embedded"], "--init continues an EAGLE head"),
         (["eagle", "--layers", "0"], "at least one decoder layer"),
         (["eagle", "--data", "self,sharegpt", "--tokens", "1,2,3"], "one per --data source"),
-        (["eagle", "--tokens", "lots"], "--tokens lots: give a number"),
+        (["eagle", "--tokens", "lots"], "--tokens lots: use a count such as 4M, 500k"),
     ],
 )
 def test_specdec_train_refuses_before_loading_the_target(

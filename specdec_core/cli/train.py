@@ -7,8 +7,7 @@ import json
 import sys
 from typing import TYPE_CHECKING
 
-from specdec_core.cli.options import add_exclude_prompts
-from specdec_core.errors import SpecdecError
+from specdec_core.cli.options import add_exclude_prompts, parse_tokens
 
 if TYPE_CHECKING:
     from specdec_core.training.request import TrainRequest
@@ -132,12 +131,8 @@ def request_from_args(args: argparse.Namespace) -> TrainRequest:
     any model loads, if it cannot work)."""
     from specdec_core.training.request import TrainRequest
 
-    try:
-        tokens = tuple(int(float(t)) for t in str(args.tokens).split(","))
-    except ValueError:
-        raise SpecdecError(
-            f"--tokens {args.tokens}: give a number, or one per --data source (comma-separated)"
-        ) from None
+    per_source = ", or one per --data source (comma-separated)"
+    tokens = tuple(parse_tokens(t, per_source) for t in str(args.tokens).split(","))
     if sys.argv[0].endswith("specdec"):
         command = "specdec " + " ".join(sys.argv[1:])
     else:
