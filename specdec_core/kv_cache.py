@@ -69,7 +69,8 @@ class GrowingLayer(DynamicLayer):
     accepted rows into place through the views. The room grows by a quarter of the length (at
     least `ROOM` positions) when it runs out, one copy per growth. Anything that replaces
     `keys` with a tensor of its own (a cache handed over by the prefix cache) is taken over at
-    the next forward.
+    the next forward. A forward under autograd (training) concatenates instead, since
+    autograd keeps views of the history it must not see overwritten.
     """
 
     ROOM = 256
@@ -83,6 +84,14 @@ class GrowingLayer(DynamicLayer):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
+        if torch.is_grad_enabled() and any(
+            t.requires_grad for t in (key_states, value_states, self.keys, self.values)
+        ):
+            # training (an unrolled head pass): autograd holds views of the history for the
+            # backward pass, and a write into spare room would change what it saved, so such
+            # a forward concatenates into new tensors as DynamicLayer does
+            self.key_buffer = self.value_buffer = None
+            return super().update(key_states, value_states, *args, **kwargs)
         length = self.get_seq_length()
         end = length + key_states.shape[-2]
         if not self._fits(key_states, value_states, end):

@@ -74,3 +74,25 @@ def test_keys_handed_over_from_elsewhere_are_taken_over_at_the_next_forward():
     for cache in (growing, plain):
         cache.update(key, value, 0)
     assert_same(growing, plain)
+
+
+def test_training_through_the_cache_gives_the_concatenating_caches_gradients():
+    """An unrolled head pass trains through the cache: the second pass's keys land after the
+    first's while autograd still holds the first pass's keys for the backward pass."""
+    grads = []
+    for cache in pair():
+        leaves = [s.requires_grad_() for s in (*states(5, 1), *states(3, 2))]
+        keys, values = cache.update(leaves[0], leaves[1], 0)
+        loss = (keys**2).sum() + (values**3).sum()  # both saved for the backward pass
+        keys, values = cache.update(leaves[2] * 2, leaves[3] * 2, 0)
+        (loss + (keys**2).sum() * (values**2).sum()).backward()
+        grads.append([leaf.grad for leaf in leaves])
+    for growing, plain in zip(*grads, strict=True):
+        assert torch.equal(growing, plain)
+    growing, plain = pair()
+    with torch.no_grad():  # drafting again after training: back to writing into spare room
+        for cache in (growing, plain):
+            cache.update(*states(5, 1), 0)
+            cache.update(*states(3, 2), 0)
+    assert_same(growing, plain)
+    assert growing.layers[0].keys.data_ptr() == growing.layers[0].key_buffer.data_ptr()
