@@ -23,12 +23,16 @@ the same prompt, `prefix_agreement` (share of tokens before the first difference
 `token_agreement` (position-wise), and `mean_logprob`, the mean target log-probability per
 generated token from one extra teacher-forced target forward (not timed).
 
-**Differences explained.** For every prompt whose output differs from `ar`'s, the row records
-its `first_difference` (`specdec_core.first_difference`): the position, the target's logit
-margin there in a one-token and a multi-row forward, and the label float near-tie or bug; the
-aggregate counts both. With `reference_model` (`--reference fp32`: the target again in float32)
-`ar` also runs once per prompt in float32 (not timed), every row records `identical_to_fp32`,
-and the margins are measured in float32: a half-precision run checked against exact arithmetic.
+**Differences explained.** At temperature 0, for every prompt whose output differs from
+`ar`'s, the row records its `first_difference` (`specdec_core.first_difference`): the
+position, the target's logit margin there in a one-token and a multi-row forward, and the
+label float near-tie or bug; the aggregate counts both. With `reference_model` (`--reference
+fp32`: the target again in float32) `ar` also runs once per prompt in float32 (not timed),
+every row records `identical_to_fp32`, and the margins are measured in float32: a
+half-precision run checked against exact arithmetic.
+At T > 0 every output is a draw and differs from `ar`'s by design (lossless there means the
+same distribution, which the chi-square tests prove), so no difference is explained or
+counted; `identical_to_ar` and the agreements stay in the record.
 
 **Suffix history** (`suffix`, `eagle2-suffix`: drafters/suffix.py). By default (`own`) every
 entry drafts from a history of its own, empty when the bench begins: its runs of the earlier
@@ -210,7 +214,9 @@ def run_bench(
                 if label == "ar":
                     reference = row.token_ids
                     exact = _fp32_reference(reference_model, ids, config)
-                row = explained(compared(row, reference), judge.model, ids, reference)
+                row = compared(row, reference)
+                if config.greedy:  # sampled outputs part from ar's by design: nothing to explain
+                    row = explained(row, judge.model, ids, reference)
                 if exact is not None:
                     row = replace(row, identical_to_fp32=row.token_ids == exact)
                 rows.append(row)
