@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from app.palette import KIND_COLORS, KIND_LABELS
 from app.widgets.legend import Legend
 from app.widgets.token_view import TokenView
@@ -88,7 +90,7 @@ def test_the_legend_has_one_chip_per_kind_in_its_colour(qtbot):
 
 
 def test_the_summary_line_names_tau_speed_end_reason_and_tree_size():
-    from app.widgets.output_panel import summary_text
+    from app.widgets.output_panel import summary_details, summary_text
     from specdec_core.events import RunSummary
 
     summary = RunSummary(
@@ -110,4 +112,8 @@ def test_the_summary_line_names_tau_speed_end_reason_and_tree_size():
     text = summary_text("EAGLE-2", summary)
     assert "τ = 3.00" in text and "15.0 tokens/s" in text and "end of text" in text
     assert "LOSSY" in text
-    assert "tree: 12 tokens, depth 4, top-k 3 (measured)" in text
+    assert "draft tree: 12 tokens, 4 deep, 3 branches per node (as set" in text
+    assert "measured" not in text and summary_details(summary) == "tree sizing: measured"
+    auto = replace(summary, config={**summary.config, "tree_sizing": "auto: E[tau] 2.56 …"})
+    assert "sized for this machine" in summary_text("EAGLE-2", auto)
+    assert "E[tau]" not in summary_text("EAGLE-2", auto) and "E[tau]" in summary_details(auto)

@@ -17,6 +17,7 @@ STOP_REASONS = {
 
 
 def summary_text(label: str, summary: RunSummary) -> str:
+    """The run in plain words (the tree's sizing arithmetic is `summary_details`, on hover)."""
     lossy = " · LOSSY policy" if summary.lossy else ""
     reason = STOP_REASONS.get(summary.stop_reason, summary.stop_reason)
     text = (
@@ -25,12 +26,19 @@ def summary_text(label: str, summary: RunSummary) -> str:
         f"ended: {reason}{lossy}"
     )
     c = summary.config
-    if "tree_sizing" in c:  # a tree method reports the size it used and why
+    if "tree_sizing" in c:  # a tree method reports the size it used
+        how = "sized for this machine" if str(c["tree_sizing"]).startswith("auto") else "as set"
         text += (
-            f"\ntree: {c.get('tree_tokens')} tokens, depth {c.get('tree_depth')}, "
-            f"top-k {c.get('tree_topk')} ({c['tree_sizing']})"
+            f"\ndraft tree: {c.get('tree_tokens')} tokens, {c.get('tree_depth')} deep, "
+            f"{c.get('tree_topk')} branches per node ({how}; hover for why)"
         )
     return text
+
+
+def summary_details(summary: RunSummary) -> str:
+    """What the summary leaves out: how the tree was sized ('' for chains)."""
+    sizing = summary.config.get("tree_sizing")
+    return f"tree sizing: {sizing}" if sizing else ""
 
 
 class OutputPanel(QWidget):
@@ -57,3 +65,4 @@ class OutputPanel(QWidget):
 
     def show_summary(self, label: str, summary: RunSummary) -> None:
         self.summary.setText(summary_text(label, summary))
+        self.summary.setToolTip(summary_details(summary))
