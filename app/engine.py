@@ -36,6 +36,9 @@ from specdec_core.errors import SpecdecError
 from specdec_core.events import Event, Finished
 from specdec_core.serve import ServeCommand
 
+END_LABEL = "⟨end⟩"  # the label of the end-of-text / end-of-turn token in the draft tree
+SPECIAL_LABEL = "⟨special⟩"  # of any other special token
+
 if TYPE_CHECKING:  # torch-heavy: imported by the worker threads only
     from specdec_core.adaptation import Adapter
     from specdec_core.drafters.suffix import History
@@ -301,8 +304,11 @@ class SpecdecEngine:
         target = self._target
         if target is None:
             return str(token_id)
+        tokenizer = target.tokenizer
+        if token_id in tokenizer.all_special_ids:  # a plain label, not the raw `<|im_end|>`
+            return END_LABEL if token_id == tokenizer.eos_token_id else SPECIAL_LABEL
         try:
-            return target.tokenizer.decode([token_id])
+            return tokenizer.decode([token_id])
         except Exception:  # a label is not worth an error; the id says enough
             return str(token_id)
 

@@ -57,3 +57,13 @@ def test_a_draft_is_loaded_once_per_spec(tiny_target, tiny_draft, monkeypatch):
 def test_running_without_a_target_is_a_user_error():
     with pytest.raises(SpecdecError, match="press Load"):
         _run(SpecdecEngine(), "ar")
+
+
+def test_special_tokens_are_labelled_in_plain_words_not_raw_markup(tiny_target):
+    from app.engine import END_LABEL, SPECIAL_LABEL
+
+    engine = SpecdecEngine(tiny_target)
+    assert engine.token_text(2) == END_LABEL  # </s>, the end of text
+    assert engine.token_text(1) == SPECIAL_LABEL  # <s>
+    assert engine.token_text(5) == "w2"  # an ordinary token keeps its text
+    assert not any("<" in label for label in engine.token_texts())
