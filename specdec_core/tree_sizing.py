@@ -98,13 +98,17 @@ def choose(
     alpha1 = ALPHA1 if alpha1 is None else alpha1
     best: tuple[float, TreeShape, float, float] | None = None
     commit = costs.head_seconds(2)  # the head over the accepted rows (~2 per step)
+    # the tables as plain floats once: the search below visits ~5,000 shapes on every refit
+    target = [0.0] + [costs.target_seconds(n) for n in range(1, MAX_TOKENS + 1)]
     for d in [depth] if depth else range(1, MAX_DEPTH + 1):
         for k in [topk] if topk else range(1, MAX_TOPK + 1):
-            curve = _tau_curve(d, k, alpha1)  # [candidates + 1]
+            curve = _tau_curve(d, k, alpha1).tolist()  # [candidates + 1]
             most = min(MAX_TOKENS, len(curve))
+            head = costs.head_seconds(k)
             for n in [total_tokens] if total_tokens else range(2, most + 1):
-                tau = float(curve[min(n - 1, len(curve) - 1)])
-                seconds = costs.target_seconds(n) + d * costs.head_seconds(k) + commit
+                tau = curve[min(n - 1, len(curve) - 1)]
+                forward = target[n] if 1 <= n <= MAX_TOKENS else costs.target_seconds(n)
+                seconds = forward + d * head + commit
                 if best is None or tau / seconds > best[0] * (1 + 1e-3):
                     best = (tau / seconds, TreeShape(d, k, n), tau, seconds)
     assert best is not None
