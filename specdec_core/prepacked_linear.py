@@ -101,7 +101,7 @@ class PackedWeight:
         self._stamp = self._weights_stamp()
 
     def _weights_stamp(self) -> tuple:
-        return (*_stamp(self.weight), *_stamp(self.bias))
+        return (*tensor_stamp(self.weight), *tensor_stamp(self.bias))
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self._weights_stamp() != self._stamp:
@@ -122,7 +122,7 @@ class PackedWeight:
         return out.reshape(*x.shape[:-1], out.shape[-1])
 
 
-def _stamp(tensor: torch.Tensor | None) -> tuple[int, int]:
+def tensor_stamp(tensor: torch.Tensor | None) -> tuple[int, int]:
     """(storage, version): new data (`.to`, `.data =`) changes the storage, an in-place
     update bumps the version (inference tensors cannot be updated in place)."""
     if tensor is None:

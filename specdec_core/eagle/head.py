@@ -57,8 +57,10 @@ from transformers.models.llama.modeling_llama import (
 )
 
 from specdec_core import attention_mask, kv_cache
+from specdec_core.eagle import fused_layer
+from specdec_core.eagle.fused_layer import LayerFusion
 from specdec_core.errors import SpecdecError
-from specdec_core.prepacked_linear import PackedWeight
+from specdec_core.prepacked_linear import PackedWeight, PrepackedLinear
 
 KINDS = ("eagle1", "eagle3")
 
@@ -144,10 +146,15 @@ class Eagle3Layer(nn.Module):
         self.hidden_norm = LlamaRMSNorm(h, eps=eps)
         self.post_attention_layernorm = LlamaRMSNorm(h, eps=eps)
 
-    def forward(self, emb, hidden, mask, position_embeddings, cache) -> torch.Tensor:
+    def forward(self, emb, hidden, mask, position_embeddings, cache, fusion=None) -> torch.Tensor:
+        """`fusion`: this layer's `LayerFusion` for a drafting pass (fused_layer.py)."""
         normed = self.hidden_norm(hidden)
         residual = normed if self.norm_before_residual else hidden
         x = torch.cat([self.input_layernorm(emb), normed], dim=-1)
+        if fusion is not None:
+            x = fused_layer.attention(self.self_attn, fusion, x, mask, position_embeddings, cache)
+            hidden = residual + x
+            return hidden + fused_layer.mlp(self.mlp, fusion, self.post_attention_layernorm(hidden))
         x, _ = self.self_attn(x, position_embeddings, mask, **kv_cache.cache_arg(cache))
         hidden = residual + x
         return hidden + self.mlp(self.post_attention_layernorm(hidden))
@@ -206,6 +213,8 @@ class EagleHead(nn.Module):
         self.rotary = LlamaRotaryEmbedding(config)
         self._target: tuple[nn.Module, nn.Module] | None = None  # (embedding, lm_head), unowned
         self._draft_head: PackedWeight | None = None  # eagle1 + reduced vocab: gathered rows
+        self._fusions: dict[int, LayerFusion] = {}  # layer index -> its drafting projections
+        self.fused_drafting = True  # draft through fused projections where exact (_fusion)
 
     def _apply(self, fn, recurse=True):
         """`.to(dtype)` and friends, but RoPE's frequencies stay float32: cast to bf16, the
@@ -258,7 +267,11 @@ class EagleHead(nn.Module):
         rope = self.rotary(emb, positions)
         if self.kind == "eagle1":
             hidden = self.fc(torch.cat([emb, features], dim=-1))
-            for layer in self.layers:
+            for i, layer in enumerate(self.layers):
+                fusion = self._fusion(i, layer.self_attn, layer.mlp)
+                if fusion is not None:
+                    hidden = fused_layer.decoder_layer(layer, fusion, hidden, mask, rope, cache)
+                    continue
                 hidden = layer(
                     hidden, attention_mask=mask, position_embeddings=rope,
                     **kv_cache.cache_arg(cache),
@@ -272,10 +285,28 @@ class EagleHead(nn.Module):
             )
         if features.shape[-1] != self.config.hidden_size:
             features = self.fuse(features)  # target layers, first step
-        hidden = self.midlayer(emb, features, mask, rope, cache)
+        layer = self.midlayer
+        fusion = self._fusion(0, layer.self_attn, layer.mlp)
+        hidden = layer(emb, features, mask, rope, cache, fusion)
         if self.variant.norm_output:  # EAGLE 3.1: the normed state is fed back and drafted from
             hidden = self.norm(hidden)
         return HeadOutput(hidden, self)
+
+    def _fusion(self, index: int, attn: nn.Module, mlp: nn.Module) -> LayerFusion | None:
+        """Layer `index`'s fused projections for a drafting pass (made again if its linears
+        were replaced), or None: training, `fused_drafting` off, or linears not prepacked
+        (only oneDNN's packed kernels give the fused and the separate products the same bits)."""
+        linears = (attn.q_proj, attn.k_proj, attn.v_proj, mlp.gate_proj, mlp.up_proj)
+        if (
+            torch.is_grad_enabled()
+            or not self.fused_drafting
+            or not all(isinstance(linear, PrepackedLinear) for linear in linears)
+        ):
+            return None
+        fusion = self._fusions.get(index)
+        if fusion is None or not fusion.serves(attn, mlp):
+            fusion = self._fusions[index] = LayerFusion(attn, mlp)
+        return fusion
 
     def fuse(self, features: torch.Tensor) -> torch.Tensor:
         """[.., fused * h] concatenated target hidden states -> [.., h] (EAGLE-3's fc)."""
