@@ -9,6 +9,16 @@ trees alike). On a CPU torch's kernel takes grouped heads and a mask together (`
 The outputs are bitwise equal and multi-token forwards are faster
 (docs/benchmarks.md#step-costs-on-the-cpu).
 
+In bf16 (or fp16) a verify forward also gives each row the bits a one-token `ar` step gives
+it (`path_attention`). torch's CPU kernel rounds a row differently when the call has more
+query rows or masked keys, and in bf16 that flips greedy near-ties, so speculative output
+drifts from `ar`'s. The kernel is invariant to the batch size, though, so each row attends as
+its own batch element over exactly the keys it sees (its path: the prefix, its ancestors,
+itself; gathered in position order), with no mask, as `ar` does at that position. Rows seeing
+the same number of keys share one call. Up to `PATH_ROWS` rows (trees, chains); longer
+forwards (a prompt after a cached turn) and layers with a sliding window keep the masked call.
+Measured: docs/benchmarks.md#bfloat16-verification-with-ars-bits.
+
 `use_grouped_sdpa(model)` registers this function with transformers' `AttentionInterface`
 (and the sdpa mask builder under the same name) and switches a CPU model to it; every other
 case, including forwards without a mask, goes to transformers' own `sdpa` function.
@@ -23,6 +33,11 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 NAME = "specdec_grouped_sdpa"
+PATH_ROWS = 64  # query rows up to which a reduced-precision forward attends row by row
+REDUCED = (torch.bfloat16, torch.float16)
+
+# the latest mask's row groups: one forward's layers share its mask, so it is read once
+_groups: tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]] | None] | None = None
 
 
 def grouped_sdpa_forward(
@@ -37,6 +52,19 @@ def grouped_sdpa_forward(
     **kwargs,
 ) -> tuple[torch.Tensor, None]:
     grouped = getattr(module, "num_key_value_groups", 1) > 1
+    if (
+        query.dtype in REDUCED
+        and attention_mask is not None
+        and 1 < query.shape[2] <= PATH_ROWS
+        and query.shape[0] == 1
+        and dropout == 0.0
+        and kwargs.get("position_bias") is None
+        and getattr(module, "sliding_window", None) is None
+        and not torch.is_grad_enabled()
+    ):
+        groups = row_groups(attention_mask)
+        if groups is not None:
+            return path_attention(query, key, value, groups, scaling, grouped), None
     if attention_mask is None or not grouped or kwargs.get("position_bias") is not None:
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs
@@ -46,6 +74,50 @@ def grouped_sdpa_forward(
         enable_gqa=True,
     )  # fmt: skip
     return out.transpose(1, 2).contiguous(), None  # [B, q, heads, d]
+
+
+def row_groups(mask: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
+    """Rows of a [1, 1, q, kv] mask grouped by how many keys they see: (rows [r], the keys
+    each sees [r, c] in position order); None for a mask that adds values other than 0 and
+    −inf (a bias), which `path_attention` cannot carry."""
+    global _groups
+    memo = _groups
+    if memo is not None and memo[0] is mask:
+        return memo[1]
+    rows = mask[0, 0]
+    if rows.dtype == torch.bool:
+        allowed = rows
+    else:
+        allowed = rows == 0
+        if bool((rows[~allowed] > torch.finfo(rows.dtype).min).any()):
+            _groups = (mask, None)
+            return None
+    counts = allowed.sum(-1)
+    groups = []
+    for count in counts.unique().tolist():
+        members = (counts == count).nonzero()[:, 0]
+        groups.append((members, allowed[members].nonzero()[:, 1].view(len(members), count)))
+    _groups = (mask, groups)
+    return groups
+
+
+def path_attention(
+    query: torch.Tensor,  # [1, heads, q, d]
+    key: torch.Tensor,  # [1, kv_heads, kv, d]
+    value: torch.Tensor,  # [1, kv_heads, kv, d]
+    groups: list[tuple[torch.Tensor, torch.Tensor]],
+    scaling: float | None,
+    grouped: bool,
+) -> torch.Tensor:
+    """Each query row over its own keys as a batch element, unmasked: [1, q, heads, d]."""
+    out = query.new_empty(query.shape[1:])  # [heads, q, d]
+    for rows, keys in groups:
+        k = key[0][:, keys].transpose(0, 1)  # [r, kv_heads, c, d]
+        v = value[0][:, keys].transpose(0, 1)
+        q = query[0][:, rows].transpose(0, 1).unsqueeze(2)  # [r, heads, 1, d]
+        o = F.scaled_dot_product_attention(q, k, v, scale=scaling, enable_gqa=grouped)
+        out[:, rows] = o[:, :, 0].transpose(0, 1)
+    return out.unsqueeze(0).transpose(1, 2).contiguous()
 
 
 def use_grouped_sdpa(model: torch.nn.Module) -> bool:

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import copy
 
+import pytest
 import torch
 
+from specdec_core import cpu_attention
 from specdec_core.config import DecodeConfig
 from specdec_core.cpu_attention import NAME, use_grouped_sdpa
+from specdec_core.models import LoadedModel, fast_cpu_paths
+from specdec_core.prepacked_linear import native_bf16
 from specdec_core.runner import run
 from specdec_core.target import Target
+from tests.eagle_tiny import tiny_head
 from tests.tiny import perturbed, prompt, tiny_loaded, tiny_model
 
 
@@ -47,3 +52,83 @@ def test_greedy_speculative_output_equals_ar_with_grouped_sdpa():
     speculative = run(target, "classic", prompt(), config, draft)
     assert 0 < sum(speculative.accepted_per_position) < sum(speculative.drafted_per_position)
     assert speculative.token_ids == reference.token_ids
+
+
+needs_native_bf16 = pytest.mark.skipif(
+    not native_bf16(), reason="bf16 verify bits are exact where bf16 linears are native"
+)
+TREE = (-1, 0, 0, 1, 1, -1, 5, 3)  # parents of the drafted nodes (-1: the pending token)
+
+
+def _bf16_target(seed: int = 3) -> LoadedModel:
+    target = tiny_loaded(seed=seed)
+    target.model.to(torch.bfloat16)
+    fast_cpu_paths(target.model)
+    return target
+
+
+def _ar_logits_along(model, prefix: list[int], path: list[int]) -> torch.Tensor:
+    """The last logits of one-token `ar` steps over `path` after a prefilled `prefix`."""
+    runner = Target(model)
+    runner.prefill(prefix)
+    for token in path:
+        logits = runner.forward([token]).logits[-1]
+    return logits
+
+
+@needs_native_bf16
+def test_a_bf16_verify_forward_gives_every_row_the_bits_of_ar_steps_along_its_path():
+    model = _bf16_target().model
+    ids = prompt(12)
+    runner = Target(model)
+    runner.prefill(ids[:-1])
+    nodes = [3 + (5 * i) % 20 for i in range(len(TREE))]
+    tree = runner.forward([ids[-1], *nodes], TREE).logits  # [1 + nodes, V]
+    for row in range(len(tree)):
+        path, node = [], row - 1
+        while node >= 0:
+            path.insert(0, nodes[node])
+            node = TREE[node]
+        expected = _ar_logits_along(model, ids[:-1], [ids[-1], *path])
+        assert torch.equal(tree[row], expected), f"tree row {row} differs from ar's step"
+    runner = Target(model)
+    runner.prefill(ids[:-1])
+    chain = runner.forward([ids[-1], *nodes[:5]]).logits
+    for row in range(len(chain)):
+        expected = _ar_logits_along(model, ids[:-1], [ids[-1], *nodes[:row]])
+        assert torch.equal(chain[row], expected), f"chain row {row} differs from ar's step"
+
+
+@needs_native_bf16
+def test_a_bf16_verify_forward_with_the_masked_kernel_alone_rounds_unlike_ar(monkeypatch):
+    """Why the path attention exists: without it the same rows round differently."""
+    monkeypatch.setattr(cpu_attention, "PATH_ROWS", 1)
+    model = _bf16_target().model
+    differ = 0
+    for offset in range(6):
+        ids = prompt(12, offset=offset)
+        runner = Target(model)
+        runner.prefill(ids[:-1])
+        nodes = [3 + (5 * i + offset) % 20 for i in range(len(TREE))]
+        tree = runner.forward([ids[-1], *nodes], TREE).logits
+        differ += not torch.equal(
+            tree[3], _ar_logits_along(model, ids[:-1], [ids[-1], *nodes[:1], nodes[2]])
+        )
+    assert differ
+
+
+@needs_native_bf16
+@pytest.mark.parametrize("method", ["classic", "eagle", "eagle2"])
+def test_bf16_speculative_output_equals_bf16_ar(method):
+    target = _bf16_target(seed=3)
+    if method == "classic":
+        extra = tiny_loaded(seed=3, model=perturbed(target.model, noise=0.3, seed=1))
+    else:
+        extra = tiny_head(target, "eagle1").to(torch.bfloat16)
+        fast_cpu_paths(extra)
+    config = DecodeConfig(max_new_tokens=48, k=4, tree_depth=3, tree_topk=3, tree_tokens=8)
+    for offset in range(4):
+        ids = prompt(8, offset=offset)
+        reference = run(target, "ar", ids, config)
+        speculative = run(target, method, ids, config, extra)
+        assert speculative.token_ids == reference.token_ids
