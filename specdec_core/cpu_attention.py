@@ -14,9 +14,10 @@ it (`path_attention`). torch's CPU kernel rounds a row differently when the call
 query rows or masked keys, and in bf16 that flips greedy near-ties, so speculative output
 drifts from `ar`'s. The kernel is invariant to the batch size, though, so each row attends as
 its own batch element over exactly the keys it sees (its path: the prefix, its ancestors,
-itself; gathered in position order), with no mask, as `ar` does at that position. Rows seeing
-the same number of keys share one call. Up to `PATH_ROWS` rows (trees, chains); longer
-forwards (a prompt after a cached turn) and layers with a sliding window keep the masked call.
+itself; gathered in position order), with no mask, as `ar` does at that position (a one-token
+step under a mask, a sliding window's, gathers the same way). Rows seeing the same number of
+keys share one call. Up to `PATH_ROWS` rows (trees, chains); longer forwards (a prompt after a
+cached turn) keep the masked call, the same in `ar` and speculative runs.
 Measured: docs/benchmarks.md#bfloat16-verification-with-ars-bits.
 
 `use_grouped_sdpa(model)` registers this function with transformers' `AttentionInterface`
@@ -37,7 +38,7 @@ PATH_ROWS = 64  # query rows up to which a reduced-precision forward attends row
 REDUCED = (torch.bfloat16, torch.float16)
 
 # the latest mask's row groups: one forward's layers share its mask, so it is read once
-_groups: tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]] | None] | None = None
+_groups: tuple[torch.Tensor, list | None] | None = None
 
 
 def grouped_sdpa_forward(
@@ -55,11 +56,11 @@ def grouped_sdpa_forward(
     if (
         query.dtype in REDUCED
         and attention_mask is not None
-        and 1 < query.shape[2] <= PATH_ROWS
+        and query.shape[2] <= PATH_ROWS
         and query.shape[0] == 1
         and dropout == 0.0
         and kwargs.get("position_bias") is None
-        and getattr(module, "sliding_window", None) is None
+        and kwargs.get("softcap") is None
         and not torch.is_grad_enabled()
     ):
         groups = row_groups(attention_mask)
@@ -76,44 +77,74 @@ def grouped_sdpa_forward(
     return out.transpose(1, 2).contiguous(), None  # [B, q, heads, d]
 
 
-def row_groups(mask: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
-    """Rows of a [1, 1, q, kv] mask grouped by how many keys they see: (rows [r], the keys
-    each sees [r, c] in position order); None for a mask that adds values other than 0 and
-    −inf (a bias), which `path_attention` cannot carry."""
+# query rows, how many first keys they all see, the later keys each sees [r, t] (None: none)
+Group = tuple[slice | torch.Tensor, int, torch.Tensor | None]
+
+
+def row_groups(mask: torch.Tensor) -> list[Group] | None:
+    """The rows of a [1, 1, q, kv] mask grouped by how many keys they see, each group with
+    its keys in position order: (rows, p, later keys [r, t]) where all of them see the first
+    p keys, or (rows, c, None) where they see exactly the first c (a view of the cache,
+    nothing copied). None for a mask that adds values other than 0 and −inf (a bias), which
+    `path_attention` cannot carry."""
     global _groups
     memo = _groups
     if memo is not None and memo[0] is mask:
         return memo[1]
-    rows = mask[0, 0]
-    if rows.dtype == torch.bool:
-        allowed = rows
+    additive = mask[0, 0]
+    if additive.dtype == torch.bool:
+        allowed = additive
     else:
-        allowed = rows == 0
-        if bool((rows[~allowed] > torch.finfo(rows.dtype).min).any()):
+        allowed = additive == 0
+        if bool((additive[~allowed] > torch.finfo(additive.dtype).min).any()):
             _groups = (mask, None)
             return None
     counts = allowed.sum(-1)
-    groups = []
-    for count in counts.unique().tolist():
+    leading = allowed.int().cumprod(-1).sum(-1)  # how many of the first keys each row sees
+    groups: list[Group] = []
+    for count in counts.unique().tolist():  # one attention call per key count
         members = (counts == count).nonzero()[:, 0]
-        groups.append((members, allowed[members].nonzero()[:, 1].view(len(members), count)))
+        first = int(leading[members].min())
+        rows = _as_slice(members)
+        if first == count:  # one row that sees the first keys only
+            groups.append((rows, count, None))
+            continue
+        later = allowed[members, first:].nonzero()[:, 1].view(len(members), count - first)
+        groups.append((rows, first, later + first))
     _groups = (mask, groups)
     return groups
+
+
+def _as_slice(members: torch.Tensor) -> slice | torch.Tensor:
+    """Consecutive row indices (a tree level, a chain row) as a slice: views, not copies."""
+    start, stop = int(members[0]), int(members[-1]) + 1
+    return slice(start, stop) if stop - start == len(members) else members
+
+
+def _path_keys(states: torch.Tensor, first: int, later: torch.Tensor) -> torch.Tensor:
+    """[1, kv_heads, kv, d] -> [r, kv_heads, first + t, d]: the first keys, then each row's."""
+    rows = later.shape[0]
+    out = states.new_empty(rows, states.shape[1], first + later.shape[1], states.shape[3])
+    out[:, :, :first] = states[:, :, :first]
+    out[:, :, first:] = states[0][:, later].transpose(0, 1)
+    return out
 
 
 def path_attention(
     query: torch.Tensor,  # [1, heads, q, d]
     key: torch.Tensor,  # [1, kv_heads, kv, d]
     value: torch.Tensor,  # [1, kv_heads, kv, d]
-    groups: list[tuple[torch.Tensor, torch.Tensor]],
+    groups: list[Group],
     scaling: float | None,
     grouped: bool,
 ) -> torch.Tensor:
     """Each query row over its own keys as a batch element, unmasked: [1, q, heads, d]."""
     out = query.new_empty(query.shape[1:])  # [heads, q, d]
-    for rows, keys in groups:
-        k = key[0][:, keys].transpose(0, 1)  # [r, kv_heads, c, d]
-        v = value[0][:, keys].transpose(0, 1)
+    for rows, first, later in groups:
+        if later is None:  # the first keys only: a view of the cache as it stands
+            k, v = key[:, :, :first], value[:, :, :first]
+        else:
+            k, v = _path_keys(key, first, later), _path_keys(value, first, later)
         q = query[0][:, rows].transpose(0, 1).unsqueeze(2)  # [r, heads, 1, d]
         o = F.scaled_dot_product_attention(q, k, v, scale=scaling, enable_gqa=grouped)
         out[:, rows] = o[:, :, 0].transpose(0, 1)

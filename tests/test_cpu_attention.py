@@ -15,6 +15,7 @@ from specdec_core.prepacked_linear import native_bf16
 from specdec_core.runner import run
 from specdec_core.target import Target
 from tests.eagle_tiny import tiny_head
+from tests.test_sliding_window import loaded, sliding_model
 from tests.tiny import perturbed, prompt, tiny_loaded, tiny_model
 
 
@@ -132,3 +133,25 @@ def test_bf16_speculative_output_equals_bf16_ar(method):
         reference = run(target, "ar", ids, config)
         speculative = run(target, method, ids, config, extra)
         assert speculative.token_ids == reference.token_ids
+
+
+@needs_native_bf16
+@pytest.mark.parametrize("arch", ["mistral", "gemma3"])
+@pytest.mark.parametrize("method", ["classic", "eagle2"])
+def test_bf16_speculative_output_equals_bf16_ar_past_a_sliding_window(arch, method):
+    model = sliding_model(arch, seed=1).to(torch.bfloat16)
+    fast_cpu_paths(model)
+    target = loaded(model, arch)
+    if method == "classic":
+        draft = sliding_model(arch, seed=1, noise=0.5).to(torch.bfloat16)
+        fast_cpu_paths(draft)
+        extra = loaded(draft, arch + "-draft")
+    else:
+        extra = tiny_head(target).to(torch.bfloat16)
+        fast_cpu_paths(extra)
+    config = DecodeConfig(max_new_tokens=40, k=4, tree_depth=3, tree_topk=3, tree_tokens=8)
+    for ids in (prompt(3), prompt(11, offset=5)):
+        assert (
+            run(target, method, ids, config, extra).token_ids
+            == run(target, "ar", ids, config).token_ids
+        )
