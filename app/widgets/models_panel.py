@@ -61,7 +61,9 @@ class ModelsPanel(QGroupBox):
         self.dtype = QComboBox()
         self.dtype.addItems(DTYPES)
         self.dtype.setToolTip(
-            "auto: bf16 on CUDA, fp16 on MPS, float32 on the CPU (float32: lossless is identical)"
+            "auto: bf16 on CUDA, fp16 on MPS, float32 on the CPU (the model's own output). On a "
+            "CPU with native bf16, bfloat16 is about 1.4x faster and speculative output stays "
+            "identical to bf16 autoregressive"
         )
         self.load_button = QPushButton("Load")
         self.load_button.setToolTip("Load the target model (Ctrl+L); drafts load on first use")
