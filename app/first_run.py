@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.engine_api import Registries
+from specdec_core.resources import names_bundled_head
 
 PREFERRED = "eagle2-lookup"
 WITHOUT_HEAD = "ngram"
@@ -27,7 +28,7 @@ class FirstChoice:
 def first_choice(registries: Registries, target: str, head: str) -> FirstChoice | None:
     """The method to select for a new user, or None when the registry offers neither."""
     names = {m.name: m for m in registries.methods}
-    bundled_head_on_other_target = head == "embedded" and target not in EMBEDDED
+    bundled_head_on_other_target = names_bundled_head(head) and target not in EMBEDDED
     if PREFERRED in names and not bundled_head_on_other_target:
         label = names[PREFERRED].label
         return FirstChoice(

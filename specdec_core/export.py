@@ -51,7 +51,7 @@ from specdec_core.config import DecodeConfig
 from specdec_core.eagle.layouts import TOKEN_MAP, layout_of
 from specdec_core.errors import SpecdecError
 from specdec_core.method_kinds import is_tree
-from specdec_core.resources import resource_path
+from specdec_core.resources import bundled_head, names_bundled_head, resource_path
 from specdec_core.sweep_records import read_sweep
 
 ENGINES = ("vllm", "sglang")
@@ -271,14 +271,17 @@ def _token_map(path: str | None) -> str | None:
 def _resolve(needs: str, spec: str, notes: list[str]) -> str:
     if spec == "smollm2":  # the embedded target itself, e.g. as its own draft
         return EMBEDDED_HUB_ID
-    if spec != "embedded":
+    if needs == "head" and names_bundled_head(spec):
+        bundled = bundled_head(spec)
+    elif spec != "embedded":
         local = Path(spec).expanduser()
         return str(local.resolve()) if local.exists() else spec
-    bundled = resource_path(BUNDLED[needs])
-    if not (bundled / "config.json").is_file():
-        raise SpecdecError(
-            f"this install has no bundled {needs}; pass --{needs} with a directory or hub id"
-        )
+    else:
+        bundled = resource_path(BUNDLED[needs])
+        if not (bundled / "config.json").is_file():
+            raise SpecdecError(
+                f"this install has no bundled {needs}; pass --{needs} with a directory or hub id"
+            )
     notes.append(
         f"the bundled EAGLE head is the local directory {bundled}; --head-out DIR writes it as "
         "the engine loads it as it stands (copy DIR to the server)"

@@ -40,8 +40,8 @@ from specdec_core.eagle.formats import read_head, variant_config
 from specdec_core.eagle.head import EagleHead
 from specdec_core.eagle.layouts import TOKEN_MAP
 from specdec_core.errors import SpecdecError
-from specdec_core.export import BUNDLED, ENGINES
-from specdec_core.resources import resource_path
+from specdec_core.export import ENGINES
+from specdec_core.resources import bundled_head, names_bundled_head
 
 CONFIG, WEIGHTS = "config.json", "model.safetensors"
 WRITTEN = (CONFIG, WEIGHTS, TOKEN_MAP)  # everything an export may put in its directory
@@ -90,7 +90,7 @@ def export_head(engine: str, spec: str, out: str | Path) -> HeadExport:
     loads it as it stands. Raises `SpecdecError` for what the engine cannot carry."""
     if engine not in ENGINES:
         raise SpecdecError(f"unknown engine '{engine}'; choose one of: {', '.join(ENGINES)}")
-    source = str(resource_path(BUNDLED["head"])) if spec == "embedded" else spec
+    source = str(bundled_head(spec)) if names_bundled_head(spec) else spec
     head = read_head(source)
     notes: list[str] = []
     state = {key: value.detach().contiguous() for key, value in head.state_dict().items()}

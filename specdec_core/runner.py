@@ -26,7 +26,7 @@ from specdec_core.forward_costs import ForwardCosts
 from specdec_core.methods import Extra, build_drafter, get_method
 from specdec_core.models import LoadedModel, LoadOptions, load_model
 from specdec_core.prefix_cache import PrefixCache
-from specdec_core.resources import resource_path
+from specdec_core.resources import bundled_head, names_bundled_head, resource_path
 from specdec_core.tree_sizing import AcceptanceEstimates
 
 if TYPE_CHECKING:
@@ -64,18 +64,13 @@ def load_head(
     dtype: torch.dtype | None = None,
     progress: Progress | None = None,
 ) -> EagleHead:
-    """`embedded` is the bundled EAGLE head for the embedded model; else a directory / hub id.
+    """`embedded` (or `embedded-vN`, a head it replaced) is a bundled EAGLE head for the
+    embedded model; else a directory / hub id.
     `dtype`: the head's own weights' dtype (default: the target's)."""
     from specdec_core.eagle.formats import load_head as load_eagle_head
 
-    if spec == "embedded":
-        bundled = resource_path("head")
-        if not (bundled / "config.json").is_file():
-            raise SpecdecError(
-                "this install has no bundled EAGLE head; pass --head DIR (train one with "
-                "specdec train eagle) or an EAGLE head hub id"
-            )
-        spec = str(bundled)
+    if names_bundled_head(spec):
+        spec = str(bundled_head(spec))
     return load_eagle_head(spec, target, dtype, progress=progress)
 
 

@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
 from app.engine_api import LoadSettings, TargetInfo
 from app.widgets.spec_picker import LocalEntry, SpecPicker
 from specdec_core.local_models import list_local, ranked, suggested_heads
+from specdec_core.resources import HEAD, bundled_heads
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
@@ -51,7 +52,14 @@ class ModelsPanel(QGroupBox):
                 "smollm2": "the target itself as draft (a sanity check: accepts everything)",
             }
         )
-        self.head = SpecPicker({"embedded": "the bundled EAGLE head for the embedded model"})
+        self.head = SpecPicker(
+            {
+                name: "the bundled EAGLE head for the embedded model"
+                if name == HEAD
+                else f"an earlier bundled head ({name}), to compare with the current one"
+                for name in {HEAD: None, **bundled_heads()}
+            }
+        )
         self.target.setToolTip("the target model: embedded, a hub id, a model folder or a .gguf")
         self.draft.setToolTip("the classic method's draft model (same tokenizer as the target)")
         self.head.setToolTip("the EAGLE head for eagle / eagle2: a head folder or a hub id")

@@ -74,7 +74,11 @@ def parse_tokens(text: str, also: str = "") -> int:
 def add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", default="embedded", help="embedded, hub id, dir or .gguf")
     parser.add_argument("--draft", default="embedded", help="classic draft model spec")
-    parser.add_argument("--head", default="embedded", help="EAGLE head spec")
+    parser.add_argument(
+        "--head",
+        default="embedded",
+        help="EAGLE head: embedded (bundled), embedded-vN (one it replaced), a folder or hub id",
+    )
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"])
     parser.add_argument(
         "--dtype", default="auto", choices=["auto", "float32", "float16", "bfloat16"]
