@@ -85,8 +85,8 @@ def row_groups(mask: torch.Tensor) -> list[Group] | None:
     """The rows of a [1, 1, q, kv] mask grouped by how many keys they see, each group with
     its keys in position order: (rows, p, later keys [r, t]) where all of them see the first
     p keys, or (rows, c, None) where they see exactly the first c (a view of the cache,
-    nothing copied). None for a mask that adds values other than 0 and −inf (a bias), which
-    `path_attention` cannot carry."""
+    nothing copied). None for a mask that adds values other than 0 and −inf (a bias) or hides
+    every key from a row, which `path_attention` leaves to the masked call."""
     global _groups
     memo = _groups
     if memo is not None and memo[0] is mask:
@@ -100,13 +100,16 @@ def row_groups(mask: torch.Tensor) -> list[Group] | None:
             _groups = (mask, None)
             return None
     counts = allowed.sum(-1)
+    if not bool(counts.all()):  # a row that sees no key (padding): the masked call's business
+        _groups = (mask, None)
+        return None
     leading = allowed.int().cumprod(-1).sum(-1)  # how many of the first keys each row sees
     groups: list[Group] = []
     for count in counts.unique().tolist():  # one attention call per key count
         members = (counts == count).nonzero()[:, 0]
         first = int(leading[members].min())
         rows = _as_slice(members)
-        if first == count:  # one row that sees the first keys only
+        if first == count:  # rows that see exactly the first keys
             groups.append((rows, count, None))
             continue
         later = allowed[members, first:].nonzero()[:, 1].view(len(members), count - first)
@@ -141,11 +144,12 @@ def path_attention(
     """Each query row over its own keys as a batch element, unmasked: [1, q, heads, d]."""
     out = query.new_empty(query.shape[1:])  # [heads, q, d]
     for rows, first, later in groups:
+        q = query[0][:, rows].transpose(0, 1).unsqueeze(2)  # [r, heads, 1, d]
         if later is None:  # the first keys only: a view of the cache as it stands
-            k, v = key[:, :, :first], value[:, :, :first]
+            k = key[:, :, :first].expand(q.shape[0], -1, -1, -1)
+            v = value[:, :, :first].expand(q.shape[0], -1, -1, -1)
         else:
             k, v = _path_keys(key, first, later), _path_keys(value, first, later)
-        q = query[0][:, rows].transpose(0, 1).unsqueeze(2)  # [r, heads, 1, d]
         o = F.scaled_dot_product_attention(q, k, v, scale=scaling, enable_gqa=grouped)
         out[:, rows] = o[:, :, 0].transpose(0, 1)
     return out.unsqueeze(0).transpose(1, 2).contiguous()

@@ -155,3 +155,30 @@ def test_bf16_speculative_output_equals_bf16_ar_past_a_sliding_window(arch, meth
             run(target, method, ids, config, extra).token_ids
             == run(target, "ar", ids, config).token_ids
         )
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+def test_path_attention_gives_each_row_the_bits_of_its_own_unmasked_call(dtype):
+    """Rows that see the same keys, the first keys only, or scattered ones: each as a
+    one-row call over exactly its keys would compute it."""
+    generator = torch.Generator().manual_seed(0)
+    kv = 40
+    query = torch.randn(1, 4, 6, 8, generator=generator).to(dtype)
+    key = torch.randn(1, 2, kv, 8, generator=generator).to(dtype)
+    value = torch.randn(1, 2, kv, 8, generator=generator).to(dtype)
+    allowed = torch.zeros(6, kv, dtype=torch.bool)
+    allowed[:, :30] = True  # a prefix every row sees
+    allowed[1, 30] = allowed[2, 30] = True  # two rows with the same keys, the first 31
+    allowed[3, [30, 33]] = allowed[4, [31, 34]] = allowed[5, [32, 35, 39]] = True  # scattered
+    mask = torch.zeros(1, 1, 6, kv, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
+    groups = cpu_attention.row_groups(mask)
+    got = cpu_attention.path_attention(query, key, value, groups, None, grouped=True)
+    for row in range(6):
+        keys = allowed[row].nonzero()[:, 0]
+        expected = torch.nn.functional.scaled_dot_product_attention(
+            query[:, :, row : row + 1], key[:, :, keys], value[:, :, keys], enable_gqa=True
+        )  # [1, heads, 1, d]
+        assert torch.equal(got[0, row], expected[0, :, 0])
+    padded = mask.clone()
+    padded[0, 0, 2] = torch.finfo(dtype).min  # a row that sees nothing: left to the masked call
+    assert cpu_attention.row_groups(padded) is None
