@@ -46,3 +46,14 @@ def test_this_install_bundles_its_current_head_as_embedded():
     assert resources.names_bundled_head("embedded-v2") and not resources.names_bundled_head(
         "embedded-x"
     )
+
+
+def test_the_serving_export_reads_an_older_bundled_head_from_its_own_folder(two_bundled_heads):
+    from specdec_core.config import DecodeConfig
+    from specdec_core.export import export
+
+    exported = export("sglang", "eagle2", DecodeConfig(tree_depth=3, tree_topk=2, tree_tokens=6),
+                      model="embedded-v1")  # fmt: skip
+    assert any(str(two_bundled_heads / "head-v1") in note for note in exported.notes)
+    with pytest.raises(SpecdecError, match="no bundled head named 'embedded-v3'"):
+        export("sglang", "eagle2", DecodeConfig(), model="embedded-v3")
