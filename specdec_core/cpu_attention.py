@@ -20,9 +20,12 @@ keys share one call. Up to `PATH_ROWS` rows (trees, chains); longer forwards (a 
 cached turn) keep the masked call, the same in `ar` and speculative runs.
 Measured: docs/benchmarks.md#bfloat16-verification-with-ars-bits.
 
-`use_grouped_sdpa(model)` registers this function with transformers' `AttentionInterface`
-(and the sdpa mask builder under the same name) and switches a CPU model to it; every other
-case, including forwards without a mask, goes to transformers' own `sdpa` function.
+`use_grouped_sdpa(model, rows_like_ar=...)` registers these functions with transformers'
+`AttentionInterface` (and the sdpa mask builder under the same names) and switches a CPU model
+to one: targets (and drafts, loaded alike) attend row by row in reduced precision (`PATH_NAME`),
+EAGLE heads only grouped (`NAME`: a head's bits need not match anything, and the masked call is
+cheaper). Every other case, including forwards without a mask, goes to transformers' own
+`sdpa` function.
 """
 
 from __future__ import annotations
@@ -34,11 +37,14 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 NAME = "specdec_grouped_sdpa"
+PATH_NAME = "specdec_path_sdpa"  # grouped, and row by row in reduced precision
 PATH_ROWS = 64  # query rows up to which a reduced-precision forward attends row by row
 REDUCED = (torch.bfloat16, torch.float16)
+MEMO = 4  # masks whose row groups are kept: one forward's layers share a mask (two kinds of
+# layer in a model with sliding windows)
 
-# the latest mask's row groups: one forward's layers share its mask, so it is read once
-_groups: tuple[torch.Tensor, list | None] | None = None
+# the latest masks and their row groups, newest last
+_groups: list[tuple[torch.Tensor, list | None]] = []
 
 
 def grouped_sdpa_forward(
@@ -53,19 +59,6 @@ def grouped_sdpa_forward(
     **kwargs,
 ) -> tuple[torch.Tensor, None]:
     grouped = getattr(module, "num_key_value_groups", 1) > 1
-    if (
-        query.dtype in REDUCED
-        and attention_mask is not None
-        and query.shape[2] <= PATH_ROWS
-        and query.shape[0] == 1
-        and dropout == 0.0
-        and kwargs.get("position_bias") is None
-        and kwargs.get("softcap") is None
-        and not torch.is_grad_enabled()
-    ):
-        groups = row_groups(attention_mask)
-        if groups is not None:
-            return path_attention(query, key, value, groups, scaling, grouped), None
     if attention_mask is None or not grouped or kwargs.get("position_bias") is not None:
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs
@@ -75,6 +68,41 @@ def grouped_sdpa_forward(
         enable_gqa=True,
     )  # fmt: skip
     return out.transpose(1, 2).contiguous(), None  # [B, q, heads, d]
+
+
+def path_sdpa_forward(
+    module: torch.nn.Module,
+    query: torch.Tensor,  # [B, heads, q, d]
+    key: torch.Tensor,  # [B, kv_heads, kv, d]
+    value: torch.Tensor,  # [B, kv_heads, kv, d]
+    attention_mask: torch.Tensor | None,  # [B, 1, q, kv] (additive or boolean)
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    is_causal: bool | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, None]:
+    """`grouped_sdpa_forward`, but a reduced-precision forward of up to PATH_ROWS rows under
+    a mask attends row by row (`path_attention`), with the bits of one-token steps."""
+    if (
+        query.dtype in REDUCED
+        and query.device.type == "cpu"
+        and attention_mask is not None
+        and attention_mask.shape[1] == 1
+        and tuple(attention_mask.shape[-2:]) == (query.shape[2], key.shape[2])
+        and query.shape[2] <= PATH_ROWS
+        and query.shape[0] == 1
+        and dropout == 0.0
+        and kwargs.get("position_bias") is None
+        and kwargs.get("softcap") is None
+        and not torch.is_grad_enabled()
+    ):
+        groups = row_groups(attention_mask)
+        if groups is not None:
+            grouped = getattr(module, "num_key_value_groups", 1) > 1
+            return path_attention(query, key, value, groups, scaling, grouped), None
+    return grouped_sdpa_forward(
+        module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs
+    )
 
 
 # query rows, how many first keys they all see, the later keys each sees [r, t] (None: none)
@@ -87,21 +115,24 @@ def row_groups(mask: torch.Tensor) -> list[Group] | None:
     p keys, or (rows, c, None) where they see exactly the first c (a view of the cache,
     nothing copied). None for a mask that adds values other than 0 and −inf (a bias) or hides
     every key from a row, which `path_attention` leaves to the masked call."""
-    global _groups
-    memo = _groups
-    if memo is not None and memo[0] is mask:
-        return memo[1]
+    for seen, groups in _groups:
+        if seen is mask:
+            return groups
+    groups = _grouped(mask)
+    _groups[:] = [*_groups[1 - MEMO :], (mask, groups)]  # one list, replaced in one step
+    return groups
+
+
+def _grouped(mask: torch.Tensor) -> list[Group] | None:
     additive = mask[0, 0]
     if additive.dtype == torch.bool:
         allowed = additive
     else:
         allowed = additive == 0
         if bool((additive[~allowed] > torch.finfo(additive.dtype).min).any()):
-            _groups = (mask, None)
             return None
     counts = allowed.sum(-1)
     if not bool(counts.all()):  # a row that sees no key (padding): the masked call's business
-        _groups = (mask, None)
         return None
     leading = allowed.int().cumprod(-1).sum(-1)  # how many of the first keys each row sees
     groups: list[Group] = []
@@ -114,7 +145,6 @@ def row_groups(mask: torch.Tensor) -> list[Group] | None:
             continue
         later = allowed[members, first:].nonzero()[:, 1].view(len(members), count - first)
         groups.append((rows, first, later + first))
-    _groups = (mask, groups)
     return groups
 
 
@@ -142,7 +172,7 @@ def path_attention(
     grouped: bool,
 ) -> torch.Tensor:
     """Each query row over its own keys as a batch element, unmasked: [1, q, heads, d]."""
-    out = query.new_empty(query.shape[1:])  # [heads, q, d]
+    out = query.new_empty(query.shape[1], query.shape[2], value.shape[3])  # [heads, q, d_v]
     for rows, first, later in groups:
         q = query[0][:, rows].transpose(0, 1).unsqueeze(2)  # [r, heads, 1, d]
         if later is None:  # the first keys only: a view of the cache as it stands
@@ -155,17 +185,20 @@ def path_attention(
     return out.unsqueeze(0).transpose(1, 2).contiguous()
 
 
-def use_grouped_sdpa(model: torch.nn.Module) -> bool:
+def use_grouped_sdpa(model: torch.nn.Module, rows_like_ar: bool = False) -> bool:
     """Switch a CPU model (or an EAGLE head: anything with a Llama-style `config`) that uses
-    sdpa to the grouped kernel; returns whether it did."""
+    sdpa to the grouped kernel, and with `rows_like_ar` (a target) to row-by-row attention in
+    reduced precision too; returns whether it did."""
     config = getattr(model, "config", None)
     device = next(model.parameters()).device
     if config is None or device.type != "cpu" or config._attn_implementation != "sdpa":
         return False
-    AttentionInterface.register(NAME, grouped_sdpa_forward)
-    AttentionMaskInterface.register(NAME, sdpa_mask)
+    for name, forward in ((NAME, grouped_sdpa_forward), (PATH_NAME, path_sdpa_forward)):
+        AttentionInterface.register(name, forward)
+        AttentionMaskInterface.register(name, sdpa_mask)
+    name = PATH_NAME if rows_like_ar else NAME
     if isinstance(model, PreTrainedModel):
-        model.set_attn_implementation(NAME)
+        model.set_attn_implementation(name)
     else:
-        config._attn_implementation = NAME
+        config._attn_implementation = name
     return True

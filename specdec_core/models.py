@@ -120,12 +120,14 @@ def embedded_gguf_path() -> Path:
     return path
 
 
-def fast_cpu_paths(model: torch.nn.Module) -> None:
+def fast_cpu_paths(model: torch.nn.Module, rows_like_ar: bool = False) -> None:
     """On a CPU: oneDNN-packed linears (prepacked_linear.py) and grouped-query attention
     inside torch's kernel (cpu_attention.py). Elsewhere nothing changes. For targets, drafts
-    and EAGLE heads alike, after they reach their device and dtype."""
+    and EAGLE heads alike, after they reach their device and dtype; `rows_like_ar` for a model
+    whose multi-token forwards must give each row a one-token step's bits in bf16 (targets:
+    cpu_attention.path_attention)."""
     prepack(model)
-    use_grouped_sdpa(model)
+    use_grouped_sdpa(model, rows_like_ar)
 
 
 def resolve_device(device: str = "auto") -> torch.device:
@@ -243,7 +245,7 @@ def load_model(
         model.eval()
     else:
         model.to(torch_device).eval()
-        fast_cpu_paths(model)
+        fast_cpu_paths(model, rows_like_ar=True)  # a target, or a draft loaded like one
     report(f"loaded {spec}", 1.0)
     return LoadedModel(model, tokenizer, spec, str(source), torch_device, torch_dtype, options)
 

@@ -103,19 +103,24 @@ class PackedWeight:
     def _weights_stamp(self) -> tuple:
         return (*tensor_stamp(self.weight), *tensor_stamp(self.bias))
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+    def runs_packed(self, x: torch.Tensor) -> bool:
+        """Would `self(x)` multiply against the packed copy (not fall back to `F.linear`)?"""
         if self._weights_stamp() != self._stamp:
             self._pack()
         packed = self.packed
-        if (
+        return not (
             packed is None
             or torch.is_grad_enabled()
             or x.device.type != "cpu"
             or x.dtype != packed.dtype
             or self.weight.device.type != "cpu"
             or self.weight.dtype != packed.dtype
-        ):
+        )
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.runs_packed(x):
             return F.linear(x, self.weight, self.bias)
+        packed = self.packed
         rows = x.reshape(-1, x.shape[-1]).contiguous()
         bias = None if self.bias is None else self.bias.detach()
         out = torch.ops.mkldnn._linear_pointwise(rows, packed, bias, "none", [], "")

@@ -24,18 +24,21 @@ def resource_path(*parts: str) -> Path:
 
 def bundled_heads() -> dict[str, Path]:
     """The bundled heads present in this install, by name: `embedded`, `embedded-v1`, …"""
+    older = sorted(
+        (int(match.group(1)), path.name)
+        for path in resource_path().glob("head-v*")
+        if (match := re.fullmatch(r"head-v(\d+)", path.name))
+    )
     heads = {}
-    for name, folder in [(HEAD, "head")] + [
-        (f"embedded-{path.name.removeprefix('head-')}", path.name)
-        for path in sorted(resource_path().glob("head-v*"))
-    ]:
+    for name, folder in [(HEAD, "head")] + [(f"embedded-v{n}", f) for n, f in older]:
         if (resource_path(folder) / "config.json").is_file():
             heads[name] = resource_path(folder)
     return heads
 
 
 def names_bundled_head(spec: str) -> bool:
-    """Is `spec` the name of a bundled head (present or not), rather than a folder or hub id?"""
+    """Is `spec` the name of a bundled head (present or not), rather than a folder or hub id?
+    (A local folder called `embedded-v2` is then reached as `./embedded-v2`.)"""
     return spec == HEAD or _OLDER_HEAD.fullmatch(spec) is not None
 
 

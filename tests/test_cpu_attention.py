@@ -64,7 +64,7 @@ TREE = (-1, 0, 0, 1, 1, -1, 5, 3)  # parents of the drafted nodes (-1: the pendi
 def _bf16_target(seed: int = 3) -> LoadedModel:
     target = tiny_loaded(seed=seed)
     target.model.to(torch.bfloat16)
-    fast_cpu_paths(target.model)
+    fast_cpu_paths(target.model, rows_like_ar=True)  # as load_model prepares a target
     return target
 
 
@@ -140,11 +140,11 @@ def test_bf16_speculative_output_equals_bf16_ar(method):
 @pytest.mark.parametrize("method", ["classic", "eagle2"])
 def test_bf16_speculative_output_equals_bf16_ar_past_a_sliding_window(arch, method):
     model = sliding_model(arch, seed=1).to(torch.bfloat16)
-    fast_cpu_paths(model)
+    fast_cpu_paths(model, rows_like_ar=True)
     target = loaded(model, arch)
     if method == "classic":
         draft = sliding_model(arch, seed=1, noise=0.5).to(torch.bfloat16)
-        fast_cpu_paths(draft)
+        fast_cpu_paths(draft, rows_like_ar=True)
         extra = loaded(draft, arch + "-draft")
     else:
         extra = tiny_head(target).to(torch.bfloat16)

@@ -99,3 +99,53 @@ def test_runs_draft_the_same_trees_with_and_without_fused_projections(tiny_targe
         return summary.token_ids, trees
 
     assert drafts(fused=False) == drafts(fused=True)
+
+
+def realistic_head(kind: str, dtype: torch.dtype):
+    """A random head of the embedded model's widths (576 wide, 9 heads over 3), prepared as
+    load_head prepares one on a CPU."""
+    from torch import nn
+    from transformers import LlamaConfig
+
+    from specdec_core.eagle.head import EagleHead
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=512, hidden_size=576, intermediate_size=1536, num_attention_heads=9,
+        num_key_value_heads=3, max_position_embeddings=2048,
+    )  # fmt: skip
+    head = EagleHead(config, kind=kind, draft_vocab=128 if kind == "eagle3" else 0).eval()
+    with torch.no_grad():
+        for param in head.parameters():
+            if param.dim() > 1:
+                param.normal_(0, 0.05)
+    head.bind(nn.Embedding(512, 576), nn.Linear(576, 512, bias=False))
+    head.to(dtype)
+    fast_cpu_paths(head)
+    return head
+
+
+@pytest.mark.parametrize("kind", ["eagle1", "eagle3"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_fused_projections_give_the_llama_layers_bits_after_a_long_prompt(kind, dtype):
+    """The prompt's pass (200 rows, past where oneDNN's kernels for stacked and separate
+    weights part) and then drafting passes of 1 to 10 rows, at the embedded model's widths."""
+    head = realistic_head(kind, dtype)
+
+    def passes(fused: bool) -> list[torch.Tensor]:
+        head.fused_drafting = fused
+        generator = torch.Generator().manual_seed(1)
+        h = head.config.hidden_size
+        cache, outs, position = head.new_cache(), [], 0
+        for rows, width in ((200, h * (3 if kind == "eagle3" else 1)), (1, h), (4, h), (10, h)):
+            features = torch.randn(1, rows, width, generator=generator).to(dtype)
+            tokens = torch.randint(0, 512, (1, rows), generator=generator)
+            positions = torch.arange(position, position + rows)[None]
+            with torch.inference_mode():
+                out = head.step(features, tokens, positions, None, cache)
+                outs += [out.hidden, head.logits(out.hidden)]
+            position += rows
+        return outs
+
+    for a, b in zip(passes(False), passes(True), strict=True):
+        assert torch.equal(a, b)

@@ -3,9 +3,11 @@
 A draft pass runs the head over a few rows, so each of its linears is one small call that reads
 its weights once; transformers' Llama layer makes seven of them (q, k, v, o, gate, up, down).
 Stacking the weights of q, k and v, and of gate and up (`FusedProjections`), makes it four,
-with the same bits: each output column is still its own dot product over the same inputs
-(tests/test_fused_layer.py checks drafts and states bit for bit against the Llama layer).
-Used only for inference (`torch.is_grad_enabled()` is False); training runs the Llama layer.
+with the same bits for the few rows a drafting pass has: each output column is still its own
+dot product over the same inputs (tests/test_fused_layer.py checks drafts and states bit for
+bit against the Llama layer). oneDNN picks other kernels for many rows (in bf16 the stacked
+and separate products part from about 64 rows), so passes of more than `FUSED_ROWS` rows (a
+prompt) and training (`torch.is_grad_enabled()`) run the Llama layer.
 
     decoder_layer(layer, fused, hidden, mask, rope, cache)   # an EAGLE-1 layer
     attention(attn, fused, x, mask, rope, cache)             # the attention of either layout
@@ -19,10 +21,12 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.nn import functional as F
-from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.models.llama.modeling_llama import apply_rotary_pos_emb, eager_attention_forward
 
 from specdec_core.prepacked_linear import PackedWeight, tensor_stamp
+
+FUSED_ROWS = 16  # rows up to which a pass uses the fused projections (beams, commits)
 
 
 class FusedProjections:
@@ -69,7 +73,8 @@ class LayerFusion:
 
 
 def attention(attn, fused: LayerFusion, x, mask, rope, cache) -> torch.Tensor:
-    """transformers' `LlamaAttention` under sdpa, q/k/v fused: [B, n, in] -> [B, n, h]."""
+    """transformers' `LlamaAttention`, q/k/v fused: [B, n, in] -> [B, n, h]. The attention
+    itself is the function the layer's config names, as the Llama layer calls it."""
     batch, rows = x.shape[:2]
     shape = (batch, rows, -1, attn.head_dim)
     q, k, v = (t.view(shape).transpose(1, 2) for t in fused.qkv(x))
@@ -77,10 +82,11 @@ def attention(attn, fused: LayerFusion, x, mask, rope, cache) -> torch.Tensor:
     q, k = apply_rotary_pos_emb(q, k, cos, sin)
     if cache is not None:
         k, v = cache.update(k, v, attn.layer_idx)
-    out = F.scaled_dot_product_attention(
-        q, k, v, attn_mask=mask, scale=attn.scaling, enable_gqa=attn.num_key_value_groups > 1
+    interface = ALL_ATTENTION_FUNCTIONS.get_interface(
+        attn.config._attn_implementation, eager_attention_forward
     )
-    return attn.o_proj(out.transpose(1, 2).reshape(batch, rows, -1))
+    out, _ = interface(attn, q, k, v, mask, dropout=0.0, scaling=attn.scaling)
+    return attn.o_proj(out.reshape(batch, rows, -1).contiguous())
 
 
 def mlp(mlp_module, fused: LayerFusion, x: torch.Tensor) -> torch.Tensor:

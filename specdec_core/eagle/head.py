@@ -58,7 +58,7 @@ from transformers.models.llama.modeling_llama import (
 
 from specdec_core import attention_mask, kv_cache
 from specdec_core.eagle import fused_layer
-from specdec_core.eagle.fused_layer import LayerFusion
+from specdec_core.eagle.fused_layer import FUSED_ROWS, LayerFusion
 from specdec_core.errors import SpecdecError
 from specdec_core.prepacked_linear import PackedWeight, PrepackedLinear
 
@@ -268,7 +268,7 @@ class EagleHead(nn.Module):
         if self.kind == "eagle1":
             hidden = self.fc(torch.cat([emb, features], dim=-1))
             for i, layer in enumerate(self.layers):
-                fusion = self._fusion(i, layer.self_attn, layer.mlp)
+                fusion = self._fusion(i, layer.self_attn, layer.mlp, hidden)
                 if fusion is not None:
                     hidden = fused_layer.decoder_layer(layer, fusion, hidden, mask, rope, cache)
                     continue
@@ -286,21 +286,28 @@ class EagleHead(nn.Module):
         if features.shape[-1] != self.config.hidden_size:
             features = self.fuse(features)  # target layers, first step
         layer = self.midlayer
-        fusion = self._fusion(0, layer.self_attn, layer.mlp)
+        fusion = self._fusion(0, layer.self_attn, layer.mlp, emb)
         hidden = layer(emb, features, mask, rope, cache, fusion)
         if self.variant.norm_output:  # EAGLE 3.1: the normed state is fed back and drafted from
             hidden = self.norm(hidden)
         return HeadOutput(hidden, self)
 
-    def _fusion(self, index: int, attn: nn.Module, mlp: nn.Module) -> LayerFusion | None:
-        """Layer `index`'s fused projections for a drafting pass (made again if its linears
-        were replaced), or None: training, `fused_drafting` off, or linears not prepacked
-        (only oneDNN's packed kernels give the fused and the separate products the same bits)."""
+    def _fusion(
+        self, index: int, attn: nn.Module, mlp: nn.Module, x: torch.Tensor
+    ) -> LayerFusion | None:
+        """Layer `index`'s fused projections for a drafting pass over `x` (made again if its
+        linears were replaced), or None: training, `fused_drafting` off, more rows than
+        FUSED_ROWS, or linears that will not run packed for `x` (only oneDNN's packed kernels
+        give the fused and the separate products the same bits)."""
         linears = (attn.q_proj, attn.k_proj, attn.v_proj, mlp.gate_proj, mlp.up_proj)
         if (
             torch.is_grad_enabled()
             or not self.fused_drafting
-            or not all(isinstance(linear, PrepackedLinear) for linear in linears)
+            or x[..., 0].numel() > FUSED_ROWS
+            or not all(
+                isinstance(linear, PrepackedLinear) and linear.packed.runs_packed(x)
+                for linear in linears
+            )
         ):
             return None
         fusion = self._fusions.get(index)
