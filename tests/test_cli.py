@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from specdec_core.cli import main
 from tests.tiny import VOCAB, tiny_model, tiny_tokenizer
@@ -73,6 +74,10 @@ def test_bench_writes_the_contract_json(capsys, tiny_dirs, tmp_path):
         low, high = entry["speedup_interval"]
         assert low <= entry["speedup_vs_ar"] <= high and len(entry["speedup_per_prompt"]) == 2
     assert len(result["per_prompt"]) == 4
+    environment = result["config"]["environment"]  # where the numbers were measured
+    assert environment["command"].startswith("specdec bench --methods ar,classic --prompts")
+    assert environment["torch"] == torch.__version__ and environment["machine"]
+    assert environment["cpu_threads"] == torch.get_num_threads()
 
 
 @pytest.mark.parametrize(

@@ -245,6 +245,8 @@ def test_training_on_a_job_records_its_mix_by_source_and_kind(setup, tmp_path):
     assert main(argv) == 0
     card = json.loads((out / "specdec_card.json").read_text())
     assert card["train_config"]["noise"] == 0.05  # the ablation's knob reaches the trainer
+    assert card["command"] == "specdec " + " ".join(argv)  # as typed, not the test runner's
+    assert card["environment"]["command"] == card["command"] and card["environment"]["machine"]
     generated = card["data_mix"]["by_source"][str(work)]
     _, mix = load_samples(work)
     assert generated["generated"]["sources"] == mix["sources"]

@@ -16,6 +16,7 @@ import sys
 import threading
 
 from specdec_core.cli import bench, data, export, generate, sweep, train, watch
+from specdec_core.environment import command_line
 from specdec_core.errors import SpecdecError, is_out_of_memory, out_of_memory
 
 COMMANDS = (generate, bench, sweep, export, train, data, watch)
@@ -41,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     interruptible()
     args = build_parser().parse_args(argv)
+    args.invocation = command_line(argv)  # as typed, for the files a run writes
     try:
         return args.handler(args)
     except SpecdecError as error:

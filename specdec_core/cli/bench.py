@@ -74,13 +74,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_model_options(parser)
     add_decode_options(parser)
     add_adapt_options(parser)
-    parser.set_defaults(handler=run)
+    parser.set_defaults(handler=run, invocation=None)
 
 
 def run(args: argparse.Namespace) -> int:
     from specdec_core.baselines import HF_METHODS
     from specdec_core.bench import format_table, run_bench, stderr_progress, write_outputs
     from specdec_core.bench_entries import entry_method, parse_entry
+    from specdec_core.environment import command_line, current_environment
     from specdec_core.methods import METHODS
     from specdec_core.models import load_model
     from specdec_core.prompts import read_conversations, read_prompt_file
@@ -126,6 +127,9 @@ def run(args: argparse.Namespace) -> int:
         after_prompt=hook,
         suffix_history=args.suffix_history,
     )
+    result.config["environment"] = current_environment(
+        target.device, args.invocation or command_line()
+    ).to_record()
     if hook is not None:
         result.config["adaptation"] = hook.record()
         for method, adapter in hook.adapters.items():

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 def register(sub: argparse._SubParsersAction) -> None:
     train = sub.add_parser("train", help="train an EAGLE head or a token-level draft")
-    train.set_defaults(handler=run)
+    train.set_defaults(handler=run, invocation=None)
     train.add_argument("kind", choices=["eagle", "draft"])
     train.add_argument("--target", default="embedded", help="embedded, hub id, dir or .gguf")
     train.add_argument(
@@ -129,14 +129,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 def request_from_args(args: argparse.Namespace) -> TrainRequest:
     """The parsed `specdec train` command line as a `TrainRequest` (checked: refused here, before
     any model loads, if it cannot work)."""
+    from specdec_core.environment import command_line
     from specdec_core.training.request import TrainRequest
 
     per_source = ", or one per --data source (comma-separated)"
     tokens = tuple(parse_tokens(t, per_source) for t in str(args.tokens).split(","))
-    if sys.argv[0].endswith("specdec"):
-        command = "specdec " + " ".join(sys.argv[1:])
-    else:
-        command = " ".join(sys.argv)
     return TrainRequest(
         trains=args.kind,
         out=args.out,
@@ -162,7 +159,7 @@ def request_from_args(args: argparse.Namespace) -> TrainRequest:
         save_every=args.save_every,
         device=args.device,
         feature_dtype=args.feature_dtype,
-        command=command,
+        command=args.invocation or command_line(),
         exclude_prompts=tuple(p.strip() for p in args.exclude_prompts.split(",") if p.strip()),
         val_kinds=args.val_kinds,
         seconds=args.seconds,

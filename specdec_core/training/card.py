@@ -95,6 +95,7 @@ class ModelCard:
     train_config: TrainConfig | None = None
     data_mix: Mapping[str, Any] | None = None  # sequences and tokens by source, prompts by kind
     device: str | None = None  # where a timed GPU run trained it
+    environment: Mapping[str, Any] | None = None  # date, machine, versions (environment.py)
     validation_by_kind: Mapping[str, Validation] | None = None  # per kind of request
     stages: Mapping[str, Any] | None = None  # a timed run's stages: seconds, sizes, history
     partial: Validation | None = None  # a run still training saved the model so far
@@ -126,6 +127,7 @@ class ModelCard:
         optional = {
             "data_mix": self.data_mix,
             "device": self.device,
+            "environment": self.environment,
             "validation_by_kind": (
                 {kind: v.to_record() for kind, v in self.validation_by_kind.items()}
                 if self.validation_by_kind is not None
@@ -163,7 +165,7 @@ class ModelCard:
 # fields read from a card record as they are
 _PLAIN = ("kind", "arch", "target", "command", "tokens", "sequences", "epochs", "seed",
           "draft_vocab", "init", "layers", "train_seconds", "data_mix", "device",
-          "stages")  # fmt: skip
+          "environment", "stages")  # fmt: skip
 
 
 def _config_record(config: TrainConfig) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from specdec_core.environment import current_environment
 from specdec_core.errors import SpecdecError
 from specdec_core.models import LoadedModel, load_model
 from specdec_core.training.card import ModelCard, Validation, trained_epochs
@@ -150,6 +151,7 @@ def train_on_samples(
         train_config=config,
         data_mix=data.mix,
         device=device,
+        environment=current_environment(target.device, request.command).to_record(),
         validation_by_kind=by_kind,
         stages=stages,
     )
