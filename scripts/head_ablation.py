@@ -3,7 +3,7 @@ bench them all in one run against the same `ar`, per prompt file, greedy and at 
 
 Each variant is `specdec train eagle --data DATA` plus its own flags (`VARIANTS`: training-time
 test depth, input noise, draft vocabulary, the EAGLE-3 layout with and without EAGLE 3.1's
-input norms), trained from scratch on the
+input norms, and the bundled head continued instead of a fresh start), trained on the
 same tokens with one shared feature cache. Training resumes from its checkpoint and a finished
 variant (its card without `partial`) is not trained again, so the script can be stopped and
 rerun; it is meant to run unattended for hours (`nohup nice ... &`). Then one `specdec bench`
@@ -27,6 +27,7 @@ from pathlib import Path
 
 VARIANTS: dict[str, list[str]] = {
     "base": [],  # eagle1, one layer, unroll 2, noise 0.2, 8,192-token draft vocabulary
+    "continue": ["--init", "embedded"],  # today's bundled head, trained on further on this data
     "unroll4": ["--unroll", "4"],
     "noise0": ["--noise", "0"],
     "vocab16k": ["--draft-vocab", "16384"],
