@@ -25,9 +25,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+CONTINUE = ["--init", "embedded"]  # the bundled head (EAGLE-1), trained on further
 VARIANTS: dict[str, list[str]] = {
-    "base": [],  # eagle1, one layer, unroll 2, noise 0.2, 8,192-token draft vocabulary
-    "continue": ["--init", "embedded"],  # today's bundled head, trained on further on this data
+    "base": [],  # a fresh eagle1 head: one layer, unroll 2, noise 0.2, 8,192-token vocabulary
+    "continue": CONTINUE,  # its settings as `base`, its 8,192-token vocabulary, lr 1e-3
+    "continue-lr5e-4": [*CONTINUE, "--lr", "5e-4"],
+    "continue-unroll4": [*CONTINUE, "--unroll", "4"],
+    "continue-noise0": [*CONTINUE, "--noise", "0"],
+    "continue-vocab16k": [*CONTINUE, "--draft-vocab", "16384"],  # picked anew from the data
+    "continue-vocab32k": [*CONTINUE, "--draft-vocab", "32768"],
     "unroll4": ["--unroll", "4"],
     "noise0": ["--noise", "0"],
     "vocab16k": ["--draft-vocab", "16384"],
@@ -43,6 +49,7 @@ def options(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tokens", default="3000000", help="training tokens per variant")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--variants", default=",".join(VARIANTS), help="names from VARIANTS")
+    parser.add_argument("--trained-only", action="store_true", help="train, bench nothing")
     parser.add_argument("--baseline", default="embedded", help="heads to compare against")
     parser.add_argument("--eval", required=True, help="evaluation prompt files (glob)")
     parser.add_argument("--limit", type=int, default=8, help="prompts per evaluation file")
@@ -95,9 +102,11 @@ def evaluation_file(args: argparse.Namespace) -> tuple[Path, list[tuple[str, int
 
 
 def bench(args, heads: dict[str, Path], prompts: Path, temperature: float) -> dict:
+    """One `specdec bench` at `temperature` of `ar` and every head (a finished run with the
+    same entries is read, not run again)."""
     out = args.work / f"bench-t{temperature:g}.json"
     entries = ["ar"] + [f"{args.method}@{spec}" for spec in heads.values()]
-    if not out.is_file():
+    if not out.is_file() or json.loads(out.read_text())["config"]["methods"] != entries:
         command = [
             sys.executable,
             "-m",
@@ -144,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     heads: dict[str, Path | str] = {b: b for b in args.baseline.split(",") if b}
     for name in names:
         heads[name] = train(args, name)
+    if args.trained_only:
+        return 0
     prompts, spans = evaluation_file(args)
     report: dict = {"variants": {n: VARIANTS[n] for n in names}, "tokens": args.tokens}
     for temperature in (0.0, 1.0):

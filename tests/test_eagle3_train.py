@@ -119,6 +119,8 @@ def test_an_init_head_of_the_other_layout_is_refused_with_what_to_do(deep_dir, t
     second = tmp_path / "again"
     assert main(_argv(deep_dir, second, "--arch", "eagle1", "--init", str(first))) == 2
     assert "drop --arch" in capsys.readouterr().err
+    assert main(_argv(deep_dir, second, "--init", str(first), "--draft-vocab", "24")) == 2
+    assert "drop --draft-vocab" in capsys.readouterr().err  # its lm_head is its vocabulary
     assert main(_argv(deep_dir, second, "--init", str(first), "--epochs", "1")) == 0
     assert load_head(str(second), load_model(str(deep_dir / "target"), "cpu", "float32")).kind == (
         "eagle3"

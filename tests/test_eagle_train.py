@@ -213,6 +213,25 @@ def test_training_continues_from_an_init_head(tiny_dir, tmp_path):
 
 
 @pytest.mark.slow
+def test_an_eagle1_head_continues_on_a_draft_vocabulary_picked_anew(tiny_dir, tmp_path):
+    common = _tiny_run(tiny_dir, tokens=400, epochs=1)
+    first, second = tmp_path / "first", tmp_path / "second"
+    assert main(["train", "eagle", *common, "--out", str(first)]) == 0
+    frozen = ["--init", str(first), "--draft-vocab", "24", "--lr", "0"]  # weights as they were
+    assert main(["train", "eagle", *common, "--out", str(second), *frozen]) == 0
+    card = json.loads((second / "specdec_card.json").read_text())
+    assert card["draft_vocab"] == 24 and card["train_config"]["draft_vocab"] == 24
+    target = load_model(str(tiny_dir / "target"), device="cpu", dtype="float32")
+    before, after = load_head(str(first), target), load_head(str(second), target)
+    assert after.draft_vocab == 24 and set(before.draft_ids().tolist()) < set(
+        after.draft_ids().tolist()
+    )  # the 24 most frequent tokens hold the 16 most frequent
+    for name, weight in before.state_dict().items():
+        if name not in ("d2t", "t2d"):
+            assert torch.equal(weight, after.state_dict()[name]), name
+
+
+@pytest.mark.slow
 def test_answers_saved_as_npz_train_a_head(tiny_dir, tmp_path):
     import numpy as np
 

@@ -68,7 +68,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="self-distillation: use only the answers already generated in --work",
     )
-    train.add_argument("--draft-vocab", type=int, default=8192, help="0 = full vocabulary")
+    train.add_argument(
+        "--draft-vocab",
+        type=int,
+        default=None,
+        help="eagle: tokens the head drafts over, the most frequent of the data (default 8192, "
+        "or the --init head's; 0 = full vocabulary). With --init, an EAGLE-1 head takes a new "
+        "size: its weights carry over and the vocabulary is picked anew from the data",
+    )
     train.add_argument("--max-len", type=int, default=512, help="tokens per training sequence")
     train.add_argument("--batch-tokens", type=int, default=4096)
     train.add_argument("--lr", type=float, default=1e-3)

@@ -173,7 +173,7 @@ def _starting_objective(
     with the layout's input noise and unrolled passes, or a token-level draft."""
     model, draft_ids = starting_model(
         request.trains, layout.init_head, target, data, config.draft_vocab, layout.arch,
-        layout.depth, request.input_norms,
+        layout.depth, request.input_norms, layout.repick_vocab,
     )  # fmt: skip
     lm_head = target.model.get_output_embeddings()
     eagle = request.trains == "eagle"
@@ -189,7 +189,7 @@ def train_config(request: TrainRequest, layout: Layout) -> TrainConfig:
         epochs=request.epochs,
         lr=request.lr,
         batch_tokens=request.batch_tokens,
-        draft_vocab=request.draft_vocab,
+        draft_vocab=layout.draft_vocab,
         seed=request.seed,
         unroll=request.unroll,
         save_every=request.save_every,

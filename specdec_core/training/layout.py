@@ -22,16 +22,39 @@ class Layout:
     depth: int  # decoder layers of the head
     fused: tuple[int, ...]  # target layers the features hold besides the last (EAGLE-3's)
     init_head: EagleHead | None = None  # the --init head, read in float32
+    draft_vocab: int = TrainConfig.draft_vocab  # draft vocabulary size (0: the full vocabulary)
+    repick_vocab: bool = False  # the --init head's weights with a new vocabulary from the data
 
 
 def resolve_layout(request: TrainRequest, target: LoadedModel) -> Layout:
     """The layout `request` trains on `target`; refuses a misfit --init before any data."""
+    fresh_vocab = TrainConfig.draft_vocab if request.draft_vocab is None else request.draft_vocab
     if request.trains != "eagle":
-        return Layout("eagle1", 1, ())
+        return Layout("eagle1", 1, (), draft_vocab=fresh_vocab)
     init_head = read_init(request.init, target)
     arch = resolve_arch(request.arch, init_head)
     depth = resolve_layers(arch, init_head, request.layers)
-    return Layout(arch, depth, input_layers(arch, target), init_head)
+    if init_head is None:
+        return Layout(arch, depth, input_layers(arch, target), draft_vocab=fresh_vocab)
+    size, repick = resolve_init_vocab(init_head, request.draft_vocab)
+    return Layout(arch, depth, input_layers(arch, target), init_head, size, repick)
+
+
+def resolve_init_vocab(init_head: EagleHead, draft_vocab: int | None) -> tuple[int, bool]:
+    """-> (draft vocabulary size, whether it is picked anew from the data) for continuing
+    `init_head`: its own vocabulary unless --draft-vocab gives another size, which an EAGLE-1
+    head takes (it drafts through the target's lm_head rows, so its weights do not depend on
+    the vocabulary); an EAGLE-3 head's lm_head is its vocabulary, so it keeps it."""
+    have = init_head.draft_vocab
+    if draft_vocab is None or draft_vocab == have:
+        return have, False
+    if init_head.kind == "eagle3":
+        raise SpecdecError(
+            f"the --init head is an EAGLE-3 head with a {have}-token draft vocabulary, which its "
+            f"own lm_head holds; drop --draft-vocab to continue it, or drop --init to train a "
+            f"fresh head with --draft-vocab {draft_vocab}"
+        )
+    return draft_vocab, True
 
 
 def layout_settings(arch: str, ce_weight: float | None, noise: float | None = None) -> dict:

@@ -29,7 +29,7 @@ class TrainRequest:
     layers: int | None = None  # eagle1: decoder layers (default: the init's, 1)
     work: str | None = None  # cache for data and features (default OUT/work)
     cached_only: bool = False  # self-distillation: only the answers already in `work`
-    draft_vocab: int = 8192  # 0 = the full vocabulary
+    draft_vocab: int | None = None  # None: the --init head's, else 8192; 0 = the full vocabulary
     max_len: int = 512  # tokens per training sequence
     batch_tokens: int = 4096
     lr: float = 1e-3
@@ -88,7 +88,7 @@ class TrainRequest:
                     raise SpecdecError(f"{flag} {use}; drop it for `specdec train draft`")
         if self.layers is not None:
             check_depth(self.arch or "eagle1", self.layers)
-        if self.arch == "eagle3" and not self.init and not self.draft_vocab:
+        if self.arch == "eagle3" and not self.init and self.draft_vocab == 0:
             raise SpecdecError("an EAGLE-3 head needs a reduced draft vocabulary: --draft-vocab N")
 
     @property

@@ -30,6 +30,9 @@ from specdec_core.models import LoadedModel
 from specdec_core.training.features import Featured
 
 
+VOCAB_MAPS = ("d2t", "t2d")  # an EAGLE head's draft-vocabulary buffers (EAGLE-3's names)
+
+
 def starting_model(
     trains: str,
     init_head: EagleHead | None,
@@ -39,26 +42,31 @@ def starting_model(
     arch: str = "eagle1",
     layers: int = 1,
     input_norms: bool = False,
+    repick_vocab: bool = False,
 ) -> tuple[nn.Module, torch.Tensor]:
     """-> (model to train, its draft vocabulary's target ids), on the target's device.
 
-    With `init_head` (`read_init`): its layout, weights and draft vocabulary; `layers`
+    With `init_head` (`read_init`): its layout, weights and draft vocabulary (`repick_vocab`,
+    an EAGLE-1 head only: the `draft_vocab` most frequent tokens of `data` instead); `layers`
     (`resolve_layers`) more than it has grows it by layers whose output projections are zero
     (it drafts as before until trained). Without: a fresh model (layout `arch`, `layers`
     decoder layers; `input_norms`: EAGLE 3.1's RMSNorm per fused target state before `fc`)
     on the `draft_vocab` most frequent tokens of `data` (0 = all).
     """
     vocab = target.vocab_size
+    frequent = frequent_tokens(data, min(draft_vocab or vocab, vocab), vocab).to(target.device)
     if init_head is None:
-        draft_ids = frequent_tokens(data, min(draft_vocab or vocab, vocab), vocab)
-        draft_ids = draft_ids.to(target.device)
         variant = Eagle3Variant(fc_norm=True) if input_norms else OFFICIAL
-        return build_model(trains, target.model, draft_ids, arch, layers, variant), draft_ids
-    draft_ids = init_head.draft_ids()
+        return build_model(trains, target.model, frequent, arch, layers, variant), frequent
+    draft_ids = frequent if repick_vocab else init_head.draft_ids()
     have = head_layers(init_head)
     layers = max(layers, have)
     model = build_model(trains, target.model, draft_ids, init_head.kind, layers, init_head.variant)
-    missing, _ = model.load_state_dict(init_head.state_dict(), strict=False)
+    state = init_head.state_dict()
+    if repick_vocab:  # the vocabulary's maps come from the data, the weights from the head
+        state = {key: value for key, value in state.items() if key not in VOCAB_MAPS}
+    missing, _ = model.load_state_dict(state, strict=False)
+    missing = [key for key in missing if key not in VOCAB_MAPS]
     if layers > have:
         with torch.no_grad():
             for layer in model.layers[have:]:
