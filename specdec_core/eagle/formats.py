@@ -367,12 +367,20 @@ def _read_state(directory: Path, spec: str) -> dict[str, torch.Tensor]:
     return state
 
 
+def check_head_spec(spec: str) -> None:
+    """Refuse a head `spec` that is neither a directory nor a hub id (before a model loads)."""
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        return
+    if path.exists() or spec.startswith((".", "/", "~")) or not hub.is_hub_spec(spec):
+        raise SpecdecError(f"EAGLE head not found: {spec}; give a head directory or a hub id")
+
+
 def _resolve(spec: str, progress: Progress | None = None, stop: StopFlag | None = None) -> Path:
     """A head directory, or the hub snapshot of `owner/name[@revision]` holding only its
     config.json and weights."""
+    check_head_spec(spec)
     path = Path(spec).expanduser()
     if path.is_dir():
         return path
-    if path.exists() or spec.startswith((".", "/", "~")) or not hub.is_hub_spec(spec):
-        raise SpecdecError(f"EAGLE head not found: {spec}; give a head directory or a hub id")
     return hub.fetch(spec, what="EAGLE head", tokenizer=False, progress=progress, stop=stop)

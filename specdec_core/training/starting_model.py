@@ -29,7 +29,6 @@ from specdec_core.errors import SpecdecError
 from specdec_core.models import LoadedModel
 from specdec_core.training.features import Featured
 
-
 VOCAB_MAPS = ("d2t", "t2d")  # an EAGLE head's draft-vocabulary buffers (EAGLE-3's names)
 
 

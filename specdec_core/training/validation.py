@@ -1,5 +1,6 @@
 """Validation of a model being trained: teacher-forced top-1 agreement with the target, tau of
-real greedy decoding, and both per kind of request on the held-out prompts of `kinds.HELD_OUT`."""
+real greedy decoding, and both per kind of request on the held-out prompts of `kinds.HELD_OUT`
+(`head_by_kind` measures any EAGLE head that way, `specdec validate`)."""
 
 from __future__ import annotations
 
@@ -95,3 +96,30 @@ def validation_by_kind(
             round(validation_tau(trains, objective.model, target, prompts), 3),
         )
     return table
+
+
+def head_by_kind(
+    target: LoadedModel, head, work: Path, per_kind: int = 3, unroll: int = 2
+) -> dict[str, Validation]:
+    """kind -> `Validation` of an EAGLE `head` (trained here or not) on the first `per_kind`
+    held-out prompts of each kind: the table `specdec train` writes in a card's
+    `validation_by_kind`, teacher-forced top-1 taken as the mean of `unroll` passes. The
+    target's answers and their features are cached under `work` (a training run's `--work`
+    holds the same files)."""
+    from specdec_core.eagle.head import fused_layers
+    from specdec_core.training.features import extract_features
+
+    fused = fused_layers(target.model.config.num_hidden_layers) if head.kind == "eagle3" else ()
+    suffix = "-eagle3" if fused else ""
+    taken = {
+        kind: (prompts, extract_features(
+            target.model, answers, work / f"features-kinds-heldout-{kind}{suffix}", layers=fused
+        ))
+        for kind, (prompts, answers) in held_out_by_kind(target, work, per_kind).items()
+    }  # fmt: skip
+    draft_ids = head.draft_ids()
+    if draft_ids is None:
+        draft_ids = torch.arange(target.vocab_size, device=target.device)
+    lm_head = target.model.get_output_embeddings()
+    objective = Objective("eagle", head, lm_head, draft_ids.to(target.device), 0.0, unroll)
+    return validation_by_kind("eagle", objective, target, taken)
