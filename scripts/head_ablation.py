@@ -8,8 +8,9 @@ same tokens with one shared feature cache. Training resumes from its checkpoint 
 variant (its card without `partial`) is not trained again, so the script can be stopped and
 rerun; it is meant to run unattended for hours (`nohup nice ... &`). Then one `specdec bench`
 per temperature runs `ar`, each `--baseline` head and every variant on the first `--limit`
-prompts of each evaluation file, and the table gives τ per file, its mean, the speedup and the
-teacher-forced top-1 per built-in held-out kind from each card.
+prompts of each evaluation file, and the table gives τ per file, its mean, the speedup, the
+teacher-forced top-1 per built-in held-out kind of every head, baselines included (`specdec
+validate`, 2 passes for all) and τ per kind from each card.
 
     nohup nice python scripts/head_ablation.py --data ~/.local/share/specdec-playground/\
 training-data --tokens 3M --eval 'my-benchmarks/*.jsonl' --work ~/ablation \
@@ -143,6 +144,24 @@ def table(result: dict, heads: dict[str, Path], spans, method: str) -> dict[str,
     return rows
 
 
+def top1_by_kind(args: argparse.Namespace, head: Path | str) -> dict[str, float]:
+    """`specdec validate --no-tau` of `head`: teacher-forced top-1 per held-out kind, the mean
+    of 2 passes for every head (a card's own table averages its --unroll passes)."""
+    command = [sys.executable, "-m", "specdec_core.cli", "validate", "--head", str(head)]
+    command += ["--target", args.target, "--unroll", "2", "--no-tau", "--json", "--device", "cpu"]
+    command += ["--work", str(args.work / "train-work")]  # the held-out answers training made
+    print("$", " ".join(command), flush=True)
+    found = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    by_kind = json.loads(found)["by_kind"]
+    return {kind: row["teacher_forced_top1"] for kind, row in by_kind.items()}
+
+
+def card_table(head: Path | str) -> dict:
+    """The card's `validation_by_kind` of a trained head folder ({} for a bundled name)."""
+    card = Path(head) / "specdec_card.json"
+    return json.loads(card.read_text()).get("validation_by_kind", {}) if card.is_file() else {}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = options(argv)
     args.work.mkdir(parents=True, exist_ok=True)
@@ -160,15 +179,11 @@ def main(argv: list[str] | None = None) -> int:
     for temperature in (0.0, 1.0):
         result = bench(args, heads, prompts, temperature)
         report[f"t{temperature:g}"] = table(result, heads, spans, args.method)
-    report["top1_by_kind"] = {
-        name: {
-            kind: row["teacher_forced_top1"]
-            for kind, row in json.loads((Path(h) / "specdec_card.json").read_text())
-            .get("validation_by_kind", {})
-            .items()
-        }
+    report["top1_by_kind"] = {name: top1_by_kind(args, spec) for name, spec in heads.items()}
+    report["tau_by_kind_from_cards"] = {
+        name: {kind: row.get("tau") for kind, row in card_table(h).items()}
         for name, h in heads.items()
-        if Path(h).is_dir()
+        if card_table(h)
     }
     args.out.write_text(json.dumps(report, indent=1) + "\n")
     for temperature in ("t0", "t1"):

@@ -48,6 +48,12 @@ def test_validate_gives_the_table_by_kind_training_wrote(chat_dir, tmp_path, cap
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split() == ["kind", "top-1", "tau"] and len(lines) == len(KINDS) + 2
     assert lines[-1].split()[0] == "mean"
+    assert main([*validate, "--work", str(tmp_path / "fresh"), "--no-tau", "--json"]) == 0
+    top1_only = json.loads(capsys.readouterr().out)
+    assert {k: v["teacher_forced_top1"] for k, v in measured["by_kind"].items()} == {
+        k: v["teacher_forced_top1"] for k, v in top1_only["by_kind"].items()
+    }
+    assert "tau" not in top1_only["by_kind"]["qa"] and "mean_tau" not in top1_only
 
 
 def test_validate_refuses_bad_input_in_one_line(chat_dir, tmp_path, capsys):

@@ -42,6 +42,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         choices=["auto", "float32", "float16", "bfloat16"],
         help="the target's dtype for answers and features (default bfloat16, as training)",
     )
+    parser.add_argument(
+        "--no-tau", action="store_true", help="top-1 only: skip decoding (seconds, not minutes)"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(handler=run)
 
@@ -67,19 +70,23 @@ def run(args: argparse.Namespace) -> int:
     head = load_head(args.head, target, torch.float32)
     work = Path(args.work) if args.work else cache_root() / "validate" / _slug(args.target)
     with torch.no_grad():
-        table = head_by_kind(target, head, work, args.per_kind, args.unroll)
+        table = head_by_kind(target, head, work, args.per_kind, args.unroll, not args.no_tau)
     top1 = sum(v.teacher_forced_top1 for v in table.values()) / len(table)
-    tau = sum(v.tau or 0.0 for v in table.values()) / len(table)
+    tau = None if args.no_tau else sum(v.tau for v in table.values()) / len(table)
     if args.json:
         record = {kind: v.to_record() for kind, v in table.items()}
-        print(json.dumps({"head": args.head, "by_kind": record, "mean_top1": round(top1, 4),
-                          "mean_tau": round(tau, 3)}))  # fmt: skip
+        means = {"mean_top1": round(top1, 4), **({"mean_tau": round(tau, 3)} if tau else {})}
+        print(json.dumps({"head": args.head, "unroll": args.unroll, "by_kind": record, **means}))
         return 0
     print(f"{'kind':<15}{'top-1':>8}{'tau':>8}")
     for kind, v in table.items():
-        print(f"{kind:<15}{v.teacher_forced_top1:>8.3f}{v.tau or 0.0:>8.2f}")
-    print(f"{'mean':<15}{top1:>8.3f}{tau:>8.2f}")
+        print(f"{kind:<15}{v.teacher_forced_top1:>8.3f}{_number(v.tau)}")
+    print(f"{'mean':<15}{top1:>8.3f}{_number(tau)}")
     return 0
+
+
+def _number(tau: float | None) -> str:
+    return f"{'-':>8}" if tau is None else f"{tau:>8.2f}"
 
 
 def _slug(spec: str) -> str:

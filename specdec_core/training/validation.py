@@ -83,23 +83,23 @@ def held_out_by_kind(
 
 
 def validation_by_kind(
-    trains: str, objective, target: LoadedModel, held: dict
+    trains: str, objective, target: LoadedModel, held: dict, tau: bool = True
 ) -> dict[str, Validation]:
-    """kind -> its `Validation` (teacher-forced top-1, tau) on `held` (`held_out_by_kind`,
-    features taken)."""
+    """kind -> its `Validation` (teacher-forced top-1, tau unless `tau` is off) on `held`
+    (`held_out_by_kind`, features taken)."""
     lm_head = target.model.get_output_embeddings()
     objective.eval()  # no input noise
     table = {}
     for kind, (prompts, featured) in held.items():
         table[kind] = Validation(
             round(teacher_forced_agreement(objective, featured, lm_head), 4),
-            round(validation_tau(trains, objective.model, target, prompts), 3),
+            round(validation_tau(trains, objective.model, target, prompts), 3) if tau else None,
         )
     return table
 
 
 def head_by_kind(
-    target: LoadedModel, head, work: Path, per_kind: int = 3, unroll: int = 2
+    target: LoadedModel, head, work: Path, per_kind: int = 3, unroll: int = 2, tau: bool = True
 ) -> dict[str, Validation]:
     """kind -> `Validation` of an EAGLE `head` (trained here or not) on the first `per_kind`
     held-out prompts of each kind: the table `specdec train` writes in a card's
@@ -122,4 +122,4 @@ def head_by_kind(
         draft_ids = torch.arange(target.vocab_size, device=target.device)
     lm_head = target.model.get_output_embeddings()
     objective = Objective("eagle", head, lm_head, draft_ids.to(target.device), 0.0, unroll)
-    return validation_by_kind("eagle", objective, target, taken)
+    return validation_by_kind("eagle", objective, target, taken, tau)
