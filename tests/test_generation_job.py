@@ -254,6 +254,26 @@ def test_training_on_a_job_records_its_mix_by_source_and_kind(setup, tmp_path):
     assert set(mix["sources"]) == {"magpie", "sharegpt-first", "sharegpt-later", "long", "code"}
 
 
+def test_a_budget_smaller_than_the_job_keeps_its_mix(setup, tmp_path):
+    work = tmp_path / "work"
+    plan = tiny_plan(setup, tokens=3000, mix={"magpie": 3.0, "sharegpt-first": 1.0, "code": 2.0})
+    run_job(work, plan)
+    shards = _shards(work)
+    whole, _ = load_samples(work)
+    _, part = load_samples(work, tokens=sum(len(s.ids) for s in whole) // 2)
+    behind = {
+        source: part["sources"][source]["answer_tokens"] / share
+        for source, share in plan.mix.items()
+    }
+    largest = {  # one batch's answer tokens, per share
+        source: max(sum(len(s["ids"]) - s["start"] for s in shard["samples"]) for shard in found)
+        / plan.mix[source]
+        for source, found in shards.items()
+    }
+    for source, share_taken in behind.items():  # none ahead of another by more than a batch
+        assert share_taken - min(behind.values()) <= largest[source], (source, behind)
+
+
 def test_one_batch_slowed_by_a_pause_does_not_set_the_rate():
     progress = job.SourceProgress(budget=1000, rates=[300.0, 310.0, 5.0, 290.0])
     assert progress.rate == 300.0  # the median of the recent batches, not the mean

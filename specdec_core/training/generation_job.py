@@ -177,36 +177,39 @@ def read_shards(work: Path, source: str) -> Iterator[dict]:
 
 
 def load_samples(work: Path, tokens: int | None = None) -> tuple[list[datasets.Sample], dict]:
-    """The answered turns of the job in WORK, the sources interleaved batch by batch (so a
-    budget smaller than the whole takes every source alike), until `tokens` tokens (prompts
-    included; all without); -> (samples, the mix of those: samples and answer tokens per
-    source, answer tokens per kind, and what the filter dropped)."""
+    """The answered turns of the job in WORK until `tokens` tokens (prompts included; all
+    without), batch by batch, the next batch from the source furthest behind its share of the
+    answer tokens taken (the job's own rule), so a budget smaller than the whole keeps the
+    job's mix; -> (samples, the mix of those: samples and answer tokens per source, answer
+    tokens per kind, and what the filter dropped)."""
     if not (work / "job.json").is_file():
         raise SpecdecError(f"{work} holds no generation job (no job.json); see specdec data start")
-    streams = [read_shards(work, source) for source in SOURCES]
+    mix_shares = JobPlan.read(work / "job.json").mix
+    shares = {source: mix_shares[source] for source in SOURCES if mix_shares.get(source, 0) > 0}
+    streams = {source: read_shards(work, source) for source in shares}
+    behind = dict.fromkeys(shares, 0.0)  # answer tokens taken / share, per source
     samples: list[datasets.Sample] = []
     mix: dict = {"sources": {}, "kinds": {}, "rejected": {}}
     taken, budget = 0, tokens if tokens is not None else float("inf")
     while streams and taken < budget:
-        still = []
-        for stream in streams:
-            shard = next(stream, None)
-            if shard is None:
-                continue
-            still.append(stream)
-            entry = mix["sources"].setdefault(shard["source"], {"samples": 0, "answer_tokens": 0})
-            for sample in shard["samples"]:
-                if taken >= budget:
-                    break
-                samples.append(datasets.Sample(sample["ids"], sample["start"]))
-                taken += len(sample["ids"])
-                made = len(sample["ids"]) - sample["start"]
-                entry["samples"] += 1
-                entry["answer_tokens"] += made
-                mix["kinds"][sample["kind"]] = mix["kinds"].get(sample["kind"], 0) + made
-            for reason, count in shard["rejected"].items():
-                mix["rejected"][reason] = mix["rejected"].get(reason, 0) + count
-        streams = still
+        source = min(streams, key=behind.__getitem__)  # ties: SOURCES order
+        shard = next(streams[source], None)
+        if shard is None:
+            del streams[source]
+            continue
+        entry = mix["sources"].setdefault(source, {"samples": 0, "answer_tokens": 0})
+        for sample in shard["samples"]:
+            if taken >= budget:
+                break
+            samples.append(datasets.Sample(sample["ids"], sample["start"]))
+            taken += len(sample["ids"])
+            made = len(sample["ids"]) - sample["start"]
+            entry["samples"] += 1
+            entry["answer_tokens"] += made
+            behind[source] += made / shares[source]
+            mix["kinds"][sample["kind"]] = mix["kinds"].get(sample["kind"], 0) + made
+        for reason, count in shard["rejected"].items():
+            mix["rejected"][reason] = mix["rejected"].get(reason, 0) + count
     return samples, mix
 
 
