@@ -53,11 +53,14 @@ def starting_model(
     on the `draft_vocab` most frequent tokens of `data` (0 = all).
     """
     vocab = target.vocab_size
-    frequent = frequent_tokens(data, min(draft_vocab or vocab, vocab), vocab).to(target.device)
+    if init_head is None or repick_vocab:  # counted over the data only when it picks them
+        frequent = frequent_tokens(data, min(draft_vocab or vocab, vocab), vocab)
+        draft_ids = frequent.to(target.device)
     if init_head is None:
         variant = Eagle3Variant(fc_norm=True) if input_norms else OFFICIAL
-        return build_model(trains, target.model, frequent, arch, layers, variant), frequent
-    draft_ids = frequent if repick_vocab else init_head.draft_ids()
+        return build_model(trains, target.model, draft_ids, arch, layers, variant), draft_ids
+    if not repick_vocab:
+        draft_ids = init_head.draft_ids()
     have = head_layers(init_head)
     layers = max(layers, have)
     model = build_model(trains, target.model, draft_ids, init_head.kind, layers, init_head.variant)
