@@ -106,10 +106,11 @@ def head_by_kind(
     `validation_by_kind`, teacher-forced top-1 taken as the mean of `unroll` passes. The
     target's answers and their features are cached under `work` (a training run's `--work`
     holds the same files)."""
+    from specdec_core.eagle.head import fused_layers
     from specdec_core.training.features import extract_features
-    from specdec_core.training.layout import input_layers
 
-    fused = input_layers(head.kind, target)
+    # the layers EAGLE-3 reads (layout.input_layers; imported from there, training would cycle)
+    fused = fused_layers(target.model.config.num_hidden_layers) if head.kind == "eagle3" else ()
     suffix = "-eagle3" if fused else ""
     taken = {
         kind: (prompts, extract_features(
