@@ -20,6 +20,15 @@ keys share one call. Up to `PATH_ROWS` rows (trees, chains); longer forwards (a 
 cached turn) keep the masked call, the same in `ar` and speculative runs.
 Measured: docs/benchmarks.md#bfloat16-verification-with-ars-bits.
 
+A batched generation step (many sequences, one new token each, under their padding mask) in
+reduced precision attends by two matrix products instead (`batched_step_attention`): torch's
+CPU kernel takes 3.3 ms for a bf16 layer of 64 rows over 100 keys where the products take
+0.3 (14 against 1.1 ms over 400 keys), which made the kernel most of a step of a training-data
+generation job. Its bits are not the kernel's: the scores are rounded to bf16 before a float32
+softmax, an error about twice the kernel's (docs/eagle.md#generation-speed-on-a-cpu); nothing
+compares such a step's bits with anything, and single-sequence forwards (every decoding method)
+never take this path.
+
 `use_grouped_sdpa(model, rows_like_ar=...)` registers these functions with transformers'
 `AttentionInterface` (and the sdpa mask builder under the same names) and switches a CPU model
 to one: targets (and drafts, loaded alike) attend row by row in reduced precision (`PATH_NAME`),
@@ -58,6 +67,8 @@ def grouped_sdpa_forward(
     is_causal: bool | None = None,
     **kwargs,
 ) -> tuple[torch.Tensor, None]:
+    if is_batched_step(query, attention_mask, dropout, kwargs):
+        return batched_step_attention(query, key, value, attention_mask, scaling), None
     grouped = getattr(module, "num_key_value_groups", 1) > 1
     if attention_mask is None or not grouped or kwargs.get("position_bias") is not None:
         return sdpa_attention_forward(
@@ -68,6 +79,47 @@ def grouped_sdpa_forward(
         enable_gqa=True,
     )  # fmt: skip
     return out.transpose(1, 2).contiguous(), None  # [B, q, heads, d]
+
+
+def is_batched_step(
+    query: torch.Tensor, mask: torch.Tensor | None, dropout: float, kwargs: dict
+) -> bool:
+    """A reduced-precision CPU forward of several sequences, one query row each, under a mask
+    (a batched `generate` step), with nothing `batched_step_attention` does not do."""
+    return (
+        query.dtype in REDUCED
+        and query.device.type == "cpu"
+        and query.shape[0] > 1
+        and query.shape[2] == 1
+        and mask is not None
+        and dropout == 0.0
+        and kwargs.get("position_bias") is None
+        and kwargs.get("softcap") is None
+        and not torch.is_grad_enabled()
+    )
+
+
+def batched_step_attention(
+    query: torch.Tensor,  # [B, heads, 1, d]
+    key: torch.Tensor,  # [B, kv_heads, kv, d]
+    value: torch.Tensor,  # [B, kv_heads, kv, d]
+    mask: torch.Tensor,  # [B, 1, 1, kv] (additive or boolean)
+    scaling: float | None,
+) -> torch.Tensor:
+    """One query row per sequence by two matrix products, the query heads of a key/value head
+    side by side as rows; softmax in float32: [B, 1, heads, d]."""
+    batch, heads, _, dim = query.shape
+    kv_heads = key.shape[1]
+    scale = dim**-0.5 if scaling is None else scaling
+    grouped = (query * scale).view(batch, kv_heads, heads // kv_heads, dim)
+    scores = torch.matmul(grouped, key.transpose(-1, -2)).float()  # [B, kv_heads, g, kv]
+    if mask.dtype == torch.bool:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    else:
+        scores = scores + mask.float()
+    weights = torch.softmax(scores, dim=-1).to(value.dtype)
+    out = torch.matmul(weights, value)  # [B, kv_heads, g, d_v]
+    return out.view(batch, heads, 1, value.shape[3]).transpose(1, 2).contiguous()
 
 
 def path_sdpa_forward(

@@ -182,3 +182,82 @@ def test_path_attention_gives_each_row_the_bits_of_its_own_unmasked_call(dtype):
     padded = mask.clone()
     padded[0, 0, 2] = torch.finfo(dtype).min  # a row that sees nothing: left to the masked call
     assert cpu_attention.row_groups(padded) is None
+
+
+def _padded_step(dtype, boolean: bool):
+    """One generation step of 5 left-padded sequences over 24 cached keys: q, k, v, mask."""
+    generator = torch.Generator().manual_seed(1)
+    query = torch.randn(5, 4, 1, 8, generator=generator) * 2
+    key = torch.randn(5, 2, 24, 8, generator=generator) * 2
+    value = torch.randn(5, 2, 24, 8, generator=generator)
+    allowed = torch.ones(5, 1, 1, 24, dtype=torch.bool)
+    for row, padding in enumerate((0, 3, 7, 12, 20)):
+        allowed[row, :, :, :padding] = False
+    mask = allowed if boolean else torch.zeros(allowed.shape).masked_fill(~allowed, -1e30)
+    return query.to(dtype), key.to(dtype), value.to(dtype), mask.to(mask.dtype), allowed
+
+
+@pytest.mark.parametrize("boolean", [True, False], ids=["bool-mask", "additive-mask"])
+def test_a_bf16_batched_generation_step_attends_within_bf16_rounding_of_float32(boolean):
+    """The two-product attention of a batched step: each sequence over its own keys only (its
+    padding changes nothing), within about twice the kernel's bf16 error of float32."""
+    module = tiny_model(seed=0).model.layers[0].self_attn
+    q, k, v, mask, allowed = _padded_step(torch.float32, boolean)
+    reference = torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, attn_mask=allowed, enable_gqa=True
+    ).transpose(1, 2)
+    bf16 = [t.bfloat16() for t in (q, k, v)]
+    bf16_mask = mask if boolean else mask.bfloat16()
+    with torch.no_grad():
+        assert cpu_attention.is_batched_step(bf16[0], bf16_mask, 0.0, {})
+        got, _ = cpu_attention.grouped_sdpa_forward(module, *bf16, bf16_mask)
+        kernel = torch.nn.functional.scaled_dot_product_attention(
+            *bf16, attn_mask=allowed, enable_gqa=True
+        ).transpose(1, 2)
+    error = (got.float() - reference).abs().mean()
+    assert error <= 3 * (kernel.float() - reference).abs().mean()
+    assert error < 0.02
+    v_changed = v.clone()
+    v_changed[~allowed[:, 0, 0].unsqueeze(1).expand(-1, 2, -1)] = 100.0  # padding's values
+    with torch.no_grad():
+        again, _ = cpu_attention.grouped_sdpa_forward(
+            module, bf16[0], bf16[1], v_changed.bfloat16(), bf16_mask
+        )
+    assert torch.equal(again, got)
+
+
+@torch.no_grad()
+def test_only_a_reduced_precision_step_of_several_sequences_takes_the_batched_path():
+    q, _, _, mask, _ = _padded_step(torch.bfloat16, True)
+    assert cpu_attention.is_batched_step(q, mask, 0.0, {})
+    assert not cpu_attention.is_batched_step(q.float(), mask, 0.0, {})  # float32: the kernel
+    assert not cpu_attention.is_batched_step(q[:1], mask[:1], 0.0, {})  # one sequence (decoding)
+    assert not cpu_attention.is_batched_step(q, None, 0.0, {})
+    assert not cpu_attention.is_batched_step(q, mask, 0.0, {"softcap": 30.0})
+    with torch.enable_grad():
+        assert not cpu_attention.is_batched_step(q, mask, 0.0, {})
+    prefill = torch.zeros(5, 4, 3, 8, dtype=torch.bfloat16)  # several query rows
+    assert not cpu_attention.is_batched_step(prefill, mask, 0.0, {})
+
+
+def test_a_bf16_batched_generation_answers_as_the_masked_kernel_does(monkeypatch):
+    """Left-padded prompts answered together in bf16: the batched steps take the two-product
+    attention, and the greedy answers are the ones torch's masked kernel gives."""
+    from specdec_core.eagle.data import answer_batch
+
+    model = tiny_model(seed=5, layers=3).to(torch.bfloat16)
+    fast_cpu_paths(model, rows_like_ar=True)
+    prompts = [list(range(3, 3 + n)) for n in (4, 9, 15, 6)]
+    steps = []
+    original = cpu_attention.batched_step_attention
+
+    def counted(*args):
+        steps.append(args[0].shape[0])
+        return original(*args)
+
+    monkeypatch.setattr(cpu_attention, "batched_step_attention", counted)
+    fast = answer_batch(model, prompts, 12, pad=0, eos_ids={2})
+    assert steps and set(steps) == {4}
+    monkeypatch.setattr(cpu_attention, "is_batched_step", lambda *args: False)
+    kernel = answer_batch(model, prompts, 12, pad=0, eos_ids={2})
+    assert [answer for answer, _ in fast] == [answer for answer, _ in kernel]
