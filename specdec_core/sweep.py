@@ -147,8 +147,11 @@ def _resumable(json_out: Path | None, header: dict[str, Any]) -> list[MeasuredPo
     if not json_out.is_file():
         return []
     saved = read_sweep(json_out, "pass another --json-out")
-    fixed = [k for k in header if k != "axes"]
+    fixed = [k for k in header if k not in ("axes", "environment")]
     changed = [k for k in fixed if saved.header.get(k) != header[k]]
+    machine = (header.get("environment") or {}).get("machine")
+    if machine != (saved.header.get("environment") or {}).get("machine", machine):
+        changed.append("machine")  # speedups from two machines never share a file
     if changed:
         raise SpecdecError(
             f"{json_out} was measured with other settings ({', '.join(changed)} differ); "

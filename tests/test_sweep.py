@@ -103,6 +103,22 @@ def test_resume_refuses_a_file_measured_with_other_settings(tmp_path):
         run_sweep("classic", Grid({"k": [1]}), DecodeConfig(), FakeMeasure(), resume=True)
 
 
+def test_resume_refuses_a_file_measured_on_another_machine_but_not_on_another_day(tmp_path):
+    out = tmp_path / "sweep.json"
+
+    def header(machine: str, date: str) -> dict:
+        return {"environment": {"machine": machine, "date": date}}
+
+    grid = Grid({"k": [1, 2]})
+    run_sweep("classic", Grid({"k": [1]}), DecodeConfig(), FakeMeasure(), header("A", "1"), out)
+    again = run_sweep(
+        "classic", grid, DecodeConfig(), FakeMeasure(), header("A", "2"), out, resume=True
+    )
+    assert len(again.points) == 2
+    with pytest.raises(SpecdecError, match="machine"):
+        run_sweep("classic", grid, DecodeConfig(), FakeMeasure(), header("B", "2"), out, True)
+
+
 def test_autotune_picks_the_argmax_of_its_own_measured_table():
     measure = FakeMeasure(speed={1: 1.1, 2: 1.4, 3: 1.9, 4: 1.6, 6: 1.2, 8: 0.8})
     tuned = autotune_k("classic", DecodeConfig(), measure)
@@ -192,6 +208,9 @@ def test_cli_sweep_writes_json_and_png_and_resumes(tmp_path, monkeypatch, tiny_t
     assert len(json.loads(out.read_text())["points"]) == 2
     assert png.read_bytes()[:8] == PNG_MAGIC
     assert "best at T=0.0" in capsys.readouterr().out
+    environment = json.loads(out.read_text())["sweep"]["environment"]
+    assert environment["command"].startswith("specdec sweep --method ngram")
+    assert environment["torch"] and environment["machine"] and environment["date"]
     assert cli.main([*argv, "--k", "1,2,3", "--temperature", "0", "--resume"]) == 0
     assert [p["point"]["k"] for p in json.loads(out.read_text())["points"]] == [1, 2, 3]
     assert cli.main(["sweep", "--method", "ngram", "--prompts", str(prompts)]) == 2

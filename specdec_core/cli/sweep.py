@@ -53,6 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from specdec_core.cli.options import check_policy
+    from specdec_core.environment import command_line, current_environment
     from specdec_core.models import load_model
     from specdec_core.prompts import read_prompt_file
     from specdec_core.sweep import BenchMeasure, Grid, apply_point, run_sweep
@@ -77,6 +78,9 @@ def run(args: argparse.Namespace) -> int:
         "specs": model_specs(args),
         "raw": args.raw,
         "baseline": args.baseline,
+        "environment": current_environment(
+            target.device, args.invocation or command_line()
+        ).to_record(),
     }
     measure = BenchMeasure(target, prompts, model_specs(args), args.raw)
     try:

@@ -23,7 +23,7 @@ from specdec_core.errors import SpecdecError
 from specdec_core.models import LoadedModel, load_model
 from specdec_core.training.card import ModelCard, Validation, trained_epochs
 from specdec_core.training.data_sources import Collected, collect
-from specdec_core.training.features import Featured, extract_features
+from specdec_core.training.features import Featured, extract_features, feature_shards
 from specdec_core.training.layout import Layout, layout_settings, resolve_layout
 from specdec_core.training.loop import train
 from specdec_core.training.magpie import evaluation_prompts
@@ -236,8 +236,7 @@ def _by_kind(
 
 def _featured(request: TrainRequest, target: LoadedModel, samples, name: str, fused, **kwargs):
     """Features of `samples`, in shards WORK/features-NAME (unless `cache_features` is off)."""
-    suffix = "-eagle3" if fused else ""  # EAGLE-3 shards also hold the fused layers
-    shards = request.work_dir / f"features-{name}{suffix}" if request.cache_features else None
+    shards = feature_shards(request.work_dir, name, fused) if request.cache_features else None
     return extract_features(target.model, samples, shards, layers=fused, **kwargs)
 
 

@@ -27,6 +27,13 @@ class Featured:
 
 
 @torch.inference_mode()
+def feature_shards(work: Path, name: str, layers: tuple[int, ...] = ()) -> Path:
+    """Where `extract_features` keeps the shards of the samples called `name` in a training
+    work folder: WORK/features-NAME, with `-eagle3` where they also hold the fused `layers`
+    (an EAGLE-3 head's), so the two layouts never read each other's."""
+    return work / f"features-{name}{'-eagle3' if layers else ''}"
+
+
 def extract_features(
     model,
     samples: list[Sample],

@@ -107,14 +107,14 @@ def head_by_kind(
     target's answers and their features are cached under `work` (a training run's `--work`
     holds the same files)."""
     from specdec_core.eagle.head import fused_layers
-    from specdec_core.training.features import extract_features
+    from specdec_core.training.features import extract_features, feature_shards
 
     # the layers EAGLE-3 reads (layout.input_layers; imported from there, training would cycle)
     fused = fused_layers(target.model.config.num_hidden_layers) if head.kind == "eagle3" else ()
-    suffix = "-eagle3" if fused else ""
     taken = {
         kind: (prompts, extract_features(
-            target.model, answers, work / f"features-kinds-heldout-{kind}{suffix}", layers=fused
+            target.model, answers, feature_shards(work, f"kinds-heldout-{kind}", fused),
+            layers=fused,
         ))
         for kind, (prompts, answers) in held_out_by_kind(target, work, per_kind).items()
     }  # fmt: skip
