@@ -49,6 +49,9 @@ NAME = "specdec_grouped_sdpa"
 PATH_NAME = "specdec_path_sdpa"  # grouped, and row by row in reduced precision
 PATH_ROWS = 64  # query rows up to which a reduced-precision forward attends row by row
 REDUCED = (torch.bfloat16, torch.float16)
+# arguments some models pass that change what attention computes (a bias, soft-capping,
+# attention sinks): a forward with any of them keeps torch's kernel
+CHANGES_ATTENTION = ("position_bias", "softcap", "s_aux")
 MEMO = 4  # masks whose row groups are kept: one forward's layers share a mask (two kinds of
 # layer in a model with sliding windows)
 
@@ -93,8 +96,7 @@ def is_batched_step(
         and query.shape[2] == 1
         and mask is not None
         and dropout == 0.0
-        and kwargs.get("position_bias") is None
-        and kwargs.get("softcap") is None
+        and all(kwargs.get(name) is None for name in CHANGES_ATTENTION)
         and not torch.is_grad_enabled()
     )
 

@@ -234,6 +234,7 @@ def test_only_a_reduced_precision_step_of_several_sequences_takes_the_batched_pa
     assert not cpu_attention.is_batched_step(q[:1], mask[:1], 0.0, {})  # one sequence (decoding)
     assert not cpu_attention.is_batched_step(q, None, 0.0, {})
     assert not cpu_attention.is_batched_step(q, mask, 0.0, {"softcap": 30.0})
+    assert not cpu_attention.is_batched_step(q, mask, 0.0, {"s_aux": torch.zeros(4)})  # sinks
     with torch.enable_grad():
         assert not cpu_attention.is_batched_step(q, mask, 0.0, {})
     prefill = torch.zeros(5, 4, 3, 8, dtype=torch.bfloat16)  # several query rows
