@@ -90,7 +90,7 @@ def _plan_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--rows",
         type=int,
-        help="requests answered together in one generate call, sorted by length (default 64; "
+        help="requests answered together in one generate call, sorted by length (default 128; "
         "a GPU takes more; may change when a job resumes)",
     )
     parser.add_argument("--max-new-tokens", type=int, help="longest answer (default 256)")

@@ -75,7 +75,7 @@ class JobPlan:
     mix: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_MIX))
     batch: int = 128  # requests per batch (one shard)
     long_batch: int = 32  # requests per batch of the `long` source
-    rows: int = 64  # requests answered together in one generate call, sorted by length
+    rows: int = 128  # requests answered together in one generate call, sorted by length
     max_new_tokens: int = 256
     seed: int = 0
     exclude: tuple[str, ...] = ()  # evaluation prompt files (JSONL, paths or globs)
