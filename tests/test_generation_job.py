@@ -289,3 +289,16 @@ def test_writing_ends_once_enough_user_turns_have_ended():
     assert EnoughEnded(2, {2}, 0.5)(ids, None).all()  # 2 of 4 rows ended: enough at half
     assert not EnoughEnded(2, {2}, 0.9)(ids, None).any()
     assert not EnoughEnded(3, {2}, 0.5)(ids[:, :3], None).any()  # the prompts' own ids
+
+
+def test_requests_are_answered_in_calls_of_like_length_prompts():
+    lengths = [900, 35, 40, 300, 50, 60, 620, 45, 180, 100]
+    calls = job.like_lengths(lengths, rows=3)
+    assert sorted(i for call in calls for i in call) == list(range(len(lengths)))  # each once
+    assert all(len(call) <= 3 for call in calls)
+    for call in calls:
+        shortest, longest = min(lengths[i] for i in call), max(lengths[i] for i in call)
+        assert longest <= 2 * shortest + job.PADDING_SLACK  # padding stays bounded
+    flat = [lengths[i] for call in calls for i in call]
+    assert flat == sorted(lengths)  # shortest first, in order
+    assert job.like_lengths([40] * 7, rows=3) == [[0, 1, 2], [3, 4, 5], [6]]  # full calls
