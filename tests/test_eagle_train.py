@@ -69,6 +69,7 @@ def test_self_distillation_keeps_features_equal_to_a_fresh_forward(tiny_target, 
     for a, b in zip(kept, fresh, strict=True):
         torch.testing.assert_close(a.hidden, b.hidden[: len(a.hidden)], atol=1e-4, rtol=1e-4)
         assert a.ids.tolist() == b.ids.tolist()[: len(a.ids)]
+        assert not b.hidden.requires_grad  # features are data, taken without autograd
 
 
 def test_sampled_answers_without_kept_features_get_them_from_one_forward(tiny_target, tmp_path):

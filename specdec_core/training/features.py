@@ -26,7 +26,6 @@ class Featured:
     fused: torch.Tensor | None = None  # [n, 3h] EAGLE-3 input: hidden states of `layers`
 
 
-@torch.inference_mode()
 def feature_shards(work: Path, name: str, layers: tuple[int, ...] = ()) -> Path:
     """Where `extract_features` keeps the shards of the samples called `name` in a training
     work folder: WORK/features-NAME, with `-eagle3` where they also hold the fused `layers`
@@ -34,6 +33,7 @@ def feature_shards(work: Path, name: str, layers: tuple[int, ...] = ()) -> Path:
     return work / f"features-{name}{'-eagle3' if layers else ''}"
 
 
+@torch.inference_mode()
 def extract_features(
     model,
     samples: list[Sample],
