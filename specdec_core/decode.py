@@ -92,6 +92,7 @@ def generate(
     ids = list(prompt_ids)
     kept = _Kept(prefix, target.model, drafter.feature_layers)
     features = kept.prefill(runner, ids)
+    drafter.attach(runner)
     drafter.begin(ids, features)
     laps = Laps(target.device)  # from here on every clock read ends a phase (StepPhases)
     prefill_seconds = laps.mark - started
@@ -128,6 +129,7 @@ def generate(
             emitted = [proposal.tokens[node] for node in path] + [next_token]
             ids.extend(emitted)
             rows = select_rows(out, [0, *(node + 1 for node in path)])
+            drafter.observe(out, path)
             drafter.commit(ids, len(path), rows)
             kept.add(rows)
             laps.lap("commit")

@@ -23,7 +23,7 @@ import torch
 from specdec_core.config import DecodeConfig
 from specdec_core.drafters.base import Drafter, Proposal
 from specdec_core.errors import SpecdecError
-from specdec_core.target import TargetOutput
+from specdec_core.target import Target, TargetOutput
 
 SCHEDULES = ("fixed", "adaptive")
 K_MAX_FLOOR = 8
@@ -47,6 +47,12 @@ class AdaptiveK(Drafter):
 
     def draft_parts(self) -> dict[str, float]:
         return self.inner.draft_parts()
+
+    def attach(self, target: Target) -> None:
+        self.inner.attach(target)
+
+    def observe(self, out: TargetOutput, path: list[int]) -> None:
+        self.inner.observe(out, path)
 
     def begin(self, ids: list[int], features: TargetOutput) -> None:
         self.k = self.k_start

@@ -6,7 +6,10 @@ Drafters subclass `Drafter` and so inherit the defaults of what they may declare
 `feature_layers` (none), `describe(config)` (nothing chosen), which reports settings the
 drafter chose itself (EAGLE-2's tree size) for the `Started` event's and the summary's config,
 and `draft_parts()` (no split), where its latest `propose`'s time went (EAGLE: head forwards,
-tree building, merge) for the step's `StepPhases`.
+tree building, merge) for the step's `StepPhases`; `attach(target)` (ignored), the target runner
+of the generation, whose model and cache a self-speculative drafter drafts through; and
+`observe(out, path)` (ignored), every row of the step's target forward, where a drafter reads
+rows it proposed for its own use (lookahead decoding's Jacobi window).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Any, Protocol
 import torch
 
 from specdec_core.config import DecodeConfig
-from specdec_core.target import TargetOutput
+from specdec_core.target import Target, TargetOutput
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,15 @@ class Drafter(Protocol):
         """Seconds of the latest `propose` by part (e.g. head forwards, tree building), where
         this drafter splits it; empty where it does not."""
         return {}
+
+    def attach(self, target: Target) -> None:
+        """The target runner of this generation, given before `begin`: its model and KV cache
+        (the cache holds every committed token but the pending one between steps). A drafter
+        that drafts through them must leave the cache as it found it before `propose` returns."""
+
+    def observe(self, out: TargetOutput, path: list[int]) -> None:
+        """Every row of this step's target forward (row 0 the pending token, row i + 1 node i)
+        and the accepted node indices, before `commit`."""
 
     def begin(self, ids: list[int], features: TargetOutput) -> None:
         """A new generation: `ids` is the prompt; `features` covers ids[:-1]."""
