@@ -74,15 +74,18 @@ class SpecdecEngine:
         self._sizing: tuple[ForwardCosts, AcceptanceEstimates] | None = None
 
     def registries(self) -> Registries:
-        from specdec_core.methods import METHODS
+        from specdec_core.methods import FAMILIES, METHODS
         from specdec_core.verifiers import VERIFIERS, make_verifier, policy_params
 
-        methods = tuple(MethodInfo(m.name, m.label, m.needs, m.tree) for m in METHODS.values())
+        methods = tuple(
+            MethodInfo(m.name, m.label, m.needs, m.tree, m.family, m.summary, m.params)
+            for m in METHODS.values()
+        )
         policies = tuple(
             PolicyInfo(name, make_verifier(name).lossy, tuple(policy_params(name).items()))
             for name in VERIFIERS
         )
-        return Registries(methods, policies)
+        return Registries(methods, policies, FAMILIES)
 
     def load_target(
         self,

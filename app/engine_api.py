@@ -65,6 +65,9 @@ class MethodInfo:
     label: str
     needs: str | None  # "draft", "head" or None
     tree: bool = False
+    family: str = "baseline"  # the method picker's group
+    summary: str = ""  # one line: what it needs, what it drafts
+    params: tuple[tuple[str, float], ...] = ()  # method parameters and their defaults
 
 
 @dataclass(frozen=True)
@@ -78,9 +81,21 @@ class PolicyInfo:
 class Registries:
     methods: tuple[MethodInfo, ...]
     policies: tuple[PolicyInfo, ...]
+    families: tuple[str, ...] = ()  # the method picker's groups, in order
 
     def method(self, name: str) -> MethodInfo | None:
         return next((m for m in self.methods if m.name == name), None)
+
+    def grouped(self) -> list[tuple[str, tuple[MethodInfo, ...]]]:
+        """The methods by family, families in their order (a family the engine did not name
+        comes last); without families, one unnamed group in the registry's order."""
+        if not self.families:
+            return [("", self.methods)]
+        order = [*self.families, *(m.family for m in self.methods if m.family not in self.families)]
+        groups = [
+            (f, tuple(m for m in self.methods if m.family == f)) for f in dict.fromkeys(order)
+        ]
+        return [(family, methods) for family, methods in groups if methods]
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,13 @@ class DecodeConfig:
     tree_tokens: int | None = None  # None = auto-size for the device
     ngram_max: int = 3
     k_schedule: str = "fixed"  # or "adaptive": k follows acceptance (drafters/adaptive.py)
+    # parameters of the method itself (an exit layer, a lookahead window), by name; each
+    # method declares the ones it reads and their defaults (methods.py `Method.params`)
+    method_params: dict[str, float] = field(default_factory=dict)
+
+    def method_param(self, name: str, default: float) -> float:
+        """Method parameter `name`, or the method's `default` where it is not set."""
+        return self.method_params.get(name, default)
 
     @property
     def greedy(self) -> bool:

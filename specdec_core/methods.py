@@ -1,7 +1,10 @@
 """Method name -> drafter, from a registry (not an if/elif chain).
 
 Each entry says which extra model it needs ("draft" for a classic draft LM, "head" for an
-EAGLE head, nothing for n-gram / autoregressive) so the CLI and GUI load exactly that. A
+EAGLE head, nothing for n-gram / autoregressive) so the CLI and GUI load exactly that, the
+family it belongs to (`FAMILIES`, the groups of the window's method picker) with one line on
+what it needs and what it drafts, and the method parameters it reads (`params`: names and
+defaults, set with `--method-param NAME=VALUE` into `DecodeConfig.method_params`). A
 builder is given the suffix history the run drafts from (drafters/suffix.py; None: an empty
 one of its own); only the suffix methods use it. It is also given the forward costs and the
 acceptance estimates that EAGLE-2's tree sizing keeps (forward_costs.py, tree_sizing.py), owned
@@ -12,7 +15,7 @@ specdec_core/method_kinds.py, whose tree methods are the ones flagged `tree` her
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeAlias
 
@@ -37,14 +40,26 @@ Builder: TypeAlias = Callable[
 ]
 
 __all__ = [
+    "FAMILIES",
     "METHODS",
     "Method",
+    "check_method_params",
     "build_drafter",
     "get_method",
     "is_chain",
     "is_tree",
     "uses_history",
 ]
+
+
+# the groups of the method picker, in its order
+FAMILIES = (
+    "baseline",
+    "EAGLE heads",
+    "other heads",
+    "draft model",
+    "no training",
+)
 
 
 @dataclass(frozen=True)
@@ -55,6 +70,9 @@ class Method:
     build: Builder
     tree: bool = False  # drafts a tree (tree settings apply, no chain length k to tune)
     history: bool = False  # drafts from the suffix history of earlier runs
+    family: str = "baseline"  # one of FAMILIES
+    summary: str = ""  # one line: what it needs, what it drafts
+    params: tuple[tuple[str, float], ...] = ()  # method parameters and their defaults
 
 
 def _classic(target: LoadedModel, draft: Extra, history: History | None, *_) -> Drafter:
@@ -116,15 +134,39 @@ def _suffix(target: LoadedModel, extra: Extra, history: History | None, *_) -> D
 
 
 METHODS: dict[str, Method] = {
-    "ar": Method("ar", "Autoregressive", None, lambda *_: AutoregressiveDrafter()),
-    "classic": Method("classic", "Classic draft", "draft", _classic),
-    "ngram": Method("ngram", "N-gram lookup", None, lambda *_: NgramDrafter()),
-    "eagle": Method("eagle", "EAGLE (chain)", "head", _eagle),
-    "eagle2": Method("eagle2", "EAGLE-2 (tree)", "head", _eagle2, tree=True),
-    "eagle2-lookup": Method(
-        "eagle2-lookup", "EAGLE-2 + prompt lookup", "head", _eagle2_lookup, tree=True
+    "ar": Method(
+        "ar",
+        "Autoregressive",
+        None,
+        lambda *_: AutoregressiveDrafter(),
+        summary="the target alone, one token per forward: the reference every speedup is against",
     ),
-    "suffix": Method("suffix", "Suffix decoding (history)", None, _suffix, history=True),
+    "eagle": Method(
+        "eagle",
+        "EAGLE (chain)",
+        "head",
+        _eagle,
+        family="EAGLE heads",
+        summary="an EAGLE-1/3 head on the target's features drafts a chain of k tokens",
+    ),
+    "eagle2": Method(
+        "eagle2",
+        "EAGLE-2 (tree)",
+        "head",
+        _eagle2,
+        tree=True,
+        family="EAGLE heads",
+        summary="the EAGLE head grows a tree by confidence, sized for this device",
+    ),
+    "eagle2-lookup": Method(
+        "eagle2-lookup",
+        "EAGLE-2 + prompt lookup",
+        "head",
+        _eagle2_lookup,
+        tree=True,
+        family="EAGLE heads",
+        summary="the EAGLE-2 tree with a prompt-lookup chain merged in",
+    ),
     "eagle2-suffix": Method(
         "eagle2-suffix",
         "EAGLE-2 + suffix decoding",
@@ -132,6 +174,33 @@ METHODS: dict[str, Method] = {
         _eagle2_suffix,
         tree=True,
         history=True,
+        family="EAGLE heads",
+        summary="the EAGLE-2 tree with the suffix tree of earlier runs merged in",
+    ),
+    "classic": Method(
+        "classic",
+        "Classic draft",
+        "draft",
+        _classic,
+        family="draft model",
+        summary="a small causal LM drafts a chain of k tokens",
+    ),
+    "ngram": Method(
+        "ngram",
+        "N-gram lookup",
+        None,
+        lambda *_: NgramDrafter(),
+        family="no training",
+        summary="copies what followed the context's last n-gram in the prompt or output",
+    ),
+    "suffix": Method(
+        "suffix",
+        "Suffix decoding (history)",
+        None,
+        _suffix,
+        history=True,
+        family="no training",
+        summary="a suffix tree over this and earlier runs proposes what followed before",
     ),
 }
 
@@ -146,6 +215,21 @@ def uses_history(name: str) -> bool:
     """Does method `name` draft from the suffix history? (False outside the registry.)"""
     method = METHODS.get(name)
     return method is not None and method.history
+
+
+def check_method_params(names: Iterable[str], params: dict[str, float]) -> None:
+    """Fail before any model loads: a parameter that none of the methods `names` reads is bad
+    input (outside the registry, e.g. an HF baseline, a method reads none)."""
+    known: dict[str, float] = {}
+    for name in names:
+        if name in METHODS:
+            known.update(METHODS[name].params)
+    for param in params:
+        if param not in known:
+            offered = ", ".join(known) if known else "none"
+            raise SpecdecError(
+                f"--method-param {param}: no method here reads it (their parameters: {offered})"
+            )
 
 
 def get_method(name: str) -> Method:

@@ -27,6 +27,7 @@ from app.engine_api import Registries
 from specdec_core.config import DecodeConfig
 
 MAX_NEW_TOKENS = 4096
+NEEDS = {"draft": "uses the Draft model", "head": "uses the EAGLE head"}
 LOSSY_STYLE = (
     "QLabel { color: white; background: #c1121f; font-weight: bold; padding: 1px 6px;"
     " border-radius: 3px; }"
@@ -152,11 +153,15 @@ class DecodingPanel(QGroupBox):
         params = {name: spin.value() for name, spin in self.params.items()}  # typed by hand
         self.method.blockSignals(True)
         self.method.clear()
-        for info in registries.methods:
-            self.method.addItem(info.label, info.name)
-            needs = {"draft": "uses the Draft model", "head": "uses the EAGLE head"}
-            tip = f"{info.name}: {needs.get(info.needs or '', 'needs no extra model')}"
-            self.method.setItemData(self.method.count() - 1, tip, Qt.ItemDataRole.ToolTipRole)
+        for family, methods in registries.grouped():
+            if family:  # a group's heading: shown, never chosen
+                self.method.addItem(family.upper())
+                heading = self.method.model().item(self.method.count() - 1)
+                heading.setFlags(Qt.ItemFlag.NoItemFlags)
+            for info in methods:
+                self.method.addItem(info.label, info.name)
+                tip = f"{info.name}: {info.summary or NEEDS.get(info.needs or '', '')}"
+                self.method.setItemData(self.method.count() - 1, tip, Qt.ItemDataRole.ToolTipRole)
         self.method.blockSignals(False)
         self.policy.blockSignals(True)
         self.policy.clear()
@@ -168,6 +173,9 @@ class DecodingPanel(QGroupBox):
         self.method.setEnabled(True)
         self.policy.setEnabled(True)
         self.select(self.method, wanted_method)
+        if self.method.currentData() is None:  # a heading: the first method instead
+            first = next(i for i in range(self.method.count()) if self.method.itemData(i))
+            self.method.setCurrentIndex(first)
         self.select(self.policy, wanted_policy or "lossless")
         self._on_method()
         self._on_policy()

@@ -15,11 +15,21 @@ import signal
 import sys
 import threading
 
-from specdec_core.cli import bench, data, export, generate, sweep, train, validate, watch
+from specdec_core.cli import (
+    bench,
+    data,
+    export,
+    generate,
+    methods,
+    sweep,
+    train,
+    validate,
+    watch,
+)
 from specdec_core.environment import command_line
 from specdec_core.errors import SpecdecError, is_out_of_memory, out_of_memory
 
-COMMANDS = (generate, bench, sweep, export, train, validate, data, watch)
+COMMANDS = (generate, bench, sweep, export, train, validate, data, watch, methods)
 
 
 def interruptible() -> None:

@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     from specdec_core.bench import format_table, run_bench, stderr_progress, write_outputs
     from specdec_core.bench_entries import entry_method, parse_entry
     from specdec_core.environment import command_line, current_environment
-    from specdec_core.methods import METHODS
+    from specdec_core.methods import METHODS, check_method_params
     from specdec_core.models import load_model
     from specdec_core.prompts import read_conversations, read_prompt_file
     from specdec_core.step_profile import format_profile
@@ -95,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
         raise SpecdecError(f"unknown method(s) {', '.join(unknown)}; choose from: {known}")
     for entry in (parse_entry(m, config) for m in methods):
         check_policy(entry.config)
+    check_method_params([entry_method(m) for m in methods], config.method_params)
     adapting = adapt_settings(args, methods)
     if args.multi_turn:
         prompts = read_conversations(args.prompts, args.limit)

@@ -35,12 +35,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from specdec_core.methods import check_method_params
     from specdec_core.models import load_model
     from specdec_core.prompts import check_prompt_text, encode_prompt, read_prompt_file
     from specdec_core.runner import load_extra
     from specdec_core.runner import run as run_method
 
     config = decode_config(args)
+    check_method_params([args.method], config.method_params)
     adapting = adapt_settings(args, [args.method])
     if args.prompt is None and args.prompt_file is None:
         raise SpecdecError("no prompt; pass --prompt TEXT or --prompt-file FILE.jsonl")

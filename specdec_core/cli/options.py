@@ -181,6 +181,14 @@ def add_decode_options(parser: argparse.ArgumentParser, *, sweep: bool = False) 
         "cosine, ngram), epsilon and delta (typical), n, ngram_tau and logit_tau (ngram, "
         "hybrid), w (ensemble)",
     )
+    parser.add_argument(
+        "--method-param",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a parameter of the method, e.g. --method-param exit_layer=12 (repeatable); "
+        "`specdec methods` lists each method's parameters and defaults",
+    )
     parser.add_argument("--raw", action="store_true", help="do not apply the chat template")
 
 
@@ -265,6 +273,7 @@ def decode_config(args: argparse.Namespace, *, sweep: bool = False) -> DecodeCon
         seed=args.seed,
         policy=args.policy,
         policy_params=parse_params(args.policy_param, "--policy-param"),
+        method_params=parse_params(args.method_param, "--method-param"),
         ngram_max=args.ngram_max,
         **fields,
     )

@@ -54,6 +54,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from specdec_core.cli.options import check_policy
     from specdec_core.environment import command_line, current_environment
+    from specdec_core.methods import check_method_params
     from specdec_core.models import load_model
     from specdec_core.prompts import read_prompt_file
     from specdec_core.sweep import BenchMeasure, Grid, apply_point, run_sweep
@@ -63,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
         raise SpecdecError("nothing to sweep; pass e.g. --k 1,2,4,8 and/or --temperature 0,0.7,1")
     base, grid = decode_config(args, sweep=True), Grid(axes)
     check_policy(apply_point(base, grid.points()[0]))  # fail before any model loads
+    check_method_params([args.method], base.method_params)
     json_out = Path(args.json_out) if args.json_out else None
     if json_out is None:
         print("note: without --json-out an interrupted sweep cannot resume", file=sys.stderr)
