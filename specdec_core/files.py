@@ -1,23 +1,46 @@
-"""Writing result files so that a crash or Ctrl+C mid-write never leaves half a file; sizes
-as people read them."""
+"""Writing files so that a crash or Ctrl+C mid-write never leaves half a file, and sizes as
+people read them. Every file a resume reads (checkpoints, feature shards, answers, job files,
+cards, heads) is written here: `write_atomic` for text and bytes, `save_atomic` for torch
+objects, `save_tensors_atomic` for safetensors."""
 
 from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import IO, Any
 
 
 def write_atomic(path: Path, text: str | bytes) -> None:
     """Write `text` (or bytes) to a temporary file beside `path`, flush it to disk, then rename
     it over `path` (atomic on POSIX and Windows): readers see the old file or the new, never a
     part, and a writer killed midway leaves the old file (and at most a `.tmp` scratch file)."""
+    text_mode = {"mode": "w", "encoding": "utf-8", "newline": ""}
+    mode = {"mode": "wb"} if isinstance(text, bytes) else text_mode
+    _atomic(Path(path), mode, lambda handle: handle.write(text))
+
+
+def save_atomic(path: Path, obj: Any) -> None:
+    """`torch.save(obj)` to `path` as `write_atomic` writes: all of it or none."""
+    import torch
+
+    _atomic(Path(path), {"mode": "wb"}, lambda handle: torch.save(obj, handle))
+
+
+def save_tensors_atomic(path: Path, tensors: dict, metadata: dict[str, str] | None = None) -> None:
+    """A safetensors file of `tensors` at `path`, as `write_atomic` writes: all of it or none."""
+    from safetensors.torch import save
+
+    write_atomic(Path(path), save(tensors, metadata=metadata))
+
+
+def _atomic(path: Path, mode: dict, write: Callable[[IO], Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, scratch = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent)
     try:
-        text_mode = {"mode": "w", "encoding": "utf-8", "newline": ""}
-        with os.fdopen(fd, **({"mode": "wb"} if isinstance(text, bytes) else text_mode)) as handle:
-            handle.write(text)
+        with os.fdopen(fd, **mode) as handle:
+            write(handle)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(scratch, path)

@@ -15,10 +15,11 @@ import json
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from specdec_core.errors import SpecdecError
+from specdec_core.files import save_tensors_atomic, write_atomic
 from specdec_core.models import LoadedModel, fast_cpu_paths
 
 CARD = "specdec_card.json"
@@ -40,15 +41,15 @@ def save_draft(
     config = model.config.to_dict()
     config.update(architectures=["LlamaForCausalLM"], tie_word_embeddings=True)
     config.pop("_attn_implementation_autoset", None)
-    (directory / "config.json").write_text(json.dumps(config, indent=2, default=str))
+    write_atomic(directory / "config.json", json.dumps(config, indent=2, default=str))
     state = {
         key: value.detach().to("cpu", dtype).contiguous()
         for key, value in model.state_dict().items()
         if not key.startswith(("model.embed_tokens", "lm_head"))
     }
-    save_file(state, str(directory / "model.safetensors"))
+    save_tensors_atomic(directory / "model.safetensors", state)
     tokenizer.save_pretrained(directory)
-    (directory / CARD).write_text(json.dumps({**card, "embedding_from_target": True}, indent=2))
+    write_atomic(directory / CARD, json.dumps({**card, "embedding_from_target": True}, indent=2))
     return directory
 
 

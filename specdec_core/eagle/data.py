@@ -31,6 +31,7 @@ import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
 from specdec_core.errors import SpecdecError
+from specdec_core.files import save_atomic
 from specdec_core.kv_cache import cache_arg, generation_cache
 
 HOLDOUT = 64  # conversations held out for validation (split_conversations)
@@ -197,9 +198,7 @@ def generate_answers(
                 {"ids": prompts[i] + answer, "start": len(prompts[i]), "hidden": rows}
                 for i, (answer, rows) in zip(batch, answered, strict=True)
             ]
-            partial = shard.with_suffix(".part")  # a stopped run leaves no half-written shard
-            torch.save(made, partial)
-            partial.replace(shard)
+            save_atomic(shard, made)  # a stopped run leaves no half-written shard
             samples.extend(Sample(**s) for s in made)
         if progress is not None:
             progress(number + 1, len(batches), sum(len(s.ids) - s.start for s in samples))

@@ -39,7 +39,7 @@ import pickle
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from transformers import LlamaConfig
 
 from specdec_core import hub
@@ -48,6 +48,7 @@ from specdec_core.control import Progress, StopFlag
 from specdec_core.eagle.head import OFFICIAL, Eagle3Variant, EagleHead
 from specdec_core.eagle.layouts import TOKEN_MAP, declared_kind, flat_config, layout_of
 from specdec_core.errors import SpecdecError
+from specdec_core.files import save_tensors_atomic, write_atomic
 from specdec_core.models import LoadedModel, fast_cpu_paths
 from specdec_core.prepacked_linear import fast_bf16
 
@@ -288,14 +289,15 @@ def save_head(
         config.pop("eagle_aux_hidden_state_layer_ids", None)
         config.update(variant_config(head.variant))
     config.pop("_attn_implementation_autoset", None)
-    (directory / "config.json").write_text(json.dumps(config, indent=2, default=str))
+    write_atomic(directory / "config.json", json.dumps(config, indent=2, default=str))
     state = {
         key: value.detach().to("cpu", dtype if value.is_floating_point() else value.dtype)
         for key, value in head.state_dict().items()
     }
-    save_file({k: v.contiguous() for k, v in state.items()}, str(directory / "model.safetensors"))
+    tensors = {k: v.contiguous() for k, v in state.items()}
+    save_tensors_atomic(directory / "model.safetensors", tensors)
     if card is not None:
-        (directory / CARD).write_text(json.dumps(card, indent=2))
+        write_atomic(directory / CARD, json.dumps(card, indent=2))
     return directory
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from specdec_core.eagle.data import Sample
+from specdec_core.files import save_atomic
 
 
 @dataclass
@@ -83,7 +84,7 @@ def extract_features(
             )
             made += [kept[i] if i in kept else computed[i] for i in range(len(todo))]
             if shard is not None:
-                torch.save(made, shard)
+                save_atomic(shard, made)
         out.extend(Featured(**item) for item in made[: len(chunk)])
         if progress is not None:
             progress(

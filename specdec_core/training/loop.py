@@ -23,6 +23,7 @@ from torch import nn
 from tqdm import tqdm
 
 from specdec_core.errors import SpecdecError
+from specdec_core.files import save_atomic
 from specdec_core.training.card import EpochRecord, Validation
 from specdec_core.training.features import Featured
 from specdec_core.training.objective import Objective, collate
@@ -113,7 +114,7 @@ class Checkpoint:
             "noise": noise_state(),
             "state": state,
         }
-        torch.save(record, self.path)
+        save_atomic(self.path, record)  # a run cut off mid-save keeps the last whole checkpoint
 
 
 def noise_state() -> dict:

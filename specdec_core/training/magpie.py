@@ -29,6 +29,7 @@ import torch
 
 from specdec_core.eagle import data as datasets
 from specdec_core.errors import SpecdecError
+from specdec_core.files import write_atomic
 from specdec_core.models import LoadedModel
 from specdec_core.training.kinds import HINTS, KINDS, held_out_prompts
 
@@ -255,7 +256,7 @@ def magpie_samples(
         else:
             written = write(asked, seed * 1000 + number)
             saved = [{"kind": o.kind, "hint": o.hint, "text": text} for o, text in written]
-            cache.write_text(json.dumps(saved))
+            write_atomic(cache, json.dumps(saved))
         kind_of: dict[tuple[int, ...], str] = {}
         for opening, text in written:
             if not gate.keep(text):
