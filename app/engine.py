@@ -3,9 +3,8 @@ protocol (app/engine_api.py).
 
 Heavy modules (torch, transformers) are imported inside the methods, which run in worker
 threads, so the window opens before torch is imported. One lock keeps a load, a run, a sweep
-or an adaptation from touching the models while another does. The window takes the records
-of the protocol from app/engine_api.py; the few also named here are for code written when
-they lived in this module.
+or an adaptation from touching the models while another does. The records of the protocol
+live in app/engine_api.py, where the window and the tests take them from.
 """
 
 from __future__ import annotations

@@ -84,7 +84,7 @@ def capped(shape: TreeShape) -> TreeShape:
 
 def expected_tau(shape: TreeShape, alpha1: float = ALPHA1) -> float:
     """E[accepted tokens + 1] of the EAGLE-2 tree of `shape` under the acceptance prior."""
-    return float(_tau_curve(shape.depth, shape.topk, alpha1)[shape.nodes])
+    return float(tau_curve(shape.depth, shape.topk, alpha1)[shape.nodes])
 
 
 def choose(
@@ -102,7 +102,7 @@ def choose(
     target = [0.0] + [costs.target_seconds(n) for n in range(1, MAX_TOKENS + 1)]
     for d in [depth] if depth else range(1, MAX_DEPTH + 1):
         for k in [topk] if topk else range(1, MAX_TOPK + 1):
-            curve = _tau_curve(d, k, alpha1).tolist()  # [candidates + 1]
+            curve = tau_curve(d, k, alpha1).tolist()  # [candidates + 1]
             most = min(MAX_TOKENS, len(curve))
             head = costs.head_seconds(k)
             for n in [total_tokens] if total_tokens else range(2, most + 1):
@@ -123,7 +123,7 @@ def choose(
     return Choice(shape, tau, seconds, reason, costs)
 
 
-def _tau_curve(depth: int, topk: int, alpha1: float) -> torch.Tensor:
+def tau_curve(depth: int, topk: int, alpha1: float) -> torch.Tensor:
     """E[tau] for the best 0, 1, 2, … nodes of the beam search under the prior.  # [c + 1]"""
     pi = _rank_probs(topk, alpha1)  # [k]
     beam, values = pi, [pi]  # level 1: the root's top-k

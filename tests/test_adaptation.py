@@ -6,7 +6,8 @@ import threading
 import pytest
 import torch
 
-from app.engine import RunRequest, SpecdecEngine
+from app.engine import SpecdecEngine
+from app.engine_api import RunRequest
 from specdec_core import runner
 from specdec_core.adaptation import AdaptationBuffer, Adapter, AdaptSettings
 from specdec_core.config import DecodeConfig

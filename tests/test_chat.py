@@ -8,7 +8,8 @@ import json
 import pytest
 
 from app.chat import CONVERSATION, Chat
-from app.engine import ChatMessage, RunRequest, SpecdecEngine
+from app.engine import SpecdecEngine
+from app.engine_api import ChatMessage, RunRequest
 from specdec_core.config import DecodeConfig
 from specdec_core.detokenize import IncrementalDetokenizer
 from specdec_core.events import Finished, Step, Token, TokenKind

@@ -185,6 +185,7 @@ def test_threshold_sweep_of_a_lossy_policy_shows_the_tradeoff(qtbot, sweep_windo
     view.thresholds.setText("0.1,0.3,0.5")
     _run(qtbot, sweep_window, temperatures="0,1.0")
     assert view.axis == "policy_params.tau"
+    assert view.plot.getAxis("bottom").labelText == "policy tau"  # not "draft length k"
     assert len(view.cells) == 6
     assert len(view.tradeoff_points.data) == 6 and not view.tradeoff.isHidden()
     measured = [c for m, c in sweep_window.engine.measure.calls if m == "classic"]

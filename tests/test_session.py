@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from app.engine import Registries, TargetInfo
+from app.engine_api import Registries, TargetInfo
 from app.session import Activity, Session
 
 

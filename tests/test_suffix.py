@@ -248,7 +248,8 @@ def test_each_sweep_point_drafts_only_from_its_own_runs(tiny_target):
 def test_in_a_compare_no_method_drafts_from_another_methods_output(tiny_target):
     import threading
 
-    from app.engine import RunRequest, SpecdecEngine
+    from app.engine import SpecdecEngine
+    from app.engine_api import RunRequest
 
     engine = SpecdecEngine(tiny_target)
     config = DecodeConfig(max_new_tokens=30, k=4)
@@ -269,7 +270,8 @@ def test_in_a_compare_no_method_drafts_from_another_methods_output(tiny_target):
 def test_two_engines_never_share_a_suffix_history(tiny_target):
     import threading
 
-    from app.engine import RunRequest, SpecdecEngine
+    from app.engine import SpecdecEngine
+    from app.engine_api import RunRequest
 
     first, second = SpecdecEngine(tiny_target), SpecdecEngine(tiny_target)
     request = RunRequest("suffix", FAIR_PROMPTS[0], DecodeConfig(max_new_tokens=20), raw=True)

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import random
 
-from specdec_core import tree_sizing
-from specdec_core.tree_sizing import MAX_DEPTH, MAX_TOKENS, MAX_TOPK, Costs, TreeShape, choose
+from specdec_core.tree_sizing import (
+    MAX_DEPTH,
+    MAX_TOKENS,
+    MAX_TOPK,
+    Costs,
+    TreeShape,
+    choose,
+    tau_curve,
+)
 
 
 def plain_choice(costs: Costs, alpha1: float, depth=None, topk=None, total_tokens=None):
@@ -14,7 +21,7 @@ def plain_choice(costs: Costs, alpha1: float, depth=None, topk=None, total_token
     commit = costs.head_seconds(2)
     for d in [depth] if depth else range(1, MAX_DEPTH + 1):
         for k in [topk] if topk else range(1, MAX_TOPK + 1):
-            curve = tree_sizing._tau_curve(d, k, alpha1)
+            curve = tau_curve(d, k, alpha1)
             most = min(MAX_TOKENS, len(curve))
             for n in [total_tokens] if total_tokens else range(2, most + 1):
                 tau = float(curve[min(n - 1, len(curve) - 1)])

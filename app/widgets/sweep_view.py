@@ -335,9 +335,7 @@ class SweepView(QWidget):
         left = [(r + 0.5, f"{t:g}") for r, t in enumerate(self.rows)]
         self.plot.getAxis("bottom").setTicks([bottom])
         self.plot.getAxis("left").setTicks([left])
-        self.plot.setLabel(
-            "bottom", "tree size" if self.axis == "tree_tokens" else "draft length k"
-        )
+        self.plot.setLabel("bottom", self._axis_label())
         self.plot.setXRange(0, len(self.columns), padding=0.02)
         self.plot.setYRange(0, len(self.rows), padding=0.02)
 
