@@ -141,7 +141,7 @@ def _row(measured: MeasuredPoint, setting: str = "k") -> TuneRow:
     """A measured sweep point as a row of the tuning table."""
     return TuneRow(
         k=measured.point[setting],
-        tokens_per_second=measured.tokens_per_second,
+        tokens_per_second=measured.aggregate.tokens_per_second,
         speedup_vs_ar=measured.speedup_vs_ar,
         mean_accept_length=measured.mean_accept_length,
         ar_tokens_per_second=measured.ar_tokens_per_second,

@@ -117,11 +117,17 @@ class Step:
     tokens: tuple[Token, ...]  # emitted tokens, in order (accepted drafts, then correction/bonus)
     drafted: int  # number of draft tokens the target verified in this step
     accepted: int  # number of those accepted
-    draft_seconds: float
-    verify_seconds: float
     tree: DraftTree | None = None
     rejected: tuple[Token, ...] = ()  # REJECTED_DRAFT tokens, display only
     phases: StepPhases = field(default_factory=StepPhases)  # where the step's time went
+
+    @property
+    def draft_seconds(self) -> float:
+        return self.phases.draft_seconds
+
+    @property
+    def verify_seconds(self) -> float:
+        return self.phases.verify_seconds
 
 
 class Rates:
@@ -152,8 +158,6 @@ class RunSummary(Rates):
     text: str
     steps: int  # target forwards after the prefill
     wall_seconds: float
-    draft_seconds: float
-    verify_seconds: float
     prefill_seconds: float
     stop_reason: str  # "eos" | "max_tokens" | "stopped" | "context"
     accepted_per_position: tuple[
@@ -165,6 +169,14 @@ class RunSummary(Rates):
     # every step's phases summed; the loop's tail after the last step counts as `loop`, so
     # prefill_seconds + phases.total == wall_seconds
     phases: StepPhases = field(default_factory=StepPhases)
+
+    @property
+    def draft_seconds(self) -> float:
+        return self.phases.draft_seconds
+
+    @property
+    def verify_seconds(self) -> float:
+        return self.phases.verify_seconds
 
     def to_record(self) -> dict[str, Any]:
         """The JSON form (`specdec generate --json`, the GUI's history): every field, with

@@ -38,6 +38,7 @@ from specdec_core.method_kinds import is_tree
 from specdec_core.models import LoadedModel
 from specdec_core.prefix_cache import PrefixCache
 from specdec_core.runner import Extra, run
+from specdec_core.sweep_records import Aggregate, SpeedupSpread
 from specdec_core.tree_sizing import AcceptanceEstimates
 
 if TYPE_CHECKING:
@@ -86,71 +87,8 @@ class Row(Rates):
         return record
 
 
-@dataclass(frozen=True)
-class Aggregate:
-    """A method over several prompts: sums of tokens and time, prompt means of fidelity."""
-
-    tokens_per_second: float
-    mean_accept_length: float
-    identical_to_ar: float = 0.0  # share of prompts whose output equals ar's
-    prompts: int = 0
-    new_tokens: int = 0
-    steps: int = 0
-    wall_seconds: float = 0.0
-    draft_ms_per_step: float | None = None
-    verify_ms_per_step: float | None = None
-    lossy: bool = False
-    tree: str | None = None  # the tree size a tree method chose, on the last prompt
-    prefix_agreement: float | None = None
-    token_agreement: float | None = None
-    mean_logprob: float | None = None
-    near_ties: int = 0  # prompts whose output parts from ar's at a float near-tie
-    bugs: int = 0  # prompts whose output parts from ar's where no rounding explains it
-    identical_to_fp32: float | None = None  # share identical to an fp32 ar reference
-    speedup_vs_ar: float | None = None  # set by the caller that measured ar in the same run
-    phases: StepPhases | None = None  # every row's step phases summed; None if a row has none
-    speedup_interval: tuple[float, float] | None = None  # 95 % over prompts (SpeedupSpread)
-    speedup_per_prompt: tuple[float, ...] | None = None  # each prompt's, in prompt order
-
-    def against(
-        self, ar_tokens_per_second: float, spread: SpeedupSpread | None = None
-    ) -> Aggregate:
-        """This aggregate with its speedup over an `ar` measured in the same run, and with
-        `spread` its speedup per prompt and interval (`speedup_spread`)."""
-        speedup = self.tokens_per_second / ar_tokens_per_second if ar_tokens_per_second else 0.0
-        if spread is None:
-            return replace(self, speedup_vs_ar=speedup)
-        return replace(
-            self,
-            speedup_vs_ar=speedup,
-            speedup_interval=spread.interval,
-            speedup_per_prompt=spread.per_prompt,
-        )
-
-    def to_record(self) -> dict[str, Any]:
-        """Every field but the phases (`bench --profile` adds them: step_profile.py); the
-        speedup's interval and per-prompt values only where it has them (bench entries, not
-        sweep points)."""
-        record = asdict(self)
-        del record["phases"]
-        for name in ("speedup_interval", "speedup_per_prompt"):
-            if record[name] is None:
-                del record[name]
-        return record
-
-
 SPEEDUP_RESAMPLES = RESAMPLES  # bootstrap resamples of the prompts
 SPEEDUP_SEED = SEED  # the same rows always give the same interval
-
-
-@dataclass(frozen=True)
-class SpeedupSpread:
-    """How a run's speedup spreads over its prompts. Prompts differ (a summary drafts well, a
-    poem badly), so the interval says how much the run's speedup depends on which prompts
-    were drawn, not how precise each timing was."""
-
-    per_prompt: tuple[float, ...]  # each prompt's tokens/s over ar's on it, in prompt order
-    interval: tuple[float, float]  # (low, high): 95 % bootstrap interval of the run's speedup
 
 
 def speedup_spread(

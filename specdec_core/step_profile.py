@@ -22,7 +22,7 @@ from typing import Any
 
 from specdec_core.errors import SpecdecError
 from specdec_core.events import StepPhases
-from specdec_core.measure import Aggregate
+from specdec_core.sweep_records import Aggregate
 
 STEP = "step"  # the column of the whole step
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -115,30 +116,8 @@ def _record(
 ) -> MeasuredPoint:
     """The measured point: the method's aggregate, its speedup, and what it was run with."""
     ar_tps = ar.aggregate.tokens_per_second
-    a = metrics.aggregate.against(ar_tps)
-    return MeasuredPoint(
-        point=dict(point),
-        config=config,
-        speedup_vs_ar=a.speedup_vs_ar if a.speedup_vs_ar is not None else 0.0,
-        mean_accept_length=a.mean_accept_length,
-        tokens_per_second=a.tokens_per_second,
-        ar_tokens_per_second=ar_tps,
-        identical_to_ar=a.identical_to_ar,
-        prompts=a.prompts,
-        new_tokens=a.new_tokens,
-        steps=a.steps,
-        wall_seconds=a.wall_seconds,
-        draft_ms_per_step=a.draft_ms_per_step,
-        verify_ms_per_step=a.verify_ms_per_step,
-        lossy=a.lossy,
-        tree=a.tree,
-        prefix_agreement=a.prefix_agreement,
-        token_agreement=a.token_agreement,
-        mean_logprob=a.mean_logprob,
-        near_ties=a.near_ties,
-        bugs=a.bugs,
-        identical_to_fp32=a.identical_to_fp32,
-    )
+    aggregate = replace(metrics.aggregate.against(ar_tps), phases=None)
+    return MeasuredPoint(dict(point), config, aggregate, ar_tps)
 
 
 def _resumable(json_out: Path | None, header: dict[str, Any]) -> list[MeasuredPoint]:

@@ -33,7 +33,7 @@ def render_png(result: SweepResult, path: str | Path) -> None:
     if not points:
         raise SpecdecError("the sweep has no finished points to plot")
     varying = [n for n, values in result.header["axes"].items() if len(values) > 1]
-    fidelity = list(points[0].fidelity()) if any(p.lossy for p in points) else []
+    fidelity = list(points[0].fidelity()) if any(p.aggregate.lossy for p in points) else []
     figure = Figure(figsize=(6.5 * (1 + bool(fidelity)), 4.8), layout="constrained")
     axes = figure.subplots(1, 1 + bool(fidelity), squeeze=False)[0]
     title = f"{result.header['method']}: speedup vs ar"

@@ -20,6 +20,7 @@ from typing import Any
 
 from specdec_core.config import DecodeConfig
 from specdec_core.errors import SpecdecError
+from specdec_core.events import StepPhases
 from specdec_core.files import write_atomic
 
 AXES = ("temperature", "k", "tree_tokens", "tree_depth", "tree_topk", "k_schedule")  # config fields
@@ -71,16 +72,21 @@ def point_key(point: Point) -> str:
 
 
 @dataclass(frozen=True)
-class MeasuredPoint:
-    """One measured point of a sweep: its axes' values, the settings it ran with, the method's
-    aggregate over the prompts (`measure.Aggregate`) and the `ar` speed its speedup divides."""
+class SpeedupSpread:
+    """How a run's speedup spreads over its prompts. Prompts differ (a summary drafts well, a
+    poem badly), so the interval says how much the run's speedup depends on which prompts
+    were drawn, not how precise each timing was."""
 
-    point: Point
-    config: DecodeConfig
-    speedup_vs_ar: float
-    mean_accept_length: float  # τ
-    tokens_per_second: float = 0.0
-    ar_tokens_per_second: float = 0.0  # the baseline measured in the same process
+    per_prompt: tuple[float, ...]  # each prompt's tokens/s over ar's on it, in prompt order
+    interval: tuple[float, float]  # (low, high): 95 % bootstrap interval of the run's speedup
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """A method over several prompts: sums of tokens and time, prompt means of fidelity."""
+
+    tokens_per_second: float
+    mean_accept_length: float
     identical_to_ar: float = 0.0  # share of prompts whose output equals ar's
     prompts: int = 0
     new_tokens: int = 0
@@ -89,43 +95,109 @@ class MeasuredPoint:
     draft_ms_per_step: float | None = None
     verify_ms_per_step: float | None = None
     lossy: bool = False
-    tree: str | None = None  # 'tokens/depth/top-k' a tree method used (last prompt)
+    tree: str | None = None  # the tree size a tree method chose, on the last prompt
     prefix_agreement: float | None = None
     token_agreement: float | None = None
     mean_logprob: float | None = None
-    near_ties: int = 0
-    bugs: int = 0
-    identical_to_fp32: float | None = None
+    near_ties: int = 0  # prompts whose output parts from ar's at a float near-tie
+    bugs: int = 0  # prompts whose output parts from ar's where no rounding explains it
+    identical_to_fp32: float | None = None  # share identical to an fp32 ar reference
+    speedup_vs_ar: float | None = None  # set by the caller that measured ar in the same run
+    phases: StepPhases | None = None  # every row's step phases summed; None if a row has none
+    speedup_interval: tuple[float, float] | None = None  # 95 % over prompts (SpeedupSpread)
+    speedup_per_prompt: tuple[float, ...] | None = None  # each prompt's, in prompt order
+
+    def against(
+        self, ar_tokens_per_second: float, spread: SpeedupSpread | None = None
+    ) -> Aggregate:
+        """This aggregate with its speedup over an `ar` measured in the same run, and with
+        `spread` its speedup per prompt and interval (`speedup_spread`)."""
+        speedup = self.tokens_per_second / ar_tokens_per_second if ar_tokens_per_second else 0.0
+        if spread is None:
+            return replace(self, speedup_vs_ar=speedup)
+        return replace(
+            self,
+            speedup_vs_ar=speedup,
+            speedup_interval=spread.interval,
+            speedup_per_prompt=spread.per_prompt,
+        )
+
+    def to_record(self) -> dict[str, Any]:
+        """Every field but the phases (`bench --profile` adds them: step_profile.py); the
+        speedup's interval and per-prompt values only where it has them (bench entries, not
+        sweep points)."""
+        record = asdict(self)
+        del record["phases"]
+        for name in ("speedup_interval", "speedup_per_prompt"):
+            if record[name] is None:
+                del record[name]
+        return record
+
+
+@dataclass(frozen=True)
+class MeasuredPoint:
+    """One measured point of a sweep: its axes' values, the settings it ran with, the method's
+    `Aggregate` over the prompts (its speedup set against the `ar` of the same run) and the
+    `ar` speed that speedup divides."""
+
+    point: Point
+    config: DecodeConfig
+    aggregate: Aggregate
+    ar_tokens_per_second: float = 0.0  # the baseline measured in the same process
 
     @property
     def temperature(self) -> float:
         return self.config.temperature
 
+    @property
+    def speedup_vs_ar(self) -> float:
+        return self.aggregate.speedup_vs_ar or 0.0
+
+    @property
+    def mean_accept_length(self) -> float:  # τ
+        return self.aggregate.mean_accept_length
+
     def fidelity(self) -> dict[str, float]:
         """The fidelity numbers this point has (agreement with ar's output, target log-prob)."""
+        a = self.aggregate
         values = {
-            "prefix_agreement": self.prefix_agreement,
-            "token_agreement": self.token_agreement,
-            "mean_logprob": self.mean_logprob,
+            "prefix_agreement": a.prefix_agreement,
+            "token_agreement": a.token_agreement,
+            "mean_logprob": a.mean_logprob,
         }
         return {name: value for name, value in values.items() if value is not None}
 
     def to_record(self) -> dict[str, Any]:
-        """The JSON form of a sweep file's point (the keys of the CLI contract)."""
-        return asdict(self)
+        """The JSON form of a sweep file's point (the keys of the CLI contract): the aggregate's
+        keys, then `point`, `config` and `ar_tokens_per_second`."""
+        record = self.aggregate.to_record()
+        record["speedup_vs_ar"] = self.speedup_vs_ar
+        record.update(
+            point=dict(self.point),
+            config=asdict(self.config),
+            ar_tokens_per_second=self.ar_tokens_per_second,
+        )
+        return record
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> MeasuredPoint:
-        """A point as a sweep file holds it; keys this version does not know are skipped."""
-        names = {f.name for f in fields(cls)} - _NESTED
+        """A point as a sweep file holds it (files of earlier versions too); keys this version
+        does not know are skipped."""
+        names = {f.name for f in fields(Aggregate)} - {"phases"}
         values = {name: value for name, value in record.items() if name in names}
+        values.setdefault("tokens_per_second", 0.0)  # files of the first versions lack it
+        for name in ("speedup_interval", "speedup_per_prompt"):
+            if values.get(name) is not None:
+                values[name] = tuple(values[name])
         config_names = {f.name for f in fields(DecodeConfig)}
         saved = record["config"]
         config = DecodeConfig(**{k: v for k, v in saved.items() if k in config_names})
-        return cls(point=dict(record["point"]), config=config, **values)
-
-
-_NESTED = frozenset({"point", "config"})  # records of their own in the JSON form
+        return cls(
+            point=dict(record["point"]),
+            config=config,
+            aggregate=Aggregate(**values),
+            ar_tokens_per_second=record.get("ar_tokens_per_second", 0.0),
+        )
 
 
 @dataclass

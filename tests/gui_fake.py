@@ -28,7 +28,16 @@ from app.engine_api import (
 )
 from specdec_core.config import DecodeConfig
 from specdec_core.errors import SpecdecError
-from specdec_core.events import DraftTree, Event, Finished, RunSummary, Started, Step, Token
+from specdec_core.events import (
+    DraftTree,
+    Event,
+    Finished,
+    RunSummary,
+    Started,
+    Step,
+    StepPhases,
+    Token,
+)
 from specdec_core.events import TokenKind as Kind
 from specdec_core.sweep_records import SweepResult, TuneResult
 
@@ -56,19 +65,22 @@ def fake_step(index: int, method: str) -> Step:
         return Token(100 + n, f" w{index}.{n}", kind, index, 0.5, q)
 
     if method == "ar":
-        return Step(index, (token(0, Kind.TARGET),), 0, 0, 0.001, 0.01)
+        return Step(
+            index, (token(0, Kind.TARGET),), 0, 0, phases=StepPhases(draft=0.001, target=0.01)
+        )
     if method.startswith("eagle2"):
         tokens = (
             token(0, Kind.ACCEPTED_DRAFT, 1.0),
             token(1, Kind.ACCEPTED_DRAFT, 1.0),
             token(2, Kind.BONUS),
         )
-        return Step(index, tokens, 5, 2, 0.002, 0.01, tree=TREE)
+        return Step(index, tokens, 5, 2, tree=TREE, phases=StepPhases(draft=0.002, target=0.01))
     accepted = index % 5
     tokens = [token(n, Kind.ACCEPTED_DRAFT, 0.8) for n in range(accepted)]
     tokens.append(token(accepted, Kind.BONUS if accepted == 4 else Kind.CORRECTION))
     rejected = () if accepted == 4 else (Token(999, " no", Kind.REJECTED_DRAFT, index, 0.0, 0.3),)
-    return Step(index, tuple(tokens), 4, accepted, 0.002, 0.01, rejected=rejected)
+    timed = StepPhases(draft=0.002, target=0.01)
+    return Step(index, tuple(tokens), 4, accepted, rejected=rejected, phases=timed)
 
 
 # speedup of the fake measurement: best at k=3, and higher at lower temperature
@@ -85,7 +97,8 @@ class FakeMeasure:
         self.gate.set()
 
     def __call__(self, method: str, config: DecodeConfig, reference) -> Measurement:
-        from specdec_core.measure import Aggregate, Measurement  # torch: only when measuring
+        from specdec_core.measure import Measurement  # torch: only when measuring
+        from specdec_core.sweep_records import Aggregate
 
         self.gate.wait(5)
         self.calls.append((method, config.as_dict()))
@@ -259,8 +272,6 @@ def _summary(request: RunRequest, ids: list[int], steps: int, reason: str) -> Ru
         text="".join(f" t{i}" for i in ids),
         steps=steps,
         wall_seconds=0.01 * max(steps, 1),
-        draft_seconds=0.0,
-        verify_seconds=0.0,
         prefill_seconds=0.0,
         stop_reason=reason,
     )

@@ -8,7 +8,13 @@ from __future__ import annotations
 import time
 
 from app.engine_api import OnPoint, Progress, StopFlag, SweepRequest, TargetInfo
-from specdec_core.sweep_records import MeasuredPoint, SweepProgress, SweepResult, apply_point
+from specdec_core.sweep_records import (
+    Aggregate,
+    MeasuredPoint,
+    SweepProgress,
+    SweepResult,
+    apply_point,
+)
 from tests.gui_fake import FakeEngine
 
 LOAD_STAGES, STAGE_SECONDS = 10, 0.02  # a load: progress at each stage
@@ -43,9 +49,7 @@ class PacedEngine(FakeEngine):
                 break
             time.sleep(POINT_SECONDS)
             config = apply_point(request.base, point)
-            record = MeasuredPoint(
-                point=point, config=config, speedup_vs_ar=1.5, mean_accept_length=2.0
-            )
+            record = MeasuredPoint(point, config, Aggregate(30.0, 2.0, speedup_vs_ar=1.5))
             records.append(record)
             on_point(SweepProgress(done, len(points), point, record, None))
         return SweepResult({"method": request.method, "source": "gui"}, records)

@@ -12,7 +12,7 @@ from app.engine import SpecdecEngine
 from app.engine_api import ChatMessage, RunRequest
 from specdec_core.config import DecodeConfig
 from specdec_core.detokenize import IncrementalDetokenizer
-from specdec_core.events import Finished, Step, Token, TokenKind
+from specdec_core.events import Finished, Step, StepPhases, Token, TokenKind
 from tests import gui_fake
 from tests.gui_window import make_window_fixture, wait_idle  # noqa: F401  (fixture)
 from tests.tiny import tiny_loaded, tiny_tokenizer
@@ -158,7 +158,7 @@ def test_a_reply_ending_in_the_end_of_turn_token_shows_without_it(make_window, q
         if index == 0:  # a new run: the reply, then its autoregressive reference
             detoks.append(IncrementalDetokenizer(tokenizer, [tokenizer.bos_token_id]))
         token = Token(ids[index], detoks[-1].push(ids[index]), TokenKind.TARGET, index, 0.5)
-        return Step(index, (token,), 0, 0, 0.001, 0.01)
+        return Step(index, (token,), 0, 0, phases=StepPhases(draft=0.001, target=0.01))
 
     monkeypatch.setattr(gui_fake, "fake_step", step)
     window = make_window(gui_fake.FakeEngine(steps=len(ids)))

@@ -34,7 +34,7 @@ def run(panel: PlotsPanel, name: str, steps: list[Step]) -> None:
 
 
 def nothing(index: int) -> Step:
-    return Step(index, (), 0, 0, 0.0, 0.0)
+    return Step(index, (), 0, 0)
 
 
 def test_the_tokens_per_step_axis_starts_at_zero_or_above(qtbot, panel):

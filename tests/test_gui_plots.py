@@ -53,7 +53,7 @@ def test_the_token_plots_never_show_a_negative_y_axis(panel, qtbot):
     below zero."""
     panel.show()
     panel.begin_series("Classic draft", "#E69F00")
-    panel.add_step("Classic draft", Step(0, (), 0, 0, 0.0, 0.0))
+    panel.add_step("Classic draft", Step(0, (), 0, 0))
     for i in range(1, 5):
         panel.add_step("Classic draft", fake_step(i, "classic"))
     panel.redraw()

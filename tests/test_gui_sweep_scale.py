@@ -16,7 +16,7 @@ from app.widgets.sweep_view import (
     tune_words,
 )
 from specdec_core.config import DecodeConfig
-from specdec_core.sweep_records import MeasuredPoint, TuneResult, TuneRow
+from specdec_core.sweep_records import Aggregate, MeasuredPoint, TuneResult, TuneRow
 
 
 @pytest.fixture
@@ -29,7 +29,7 @@ def view(qtbot):
 def at(point: dict, speedup: float) -> MeasuredPoint:
     """A point measured at `speedup` (τ 1: the view colours by speedup alone)."""
     config = DecodeConfig(temperature=point["temperature"])
-    return MeasuredPoint(point=point, config=config, speedup_vs_ar=speedup, mean_accept_length=1.0)
+    return MeasuredPoint(point, config, Aggregate(speedup, 1.0, speedup_vs_ar=speedup))
 
 
 def measured(view: SweepView, speedups: dict[int, float], temperature: float = 0.0) -> None:

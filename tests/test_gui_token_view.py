@@ -7,7 +7,7 @@ from dataclasses import replace
 from app.palette import KIND_COLORS, KIND_LABELS
 from app.widgets.legend import Legend
 from app.widgets.token_view import TokenView
-from specdec_core.events import Step, Token, TokenKind
+from specdec_core.events import Step, StepPhases, Token, TokenKind
 from tests.gui_fake import fake_step
 
 
@@ -19,7 +19,7 @@ def _all_kinds_step() -> Step:
         Token(4, " down", TokenKind.TARGET, 3, 0.66, None),
     )
     rejected = (Token(9, " dog", TokenKind.REJECTED_DRAFT, 3, 0.0, 0.3),)
-    return Step(3, tokens, 2, 1, 0.0, 0.0, rejected=rejected)
+    return Step(3, tokens, 2, 1, rejected=rejected)
 
 
 def test_each_token_kind_gets_its_colour_and_tooltip(qtbot):
@@ -103,8 +103,7 @@ def test_the_summary_line_names_tau_speed_end_reason_and_tree_size():
         text="",
         steps=10,
         wall_seconds=2.0,
-        draft_seconds=0.5,
-        verify_seconds=1.0,
+        phases=StepPhases(draft=0.5, target=1.0),
         prefill_seconds=0.1,
         stop_reason="eos",
         config={"tree_tokens": 12, "tree_depth": 4, "tree_topk": 3, "tree_sizing": "measured"},

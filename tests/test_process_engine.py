@@ -55,9 +55,9 @@ def untimed(events: list) -> list:
     out = []
     for event in events:
         if isinstance(event, Step):
-            event = replace(event, draft_seconds=0.0, verify_seconds=0.0, phases=StepPhases())
+            event = replace(event, phases=StepPhases())
         elif isinstance(event, Finished):
-            times = dict.fromkeys(("wall", "draft", "verify", "prefill"), 0.0)
+            times = dict.fromkeys(("wall", "prefill"), 0.0)
             fields = {f"{name}_seconds": value for name, value in times.items()}
             event = Finished(replace(event.summary, **fields, phases=StepPhases()))
         out.append(event)

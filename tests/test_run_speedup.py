@@ -72,7 +72,7 @@ def test_no_interval_without_steps_or_time():
 def test_a_step_takes_its_draft_verify_and_loop_time_and_gives_its_tokens():
     tokens = tuple(Token(n, "x", TokenKind.ACCEPTED_DRAFT, 0, 0.5) for n in range(3))
     phases = StepPhases(draft=0.01, target=0.02, accept=0.003, keep=0.001, commit=0.004, loop=0.2)
-    step = Step(0, tokens, 4, 2, phases.draft_seconds, phases.verify_seconds, phases=phases)
+    step = Step(0, tokens, 4, 2, phases=phases)
     timed = StepTime.of(step)
     assert timed.tokens == 3
     assert timed.seconds == pytest.approx(phases.total)

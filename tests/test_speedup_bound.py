@@ -21,8 +21,6 @@ def summary(method: str, new_tokens: int, steps: int, seconds: float, lossy=Fals
         text="x" * new_tokens,
         steps=steps,
         wall_seconds=seconds,
-        draft_seconds=0.0,
-        verify_seconds=0.0,
         prefill_seconds=0.0,
         stop_reason="max_tokens",
     )
@@ -80,7 +78,7 @@ def test_compare_never_shows_a_speedup_above_tau(qtbot):
 
 def test_bench_marks_a_speedup_above_tau_as_disturbed_in_table_and_json():
     from specdec_core.bench import BenchResult, format_table
-    from specdec_core.measure import Aggregate
+    from specdec_core.sweep_records import Aggregate
 
     result = BenchResult(config={})
     result.methods["ar"] = Aggregate(10.0, 1.0, speedup_vs_ar=1.0)

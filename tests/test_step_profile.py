@@ -14,9 +14,9 @@ from specdec_core.config import DecodeConfig
 from specdec_core.decode import generate
 from specdec_core.eagle.formats import save_head
 from specdec_core.events import Finished, Step, StepPhases
-from specdec_core.measure import Aggregate
 from specdec_core.methods import build_drafter
 from specdec_core.step_profile import format_profile, profiles
+from specdec_core.sweep_records import Aggregate
 from tests.eagle_tiny import tiny_head
 from tests.tiny import prompt, tiny_model, tiny_tokenizer
 

@@ -12,8 +12,9 @@ import pytest
 from specdec_core.autotune import TuneRow, autotune_k, check_tunable, choose_k
 from specdec_core.config import DecodeConfig
 from specdec_core.errors import SpecdecError
-from specdec_core.measure import Aggregate, Measurement
+from specdec_core.measure import Measurement
 from specdec_core.sweep import BenchMeasure, Grid, apply_point, run_sweep
+from specdec_core.sweep_records import Aggregate
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -164,7 +165,7 @@ def test_png_heatmap_curve_and_fidelity_panel(tmp_path):
     two_axes = run_sweep("eagle", grid, DecodeConfig(), FakeMeasure({2: 1.3}))
     one_axis = run_sweep("eagle", Grid({"k": [1, 2, 4]}), DecodeConfig(), FakeMeasure())
     lossy = {"lossy": True, "prefix_agreement": 0.5, "mean_logprob": -1.2}
-    one_axis.points = [replace(p, **lossy) for p in one_axis.points]
+    one_axis.points = [replace(p, aggregate=replace(p.aggregate, **lossy)) for p in one_axis.points]
     for name, result in (("heat.png", two_axes), ("curve.png", one_axis)):
         render_png(result, tmp_path / name)
         assert (tmp_path / name).read_bytes()[:8] == PNG_MAGIC
@@ -189,8 +190,8 @@ def test_a_real_sweep_on_tiny_models_measures_speedup_and_identity(tiny_target, 
     result = run_sweep("classic", Grid({"k": [1, 3]}), config, measure)
     assert [p.point["k"] for p in result.points] == [1, 3]
     for measured in result.points:
-        assert measured.speedup_vs_ar > 0 and measured.new_tokens == 8
-        assert measured.identical_to_ar == 1.0  # greedy speculative output equals ar
+        assert measured.speedup_vs_ar > 0 and measured.aggregate.new_tokens == 8
+        assert measured.aggregate.identical_to_ar == 1.0  # greedy speculative output equals ar
         assert "token_ids" not in measured.to_record()
 
 

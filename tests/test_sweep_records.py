@@ -13,9 +13,8 @@ from specdec_core.cli.sweep import format_sweep
 from specdec_core.config import DecodeConfig
 from specdec_core.errors import SpecdecError
 from specdec_core.export import best_of_sweep
-from specdec_core.measure import Aggregate
 from specdec_core.sweep import Grid, run_sweep
-from specdec_core.sweep_records import MeasuredPoint, SweepResult, read_sweep
+from specdec_core.sweep_records import Aggregate, MeasuredPoint, SweepResult, read_sweep
 from tests.test_sweep import FakeMeasure
 
 PREVIOUS = Path(__file__).parent / "fixtures" / "sweeps" / "eagle-previous-format.json"
@@ -34,7 +33,8 @@ def test_a_sweep_file_of_the_previous_version_reads_as_typed_points():
     assert first.speedup_vs_ar == pytest.approx(0.7707134167379309)
     assert first.mean_accept_length == pytest.approx(1.3241379310344827)
     assert first.ar_tokens_per_second == pytest.approx(8.96636120528074)
-    assert (first.near_ties, first.bugs, first.identical_to_fp32) == (0, 0, None)
+    a = first.aggregate
+    assert (a.near_ties, a.bugs, a.identical_to_fp32) == (0, 0, None)
     assert result.best().point == {"temperature": 0.7, "k": 3}
     assert {t: p.point["k"] for t, p in result.best_by_temperature().items()} == {0.0: 3, 0.7: 3}
 
@@ -47,7 +47,11 @@ def test_rewriting_a_previous_file_keeps_every_key_and_value_it_had(tmp_path):
     assert new["best_by_temperature"].keys() == old["best_by_temperature"].keys()
     written = zip([*old["points"], old["best"]], [*new["points"], new["best"]], strict=True)
     for before, after in written:
-        assert {key: after[key] for key in before} == before
+        assert {key: after[key] for key in before if key != "config"} == {
+            key: value for key, value in before.items() if key != "config"
+        }
+        # the settings keep every key and value; settings added since get their defaults
+        assert {key: after["config"][key] for key in before["config"]} == before["config"]
 
 
 def test_a_new_sweep_file_has_the_keys_of_the_previous_format(tmp_path):
@@ -98,10 +102,8 @@ def test_a_measured_point_round_trips_through_its_record():
     point = MeasuredPoint(
         point={"temperature": 0.7, "policy_params.tau": 0.3},
         config=DecodeConfig(temperature=0.7, policy="threshold", policy_params={"tau": 0.3}),
-        speedup_vs_ar=1.4,
-        mean_accept_length=2.5,
-        lossy=True,
-        token_agreement=0.9,
+        aggregate=Aggregate(2.0, 2.5, lossy=True, token_agreement=0.9, speedup_vs_ar=1.4),
+        ar_tokens_per_second=1.5,
     )
     assert MeasuredPoint.from_record(json.loads(json.dumps(point.to_record()))) == point
     assert point.fidelity() == {"token_agreement": 0.9}

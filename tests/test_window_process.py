@@ -31,12 +31,12 @@ def wait_until(condition, seconds=30.0):
 
 SWEEP_AND_TUNE = """
 from specdec_core.config import DecodeConfig
-from specdec_core.sweep_records import Grid, MeasuredPoint, SweepResult, TuneResult, TuneRow
+from specdec_core.sweep_records import (
+    Aggregate, Grid, MeasuredPoint, SweepResult, TuneResult, TuneRow
+)
 grid = Grid({"k": [1, 2], "temperature": [0.0]})
 point = grid.points()[0]
-record = MeasuredPoint(
-    point=point, config=DecodeConfig(), speedup_vs_ar=1.5, mean_accept_length=2.0
-)
+record = MeasuredPoint(point, DecodeConfig(), Aggregate(30.0, 2.0, speedup_vs_ar=1.5))
 window.sweep.show_result(SweepResult({"method": "eagle"}, [record]))
 assert "1.50× vs autoregressive" in window.sweep.view.status.text()
 row = TuneRow(2, 30.0, 1.5, 2.0, 20.0)

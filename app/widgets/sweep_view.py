@@ -357,9 +357,9 @@ class SweepView(QWidget):
 
     def _redraw_tradeoff(self) -> None:
         rows = [
-            (r.mean_accept_length, r.token_agreement, r)
+            (r.mean_accept_length, r.aggregate.token_agreement, r)
             for r in self.records.values()
-            if r.token_agreement is not None
+            if r.aggregate.token_agreement is not None
         ]
         self.tradeoff_points.setData([x for x, _, _ in rows], [y for _, y, _ in rows])
         for label in self.tradeoff_labels:

@@ -112,8 +112,8 @@ def format_sweep(result: SweepResult) -> str:
     """The measured points as a table (fidelity columns for lossy ones), then the best point
     per temperature."""
     names = list(result.header["axes"])
-    lossy = any(p.lossy for p in result.points)
-    tree = any(p.tree for p in result.points)  # tokens/depth/top-k a tree method used
+    lossy = any(p.aggregate.lossy for p in result.points)
+    tree = any(p.aggregate.tree for p in result.points)  # tokens/depth/top-k a tree method used
     header = "".join(f"{n.removeprefix('policy_params.'):>12}" for n in names)
     header += f"{'tok/s':>8}{'ar tok/s':>9}{'speedup':>9}{'tau':>7}"
     header += f"{'prefix':>8}{'logp':>8}" if lossy else ""
@@ -121,11 +121,11 @@ def format_sweep(result: SweepResult) -> str:
     lines = [header, "-" * len(header)]
     for p in result.points:
         cells = "".join(f"{show(p.point[n]):>12}" for n in names)
-        cells += f"{p.tokens_per_second:>8.1f}{p.ar_tokens_per_second:>9.1f}"
+        cells += f"{p.aggregate.tokens_per_second:>8.1f}{p.ar_tokens_per_second:>9.1f}"
         cells += f"{p.speedup_vs_ar:>8.2f}x{p.mean_accept_length:>7.2f}"
         if lossy:
-            cells += _number(p.prefix_agreement, 8) + _number(p.mean_logprob, 8)
-        cells += f"{p.tree or '-':>12}" if tree else ""
+            cells += _number(p.aggregate.prefix_agreement, 8) + _number(p.aggregate.mean_logprob, 8)
+        cells += f"{p.aggregate.tree or '-':>12}" if tree else ""
         lines.append(cells)
     for temperature, best in result.best_by_temperature().items():
         point = ", ".join(f"{k}={show(v)}" for k, v in best.point.items())
