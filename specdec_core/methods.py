@@ -32,8 +32,10 @@ from specdec_core.tree_sizing import AcceptanceEstimates
 
 if TYPE_CHECKING:
     from specdec_core.eagle.head import EagleHead
+    from specdec_core.mlp_speculator.head import MLPSpeculator
 
-Extra: TypeAlias = "LoadedModel | EagleHead | None"  # what a method needs besides the target
+# what a method needs besides the target
+Extra: TypeAlias = "LoadedModel | EagleHead | MLPSpeculator | None"
 # (target, extra, suffix history, forward costs, acceptance estimates) -> the drafter
 Builder: TypeAlias = Callable[
     [LoadedModel, Extra, "History | None", ForwardCosts, AcceptanceEstimates], Drafter
@@ -111,6 +113,12 @@ def _eagle2_lookup(
     return Eagle2LookupDrafter(head, target.model, costs, acceptance)
 
 
+def _mlp_speculator(target: LoadedModel, speculator: Extra, *_) -> Drafter:
+    from specdec_core.drafters.mlp_speculator import build
+
+    return build(target, speculator)
+
+
 def vocabulary_key(target: LoadedModel) -> tuple:
     """What a suffix history is kept per: ids of one tokenizer mean nothing to another."""
     return (getattr(target.tokenizer, "name_or_path", ""), target.vocab_size)
@@ -176,6 +184,14 @@ METHODS: dict[str, Method] = {
         history=True,
         family="EAGLE heads",
         summary="the EAGLE-2 tree with the suffix tree of earlier runs merged in",
+    ),
+    "mlp-speculator": Method(
+        "mlp-speculator",
+        "MLP speculator (chain)",
+        "speculator",
+        _mlp_speculator,
+        family="other heads",
+        summary="IBM's MLP speculator on the target's last hidden state drafts a chain",
     ),
     "classic": Method(
         "classic",

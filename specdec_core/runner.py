@@ -33,9 +33,10 @@ if TYPE_CHECKING:
     import torch
 
     from specdec_core.eagle.head import EagleHead
+    from specdec_core.mlp_speculator.head import MLPSpeculator
 
 # (spec, target, progress=None) -> the draft or head; hub downloads report through progress
-ExtraLoader = Callable[..., "LoadedModel | EagleHead"]
+ExtraLoader = Callable[..., "LoadedModel | EagleHead | MLPSpeculator"]
 
 
 def load_draft(spec: str, target: LoadedModel, progress: Progress | None = None) -> LoadedModel:
@@ -74,7 +75,21 @@ def load_head(
     return load_eagle_head(spec, target, dtype, progress=progress)
 
 
-EXTRA_LOADERS: dict[str, ExtraLoader] = {"draft": load_draft, "head": load_head}
+def load_speculator(
+    spec: str, target: LoadedModel, progress: Progress | None = None
+) -> MLPSpeculator:
+    """`embedded` is the MLP speculator bundled for the embedded model; else a directory or
+    hub id in the layout vLLM loads (mlp_speculator/formats.py)."""
+    from specdec_core.mlp_speculator.formats import load_speculator as load
+
+    return load(spec, target, progress=progress)
+
+
+EXTRA_LOADERS: dict[str, ExtraLoader] = {
+    "draft": load_draft,
+    "head": load_head,
+    "speculator": load_speculator,
+}
 
 
 def extra_kind(method: str) -> str | None:

@@ -79,6 +79,11 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
         default="embedded",
         help="EAGLE head: embedded (bundled), embedded-vN (one it replaced), a folder or hub id",
     )
+    parser.add_argument(
+        "--speculator",
+        default="embedded",
+        help="MLP speculator (vLLM's layout): embedded (bundled), a folder or hub id",
+    )
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"])
     parser.add_argument(
         "--dtype", default="auto", choices=["auto", "float32", "float16", "bfloat16"]
@@ -289,7 +294,7 @@ def check_policy(config: DecodeConfig) -> None:
 
 
 def model_specs(args: argparse.Namespace) -> dict[str, str]:
-    return {"draft": args.draft, "head": args.head}
+    return {"draft": args.draft, "head": args.head, "speculator": args.speculator}
 
 
 def sweep_axes(args: argparse.Namespace) -> dict[str, list[Any]]:
