@@ -1,22 +1,25 @@
-"""`specdec train {eagle,draft}`: its command line (the driver is in specdec_core/training)."""
+"""`specdec train {eagle,draft,medusa}`: its command line (the drivers are in
+specdec_core/training: driver.py for eagle and draft, medusa.py for Medusa heads)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specdec_core.cli.options import add_exclude_prompts, parse_tokens
 
 if TYPE_CHECKING:
+    from specdec_core.training.medusa import MedusaTrainRequest
     from specdec_core.training.request import TrainRequest
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    train = sub.add_parser("train", help="train an EAGLE head or a token-level draft")
+    train = sub.add_parser("train", help="train an EAGLE head, a token-level draft or Medusa heads")
     train.set_defaults(handler=run, invocation=None)
-    train.add_argument("kind", choices=["eagle", "draft"])
+    train.add_argument("kind", choices=["eagle", "draft", "medusa"])
     train.add_argument("--target", default="embedded", help="embedded, hub id, dir or .gguf")
     train.add_argument(
         "--data",
@@ -59,7 +62,21 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="eagle1: decoder layers of the head (default 1, or the --init head's; more than "
         "the --init head has grows it, the new layers starting as the identity). Each layer "
-        "adds about a layer's cost to every draft step",
+        "adds about a layer's cost to every draft step. medusa: residual blocks per head "
+        "(default 1, Medusa-1)",
+    )
+    train.add_argument(
+        "--heads",
+        type=int,
+        default=4,
+        help="medusa: heads; head i predicts the token i + 2 after the target's state",
+    )
+    train.add_argument(
+        "--lm-head",
+        choices=["own", "target"],
+        default="own",
+        help="medusa: own (each head trains its own lm head, started from the target's; "
+        "Medusa-1) or target (one lm head, the target's rows, not trained: a small file)",
     )
     train.add_argument("--out", required=True, help="output directory (also resumes from it)")
     train.add_argument("--work", default=None, help="cache for data and features (OUT/work)")
@@ -72,9 +89,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--draft-vocab",
         type=int,
         default=None,
-        help="eagle: tokens the head drafts over, the most frequent of the data (default 8192, "
-        "or the --init head's; 0 = full vocabulary). With --init, an EAGLE-1 head takes a new "
-        "size: its weights carry over and the vocabulary is picked anew from the data",
+        help="eagle, medusa: tokens the head drafts over, the most frequent of the data "
+        "(default 8192, or the --init head's; 0 = full vocabulary). With --init, an EAGLE-1 "
+        "head takes a new size: its weights carry over and the vocabulary is picked anew from "
+        "the data. Medusa heads over the full vocabulary are saved in FasterDecoding's layout, "
+        "over a reduced one in vLLM's (its token_map)",
     )
     train.add_argument("--max-len", type=int, default=512, help="tokens per training sequence")
     train.add_argument("--batch-tokens", type=int, default=4096)
@@ -174,9 +193,56 @@ def request_from_args(args: argparse.Namespace) -> TrainRequest:
     )
 
 
+def medusa_request_from_args(args: argparse.Namespace) -> MedusaTrainRequest:
+    """The parsed `specdec train medusa` command line as a `MedusaTrainRequest` (checked before
+    any model loads); a flag that only an EAGLE head takes is refused."""
+    from specdec_core.environment import command_line
+    from specdec_core.errors import SpecdecError
+    from specdec_core.training.medusa import MedusaTrainRequest
+
+    for flag, value in (
+        ("--init", args.init),
+        ("--arch", args.arch),
+        ("--noise", args.noise),
+        ("--ce-weight", args.ce_weight),
+        ("--input-norms", args.input_norms or None),
+    ):
+        if value is not None:
+            raise SpecdecError(f"{flag} belongs to EAGLE heads; drop it for `specdec train medusa`")
+    per_source = ", or one per --data source (comma-separated)"
+    return MedusaTrainRequest(
+        out=args.out,
+        target=args.target,
+        data=tuple(s.strip() for s in args.data.split(",") if s.strip()),
+        tokens=tuple(parse_tokens(t, per_source) for t in str(args.tokens).split(",")),
+        epochs=args.epochs,
+        heads=args.heads,
+        layers=args.layers if args.layers is not None else 1,
+        lm_head=args.lm_head,
+        draft_vocab=args.draft_vocab,
+        work=args.work,
+        cached_only=args.cached_only,
+        max_len=args.max_len,
+        batch_tokens=args.batch_tokens,
+        lr=args.lr,
+        seed=args.seed,
+        val_prompts=args.val_prompts,
+        val_kinds=args.val_kinds,
+        device=args.device,
+        feature_dtype=args.feature_dtype,
+        seconds=args.seconds,
+        save_every=args.save_every,
+        exclude_prompts=tuple(p.strip() for p in args.exclude_prompts.split(",") if p.strip()),
+        command=args.invocation or command_line(),
+        progress_file=args.progress_file,
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     from specdec_core.training.driver import train_from_request
 
+    if args.kind == "medusa":
+        return run_medusa(args)
     request = request_from_args(args)
     try:
         card = train_from_request(request)
@@ -191,5 +257,26 @@ def run(args: argparse.Namespace) -> int:
         return 130
     record = card.to_record()
     keys = ("kind", "tokens", "epochs", "validation", "validation_by_kind")
+    print(json.dumps({k: record[k] for k in keys if k in record}))
+    return 0
+
+
+def run_medusa(args: argparse.Namespace) -> int:
+    from specdec_core.training.medusa import train_medusa
+
+    request = medusa_request_from_args(args)
+    try:
+        card = train_medusa(request)
+    except KeyboardInterrupt:
+        checkpoint = Path(request.out) / "checkpoint.pt"
+        where = (
+            f"run the same command again to resume from {checkpoint}"
+            if checkpoint.is_file()
+            else "no checkpoint was written yet; run the same command again to start over"
+        )
+        print(f"specdec: training interrupted; {where}", file=sys.stderr)
+        return 130
+    record = card.to_record()
+    keys = ("kind", "tokens", "epochs", "validation", "validation_by_kind", "medusa")
     print(json.dumps({k: record[k] for k in keys if k in record}))
     return 0

@@ -1,0 +1,487 @@
+"""`specdec train medusa`: Medusa-1 heads for any target, on the pipeline EAGLE training uses.
+
+Data and features are `specdec train`'s: the `--data` sources (data_sources.py, a `specdec
+data` job included), the target's final-norm hidden states per position (features.py; the
+shards in WORK/features-NAME are the ones EAGLE-1 training stores, so the two share them),
+batches, the learning-rate schedule and the resumable checkpoint of loop.py, the held-out
+prompts per kind of validation.py and the model card of card.py.
+
+The objective is EAGLE training's (objective.py): cross-entropy against the target's own
+distribution over the draft vocabulary. Head i at position t reads the feature h_t and learns
+the target's distribution of token t + i + 2, softmax(lm_head(h_{t+i+1})) over the draft
+vocabulary's rows; its loss counts where h_{t+i+1} is past the sample's start (the answer), and
+head i's loss is weighted 0.8^i (Medusa-1's λ_i). The heads start as Medusa's do: blocks at
+zero (the identity), every lm head a copy of the target's lm_head rows of the draft vocabulary
+(its `draft_vocab` most frequent tokens of the data, as EAGLE heads; 0: the whole vocabulary).
+
+Heads over the whole vocabulary are saved in FasterDecoding's layout; heads over a reduced
+vocabulary in vLLM's (its token_map holds the vocabulary; FasterDecoding's layout has none),
+both read by medusa/formats.py. Teacher-forced top-1 is per head against the target's argmax;
+tau is greedy decoding of held-out prompts with a VALIDATION_TREE-token Medusa tree.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from specdec_core.environment import current_environment
+from specdec_core.errors import SpecdecError
+from specdec_core.medusa.formats import MEDUSA_FILES, export_vllm, save_fasterdecoding
+from specdec_core.medusa.head import MedusaConfig, MedusaHeads
+from specdec_core.models import LoadedModel, load_model
+from specdec_core.prepacked_linear import fast_bf16
+from specdec_core.training.card import EpochRecord, ModelCard, Validation, trained_epochs
+from specdec_core.training.data_sources import check_source, collect
+from specdec_core.training.features import Featured, extract_features, feature_shards
+from specdec_core.training.loop import Checkpoint, OnStep, Schedule, batches
+from specdec_core.training.magpie import evaluation_prompts, prompt_files
+from specdec_core.training.objective import collate
+from specdec_core.training.progress_file import ProgressFile
+from specdec_core.training.starting_model import frequent_tokens
+from specdec_core.training.train_config import TrainConfig
+
+HEAD_DECAY = 0.8  # head i's loss weight is HEAD_DECAY ** i (Medusa-1)
+DRAFT_VOCAB = 8192  # default draft vocabulary, as EAGLE heads trained here
+VALIDATION_TREE = 16  # tree tokens of the validation tau
+LM_HEADS = ("own", "target")  # each head's own trained lm head | the target's rows, shared
+
+
+@dataclass(frozen=True)
+class MedusaTrainRequest:
+    """What to train and how; the defaults are `specdec train medusa`'s. Checked when made."""
+
+    out: str  # the trained heads and their card; the checkpoint too
+    target: str = "embedded"
+    data: tuple[str, ...] = ("self",)  # sources (data_sources.py)
+    tokens: tuple[int, ...] = (1_000_000,)  # token budget: one, or one per source
+    epochs: int = 2
+    heads: int = 4
+    layers: int = 1  # residual blocks per head
+    lm_head: str = "own"  # own: each head trains its lm head; target: the target's, shared
+    draft_vocab: int | None = None  # None: DRAFT_VOCAB; 0: the target's whole vocabulary
+    work: str | None = None  # cache for data and features (default OUT/work)
+    cached_only: bool = False
+    max_len: int = 512
+    batch_tokens: int = 4096
+    feature_batch_tokens: int = 4096
+    lr: float = 1e-3
+    seed: int = 0
+    val_prompts: int = 4  # held-out prompts for tau after each epoch (0 = none)
+    val_kinds: int = 3  # held-out prompts per kind for the table by kind (0 = none)
+    device: str = "cpu"
+    feature_dtype: str = "bfloat16"
+    seconds: float | None = None  # time budget from the features to the end of training
+    save_every: int = 100
+    exclude_prompts: tuple[str, ...] = ()
+    command: str | None = None
+    progress_file: str | None = None  # progress as JSON, rewritten as training goes
+
+    def __post_init__(self) -> None:
+        if not self.data:
+            raise SpecdecError("--data names no source; use self, sharegpt, magpie, FILE or a job")
+        for source in self.data:
+            check_source(source)
+        prompt_files(self.exclude_prompts)
+        if self.heads < 1:
+            raise SpecdecError(f"--heads {self.heads}: Medusa needs at least one head")
+        if self.layers < 1:
+            raise SpecdecError(f"--layers {self.layers}: a Medusa head needs a residual block")
+        if self.lm_head not in LM_HEADS:
+            raise SpecdecError(f"--lm-head {self.lm_head}: use own or target")
+        if self.draft_vocab is not None and self.draft_vocab < 0:
+            raise SpecdecError(f"--draft-vocab {self.draft_vocab}: give 0 (all) or more tokens")
+        if len(self.tokens) not in (1, len(self.data)):
+            raise SpecdecError("--tokens takes one number, or one per --data source")
+        if self.save_every < 1:
+            raise SpecdecError(f"--save-every {self.save_every}: give 1 or more optimiser steps")
+        if self.seconds is not None and self.seconds <= 0:
+            raise SpecdecError(f"--seconds {self.seconds}: give a time budget above 0")
+
+    @property
+    def budgets(self) -> tuple[int, ...]:
+        return self.tokens * len(self.data) if len(self.tokens) == 1 else self.tokens
+
+    @property
+    def work_dir(self) -> Path:
+        return Path(self.work) if self.work else Path(self.out) / "work"
+
+
+def _log(message: str) -> None:
+    print(f"[train] {message}", file=sys.stderr, flush=True)
+
+
+def starting_heads(
+    target: LoadedModel,
+    data: list[Featured],
+    heads: int,
+    layers: int,
+    draft_vocab: int,
+    shared: bool = False,
+) -> MedusaHeads:
+    """Fresh heads in float32 on the target's device: blocks at zero, lm heads the target's
+    lm_head rows of the `draft_vocab` most frequent tokens of `data` (0: every token); with
+    `shared`, one lm head for every head (vLLM's original_lm_head), which training keeps."""
+    lm = target.model.get_output_embeddings().weight
+    vocab, hidden = lm.shape
+    size = min(draft_vocab or vocab, vocab)
+    token_map = frequent_tokens(data, size, vocab) if size < vocab else None
+    reduced = size if size < vocab else 0
+    config = MedusaConfig(hidden, vocab, heads, layers, draft_vocab=reduced, shared_lm_head=shared)
+    medusa = MedusaHeads(config, token_map).float()
+    with torch.no_grad():
+        for block in medusa.blocks:
+            for res in block:
+                res.linear.weight.zero_()
+                res.linear.bias.zero_()
+        rows = lm.detach().float().cpu()[token_map if token_map is not None else slice(None)]
+        for head in medusa.lm_heads:
+            head.weight.copy_(rows)
+    return medusa.to(target.device)
+
+
+def medusa_losses(
+    heads: MedusaHeads, lm_rows: torch.Tensor, ids, hidden, mask
+) -> tuple[torch.Tensor, list[float], list[float]]:
+    """One batch: the weighted loss, and per head its cross-entropy and its top-1 agreement
+    with the target over the draft vocabulary (see the module docstring). `lm_rows` [Vd, h]:
+    the target's lm_head rows of the draft vocabulary."""
+    x = hidden.float()  # [B, T, h]
+    with torch.no_grad():
+        teacher = torch.softmax(x @ lm_rows.T, dim=-1)  # [B, T, Vd]
+    total = x.new_zeros(())
+    ces, agrees = [], []
+    for i in range(heads.num_heads):
+        n = x.shape[1] - i - 1
+        keep = mask[:, i + 1 :] if n > 0 else None  # the teacher's position t + i + 1
+        if keep is None or not keep.any():
+            ces.append(float("nan"))
+            agrees.append(float("nan"))
+            continue
+        logits = heads.head_logits(i, x[:, :n][keep]).float()  # [N, Vd]
+        p = teacher[:, i + 1 :][keep]  # [N, Vd]
+        ce = -(p * torch.log_softmax(logits, dim=-1)).sum(-1).mean()
+        total = total + HEAD_DECAY**i * ce
+        ces.append(float(ce.detach()))
+        agrees.append(float((logits.argmax(-1) == p.argmax(-1)).float().mean()))
+    return total, ces, agrees
+
+
+@torch.no_grad()
+def teacher_forced_top1(heads: MedusaHeads, data: list[Featured], lm_head) -> list[float]:
+    """Per head, the share of held-out answer positions t where the head's top-1 (a target id)
+    equals the target's argmax for token t + i + 2 (over its whole vocabulary)."""
+    device = lm_head.weight.device
+    draft_ids = heads.draft_ids().to(device)
+    hits = [0] * heads.num_heads
+    totals = [0] * heads.num_heads
+    for item in data:
+        ids, hidden, mask, _ = collate([item], device)
+        x = hidden[0].to(lm_head.weight.dtype)  # [T, h]
+        truth = lm_head(x).argmax(-1)  # [T]: the target's token after each position
+        dtype = heads.lm_heads[0].weight.dtype
+        for i in range(heads.num_heads):
+            n = x.shape[0] - i - 1
+            if n <= 0:
+                continue
+            keep = mask[0, i + 1 :]
+            guess = draft_ids[heads.head_logits(i, x[:n][keep].to(dtype)).argmax(-1)]
+            hits[i] += int((guess == truth[i + 1 :][keep]).sum())
+            totals[i] += int(keep.sum())
+    return [round(h / max(1, t), 4) for h, t in zip(hits, totals, strict=True)]
+
+
+@torch.no_grad()
+def medusa_tau(heads: MedusaHeads, target: LoadedModel, prompts: list[list[int]]) -> float:
+    """Mean acceptance length of greedy decoding of `prompts` (48 new tokens each) with a
+    VALIDATION_TREE-token Medusa tree."""
+    from specdec_core.config import DecodeConfig
+    from specdec_core.decode import generate
+    from specdec_core.drafters.medusa import MedusaDrafter
+    from specdec_core.events import Finished
+
+    heads.eval()
+    new = steps = 0
+    config = DecodeConfig(max_new_tokens=48, tree_tokens=VALIDATION_TREE)
+    drafter = MedusaDrafter(heads, target.model)
+    for prompt in prompts:
+        for event in generate(target, drafter, prompt, config):
+            if isinstance(event, Finished):
+                new += event.summary.new_tokens
+                steps += event.summary.steps
+    heads.train()
+    return round(new / max(1, steps), 3)
+
+
+@dataclass
+class _Data:
+    train: list[Featured]
+    held: list[Featured]
+    held_prompts: list[list[int]]
+    by_source: dict
+
+
+def _features(request: MedusaTrainRequest, target: LoadedModel, sources) -> _Data:
+    """Each source's samples as features (shards WORK/features-NAME, shared with EAGLE-1
+    training); the held-out part is the first source's that has any."""
+    data = _Data([], [], [], {})
+    work = request.work_dir
+    for source in sources:
+        tokens = sum(len(s.ids) for s in source.samples)
+        _log(f"{source.name}: {len(source.samples)} sequences, {tokens} tokens")
+        data.by_source[source.source] = {
+            "sequences": len(source.samples),
+            "tokens": tokens,
+            **source.mix,
+        }
+        data.train += extract_features(
+            target.model, source.samples, feature_shards(work, source.name),
+            batch_tokens=request.feature_batch_tokens,
+            progress=lambda n, total, made: _log(f"features {n}/{total} sequences: {made} tokens"),
+        )  # fmt: skip
+        if source.held and not data.held:
+            data.held = extract_features(target.model, source.held, feature_shards(work, "heldout"))
+            data.held_prompts = source.held_prompts
+    return data
+
+
+def train_medusa(request: MedusaTrainRequest) -> ModelCard:
+    """`specdec train medusa`: load the target, collect the data, train, save; -> the card."""
+    started = time.time()
+    torch.manual_seed(request.seed)
+    target = load_model(request.target, request.device, request.feature_dtype)
+    exclude = evaluation_prompts(request.exclude_prompts)
+    sources = (
+        collect(source, target, budget, request.work_dir, request.max_len, request.seed,
+                request.cached_only, exclude)
+        for source, budget in zip(request.data, request.budgets, strict=True)
+    )  # fmt: skip
+    return train_medusa_on(request, target, sources, started)
+
+
+def train_medusa_on(
+    request: MedusaTrainRequest, target: LoadedModel, sources, started: float | None = None
+) -> ModelCard:
+    """Train `request`'s heads on `sources` (`Collected`, in order) and save them with their
+    card in `request.out`; -> the card."""
+    began, started = time.monotonic(), started or time.time()
+    target.model.requires_grad_(False)
+    data = _features(request, target, sources)
+    if not data.train:
+        raise SpecdecError("no training data; check --data and --tokens")
+    size = DRAFT_VOCAB if request.draft_vocab is None else request.draft_vocab
+    shared = request.lm_head == "target"
+    heads = starting_heads(target, data.train, request.heads, request.layers, size, shared)
+    if shared:  # the target's own rows: not trained
+        heads.lm_heads.requires_grad_(False)
+    params = sum(p.numel() for p in heads.parameters() if p.requires_grad)
+    _log(f"{request.heads} Medusa heads: {params / 1e6:.1f}M trained parameters")
+    config = TrainConfig(
+        trains="medusa", epochs=request.epochs, lr=request.lr, batch_tokens=request.batch_tokens,
+        draft_vocab=heads.config.rows, noise=0.0, ce_weight=1.0, unroll=1, arch="medusa1",
+        seed=request.seed, save_every=request.save_every,
+    )  # fmt: skip
+    if request.seconds:
+        config.seconds = max(1.0, request.seconds - (time.monotonic() - began))
+    out = Path(request.out)
+    out.mkdir(parents=True, exist_ok=True)
+    lm_head = target.model.get_output_embeddings()
+
+    def validate(model: MedusaHeads) -> Validation:
+        top1 = teacher_forced_top1(model, data.held, lm_head) if data.held else [None]
+        tau = None
+        if data.held_prompts and request.val_prompts:
+            tau = medusa_tau(model, target, data.held_prompts[: request.val_prompts])
+        result = Validation(top1[0], tau)
+        save_medusa(model, out, request.target, ModelCard(kind="medusa", partial=result))
+        return result
+
+    tokens = sum(len(item.ids) for item in data.train)
+    progress = ProgressFile(Path(request.progress_file), tokens) if request.progress_file else None
+    history = MedusaTraining(
+        heads, lm_head, data.train, config, out, validate, progress.update if progress else None
+    ).run()
+    if progress is not None:
+        progress.finish(history)
+    by_kind = _by_kind(request, target, heads) if request.val_kinds else None
+    per_head = teacher_forced_top1(heads, data.held, lm_head) if data.held else []
+    card = ModelCard(
+        kind="medusa",
+        target=request.target,
+        command=request.command,
+        data=tuple(data.by_source),
+        tokens=tokens,
+        sequences=len(data.train),
+        epochs=trained_epochs(history),
+        seed=request.seed,
+        draft_vocab=heads.config.rows,
+        layers=request.layers,
+        history=tuple(history),
+        validation=history[-1] if history else None,
+        train_seconds=round(time.time() - started),
+        train_config=config,
+        data_mix={"by_source": data.by_source},
+        environment=current_environment(target.device, request.command).to_record(),
+        validation_by_kind=by_kind,
+        extra={
+            "medusa": {
+                "heads": request.heads,
+                "layers": request.layers,
+                "lm_head": request.lm_head,
+                "layout": "fasterdecoding" if heads.token_map is None else "vllm",
+                "head_loss_decay": HEAD_DECAY,
+                "teacher_forced_top1_by_head": per_head,
+                "validation_tree_tokens": VALIDATION_TREE,
+            }
+        },
+    )
+    save_medusa(heads, out, request.target, card)
+    _log(f"saved the Medusa heads to {out}")
+    return card
+
+
+def save_medusa(heads: MedusaHeads, out: Path, target: str, card: ModelCard) -> None:
+    """FasterDecoding's layout for whole-vocabulary heads, vLLM's for a reduced vocabulary
+    (float16), with the card; files of the other layout left from an earlier save go."""
+    record = card.to_record()
+    if heads.token_map is None:
+        (out / "model.safetensors").unlink(missing_ok=True)
+        save_fasterdecoding(heads, out, target, record, torch.float16)
+    else:
+        for name in MEDUSA_FILES:
+            (out / name).unlink(missing_ok=True)
+        export_vllm(heads, out, record, torch.float16)
+
+
+def _by_kind(
+    request: MedusaTrainRequest, target: LoadedModel, heads: MedusaHeads
+) -> dict[str, Validation]:
+    """kind -> head 0's teacher-forced top-1 and tau on the held-out prompts of that kind
+    (validation.held_out_by_kind; answers and features cached under WORK)."""
+    from specdec_core.training.validation import held_out_by_kind
+
+    lm_head = target.model.get_output_embeddings()
+    table = {}
+    for kind, (prompts, answers) in held_out_by_kind(
+        target, request.work_dir, request.val_kinds
+    ).items():
+        featured = extract_features(
+            target.model, answers, feature_shards(request.work_dir, f"kinds-heldout-{kind}")
+        )
+        table[kind] = Validation(
+            teacher_forced_top1(heads, featured, lm_head)[0], medusa_tau(heads, target, prompts)
+        )
+    _log(f"validation by kind: {json.dumps({k: v.to_record() for k, v in table.items()})}")
+    return table
+
+
+class MedusaTraining:
+    """The epochs over `data` (loop.py's batches, schedule and checkpoint: a rerun with the same
+    OUT resumes at the step saved); each epoch ends with `validate`; `on_step(step, steps,
+    steps_per_epoch, history)` after every optimiser step and validation (loop.OnStep)."""
+
+    def __init__(
+        self,
+        heads: MedusaHeads,
+        lm_head,
+        data: list[Featured],
+        config: TrainConfig,
+        out: Path,
+        validate: Callable[[MedusaHeads], Validation] | None = None,
+        on_step: OnStep | None = None,
+    ) -> None:
+        self.heads, self.data, self.config, self.validate = heads, data, config, validate
+        self.on_step = on_step
+        device = lm_head.weight.device
+        draft_ids = heads.draft_ids().to(device)
+        self.lm_rows = lm_head.weight[draft_ids].detach().float()  # [Vd, h]
+        self.params = [p for p in heads.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(
+            self.params, lr=config.lr, betas=(0.9, 0.95), weight_decay=0.0
+        )
+        self.generator = torch.Generator().manual_seed(config.seed)
+        first = batches(data, config.batch_tokens, torch.Generator().manual_seed(0))
+        self.steps_per_epoch = len(first)
+        plan = {
+            "sequences": len(data),
+            "tokens": sum(len(item.ids) for item in data),
+            "batch_tokens": config.batch_tokens,
+        }
+        self.checkpoint = Checkpoint(out, plan)
+        resumed = self.checkpoint.resume(heads, self.optimizer, self.generator)
+        self.state = resumed or {"epoch": 0, "step": 0, "history": [], "plan": plan}
+        self.epoch_start = self.generator.get_state()
+        self.total = max(1, self.steps_per_epoch * config.epochs)
+        self.schedule = Schedule(config, self.total, self.state.get("seconds", 0.0))
+        self.autocast = device.type == "cuda" or fast_bf16(device)
+
+    def run(self) -> list[EpochRecord]:
+        state = self.state
+        while state["epoch"] < self.config.epochs and not state.get("out_of_time"):
+            self.epoch()
+            self.end_epoch()
+        return [EpochRecord.from_record(record) for record in state["history"]]
+
+    def epoch(self) -> None:
+        state, config = self.state, self.config
+        self.epoch_start = self.generator.get_state()
+        order = batches(self.data, config.batch_tokens, self.generator)
+        done = state["step"] - state["epoch"] * self.steps_per_epoch
+        self.heads.train()
+        device = self.lm_rows.device
+        for number, items in enumerate(order[done:], done + 1):
+            if config.seconds and self.schedule.done(state["step"]) >= 1.0:
+                state["out_of_time"] = True
+                break
+            for group in self.optimizer.param_groups:
+                group["lr"] = self.schedule.rate(state["step"])
+            ids, hidden, mask, _ = collate(items, device)
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=self.autocast):
+                loss, ces, agrees = medusa_losses(self.heads, self.lm_rows, ids, hidden, mask)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(self.params, 0.5)
+            self.optimizer.step()
+            state["step"] += 1
+            state["seconds"] = self.schedule.seconds()
+            if number % 10 == 0 or number == len(order):
+                shown = " ".join(f"{c:.2f}/{a:.2f}" for c, a in zip(ces, agrees, strict=True))
+                _log(
+                    f"epoch {state['epoch'] + 1} batch {number}/{len(order)}: loss "
+                    f"{float(loss.detach()):.3f}; ce/top-1 by head {shown}"
+                )
+            if state["step"] % config.save_every == 0:
+                self.save()
+            self.stepped()
+
+    def end_epoch(self) -> None:
+        state = self.state
+        stopped = "time" if state.get("out_of_time") else None
+        if stopped:
+            epoch = round(state["step"] / self.steps_per_epoch, 2)
+        else:
+            state["epoch"] += 1
+            self.epoch_start = self.generator.get_state()
+            epoch = state["epoch"]
+        ended = time.time()
+        self.heads.eval()
+        validation = self.validate(self.heads) if self.validate is not None else Validation()
+        record = EpochRecord(epoch, state["step"], ended, validation, stopped).to_record()
+        state["history"].append(record)
+        print(json.dumps(record), flush=True)
+        self.save()
+        self.stepped()
+
+    def stepped(self) -> None:
+        if self.on_step is not None:
+            history = [EpochRecord.from_record(record) for record in self.state["history"]]
+            self.on_step(self.state["step"], self.total, self.steps_per_epoch, history)
+
+    def save(self) -> None:
+        self.checkpoint.save(self.heads, "medusa", self.optimizer, self.epoch_start, self.state)
