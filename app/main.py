@@ -1,4 +1,10 @@
-"""Entry point of `specdec-gui`: open the playground window (the embedded model loads at once)."""
+"""Entry point of `specdec-gui`: open the playground window (the embedded model loads at once).
+
+Before Qt starts, a system without the libraries Qt's xcb platform plugin needs gets one line
+naming them and the apt-get command that installs them, and exit status 2
+(`app/qt_platform.py`). Ctrl+C and SIGTERM close the window (settings saved, the engine
+process ended) and end the process within seconds, whatever it is doing (`app/signals.py`).
+"""
 
 from __future__ import annotations
 
@@ -19,11 +25,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     args, qt_args = parser.parse_known_args(argv if argv is not None else sys.argv[1:])
 
+    from app import qt_platform
+
+    problem = qt_platform.problem(qt_args=qt_args)
+    if problem:
+        print(f"specdec-gui: {problem}", file=sys.stderr)
+        return qt_platform.EXIT_CODE
+
     from PySide6.QtWidgets import QApplication
 
     from app import qt_compat
     from app.logs import setup_logging
     from app.main_window import MainWindow
+    from app.signals import SignalExit
 
     setup_logging()
     qt_compat.apply()
@@ -33,8 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     window = MainWindow(engine=make_engine(args.in_process), autoload=not args.no_load)
     if args.target:
         window.models.target.set_spec(args.target)
+    SignalExit(app, window)  # the window owns it
     window.show()
-    _close_on_signals(window)
     return app.exec()
 
 
@@ -46,19 +60,6 @@ def make_engine(in_process: bool = False):
     if in_process or os.environ.get("SPECDEC_IN_PROCESS", "") not in ("", "0"):
         return SpecdecEngine()
     return ProcessEngine()
-
-
-def _close_on_signals(window) -> None:
-    """Ctrl+C / SIGTERM close the window properly (settings saved, threads ended)."""
-    import signal
-
-    from PySide6.QtCore import QTimer
-
-    for number in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(number, lambda *_: window.close())
-    timer = QTimer(window)
-    timer.timeout.connect(lambda: None)  # let the interpreter run its signal handlers
-    timer.start(250)
 
 
 if __name__ == "__main__":
