@@ -1,10 +1,20 @@
 """File ▸ Export to server…: the vLLM and SGLang commands that serve the current setting, and
 the EAGLE head written as the chosen engine loads it.
 
-One box per engine: the command (or why this setting cannot be served), its notes, Copy (to
-the clipboard) and Save as shell script… (an executable `#!/usr/bin/env bash` file,
+One box per engine: the command (or why this setting cannot be served), its notes (a
+scrolling area: however many there are, none is cut off), Copy (to the clipboard) and Save
+as shell script… (an executable `#!/usr/bin/env bash` file,
 `specdec_core.serve.write_script`). The commands are built by the caller
-(`app/server_controller.py`); the dialog only shows and saves them.
+(`app/server_controller.py`); the dialog shows only commands that serve what is selected:
+
+- an EAGLE-1 head vLLM cannot load as it stands (a non-zero fc bias, a reduced draft
+  vocabulary: the rules of `specdec_core.head_export`, checked here from the safetensors
+  files without torch, `vllm_refusal`) gets, in vLLM's box, the one line saying so and what
+  to do, as soon as the dialog opens; choosing vLLM for Write head says it again, and the
+  head engine starts on one that takes the head;
+- vLLM's `num_speculative_tokens` is never shown as null: a tree sized "auto" has no depth to
+  export, so it is the Decoding panel's k (`config`), with a note; without `config` the box
+  says to set the tree's size instead.
 
 Below, for a method that drafts with an EAGLE head: the engine (vLLM / SGLang), a folder and
 Write head. Writing the head reads and rewrites its weights, which needs torch, and the
@@ -19,12 +29,14 @@ folder field, the commands shown and the folder's files stay as they were.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol, TypeAlias
 
+import numpy as np
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QFont, QGuiApplication
 from PySide6.QtWidgets import (
@@ -33,6 +45,7 @@ from PySide6.QtWidgets import (
     QDialogButtonBox,
     QFileDialog,
     QFormLayout,
+    QFrame,
     QGroupBox,
     QHBoxLayout,
     QLabel,
@@ -42,7 +55,12 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+from safetensors import SafetensorError, safe_open
 
+from specdec_core.config import DecodeConfig
+from specdec_core.errors import SpecdecError
+from specdec_core.export import head_format
+from specdec_core.resources import bundled_head, names_bundled_head
 from specdec_core.serve import ServeCommand, write_script
 
 ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
@@ -51,6 +69,11 @@ HEAD_HELP = (
     "vocabulary; SGLang takes both. For a head vLLM loads, train one with Layout eagle3 in "
     "the Train tab (specdec train eagle --arch eagle3)."
 )
+NO_DRAFT_LENGTH = (
+    "cannot serve this setting: vLLM drafts a chain of num_speculative_tokens, and the tree "
+    "size is auto here; set Tree depth, Tree top-k and Tree size in the Decoding panel"
+)
+NOTES_LINES = 4  # the notes area's height in lines; more scroll
 
 
 HeadDone: TypeAlias = Callable[[ServeCommand | str], None]
@@ -78,19 +101,25 @@ class ServerExportDialog(QDialog):
         commands: dict[str, ServeCommand | str],
         parent: QWidget | None = None,
         head: HeadExportSource | str | None = None,
+        config: DecodeConfig | None = None,
     ) -> None:
         """`commands`: engine -> its command, or the reason there is none. `head`: the head
-        to write for a server, or why this setting has none (None: no head section)."""
+        to write for a server, or why this setting has none (None: no head section).
+        `config`: the decoding settings the commands serve (its k fills a draft length the
+        commands leave to the engine)."""
         super().__init__(parent)
         self.setWindowTitle("Export to server")
         self.commands = dict(commands)
+        self.config = config
         self.texts: dict[str, QPlainTextEdit] = {}
+        self.notes: dict[str, QPlainTextEdit] = {}
         self.boxes: dict[str, QGroupBox] = {}
-        self._notes: dict[str, QLabel] = {}
         self._buttons: dict[str, tuple[QPushButton, QPushButton]] = {}
         self.status = QLabel("")
         self.head_source = head
-        layout = QVBoxLayout(self)
+        folder = head_folder(head.head) if isinstance(head, HeadExportSource) else None
+        self.refusals = {"vllm": vllm_refusal(folder) if folder is not None else ""}
+        layout = self._layout = QVBoxLayout(self)
         for engine, command in commands.items():
             layout.addWidget(self._box(engine))
             self._show(engine, command)
@@ -100,7 +129,7 @@ class ServerExportDialog(QDialog):
         close = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
         close.rejected.connect(self.reject)
         layout.addWidget(close)
-        self.resize(900, 620 if head is not None else 520)
+        self.resize(900, 660 if head is not None else 540)
 
     # -- the engines' commands ------------------------------------------------------------------
     def _box(self, engine: str) -> QGroupBox:
@@ -109,9 +138,12 @@ class ServerExportDialog(QDialog):
         text.setReadOnly(True)
         text.setFont(QFont("monospace"))
         text.setMaximumHeight(90)
-        notes = QLabel("")
-        notes.setWordWrap(True)
-        notes.setStyleSheet("color: #555")
+        notes = QPlainTextEdit()  # scrolls: no note is cut off, however many
+        notes.setReadOnly(True)
+        notes.setFrameShape(QFrame.Shape.NoFrame)
+        notes.setStyleSheet("QPlainTextEdit { color: #555; background: transparent; }")
+        lines = notes.fontMetrics().lineSpacing()
+        notes.setMinimumHeight(NOTES_LINES * lines + 2 * notes.frameWidth() + 8)
         copy = QPushButton("Copy")
         save = QPushButton("Save as shell script…")
         copy.clicked.connect(lambda: self.copy(engine))
@@ -122,23 +154,33 @@ class ServerExportDialog(QDialog):
         buttons.addWidget(save)
         layout = QVBoxLayout(box)
         layout.addWidget(text)
-        layout.addWidget(notes)
+        layout.addWidget(notes, 1)
         layout.addLayout(buttons)
         self.boxes[engine] = box
         self.texts[engine] = text
-        self._notes[engine] = notes
+        self.notes[engine] = notes
         self._buttons[engine] = (copy, save)
         return box
 
     def _show(self, engine: str, command: ServeCommand | str) -> None:
+        """Show `command`, or instead why it would not serve what is selected."""
+        command = self._vetted(engine, command)
         self.commands[engine] = command
         served = isinstance(command, ServeCommand)
         self.texts[engine].setPlainText(command.command if served else command)
-        self._notes[engine].setText(
-            "\n".join(f"• {note}" for note in command.notes) if served else ""
-        )
+        notes = "\n".join(f"• {note}" for note in command.notes) if served else ""
+        self.notes[engine].setPlainText(notes)
+        self.notes[engine].setVisible(bool(notes))  # the space goes to the boxes with notes
+        self._layout.setStretchFactor(self.boxes[engine], 1 if notes else 0)
         for button in self._buttons[engine]:
             button.setEnabled(served)
+
+    def _vetted(self, engine: str, command: ServeCommand | str) -> ServeCommand | str:
+        if not isinstance(command, ServeCommand):
+            return command
+        if self.refusals.get(engine):
+            return self.refusals[engine]
+        return with_draft_length(command, self.config.k if self.config is not None else None)
 
     def copy(self, engine: str) -> None:
         command = self.commands[engine]
@@ -173,6 +215,9 @@ class ServerExportDialog(QDialog):
         self.head_engine = QComboBox()
         for engine in self.commands:
             self.head_engine.addItem(ENGINE_NAMES.get(engine, engine), engine)
+        takes = [e for e in self.commands if not self.refusals.get(e)]
+        if takes:  # start on an engine that loads the head
+            self.head_engine.setCurrentIndex(self.head_engine.findData(takes[0]))
         self.head_engine.setToolTip("the engine whose loader the head is written for")
         self.head_folder = QLineEdit()
         self.head_folder.setPlaceholderText("a new or empty folder for the head's files")
@@ -207,7 +252,18 @@ class ServerExportDialog(QDialog):
             for widget in (self.head_engine, self.head_folder, choose, self.write_button):
                 widget.setEnabled(False)
             self.head_status.setText(head)
+        else:
+            self.head_engine.currentIndexChanged.connect(self._head_engine_changed)
+            self._head_engine_changed()
         return box
+
+    def _head_engine_changed(self) -> None:
+        """Say at once when the chosen engine cannot load the head as it stands."""
+        refusal = self.refusals.get(self.head_engine.currentData(), "")
+        if refusal:
+            self._head_failed(refusal)
+        elif self.head_status.text() in self.refusals.values():
+            self.head_status.setText("")
 
     def _choose_folder(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "Folder for the head", "")
@@ -221,6 +277,8 @@ class ServerExportDialog(QDialog):
         if not isinstance(source, HeadExportSource) or not self.write_button.isEnabled():
             return False
         engine = self.head_engine.currentData()
+        if self.refusals.get(engine):
+            return self._head_failed(self.refusals[engine])
         text = self.head_folder.text().strip()
         if not text:
             return self._head_failed("choose a folder for the head first (Choose… or type a path)")
@@ -276,3 +334,85 @@ def one_line(message: str) -> str:
     """An error's first line (a message is one line; a traceback is not shown here)."""
     lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
     return lines[0] if lines else "the head could not be written"
+
+
+def with_draft_length(command: ServeCommand, k: int | None) -> ServeCommand | str:
+    """`command` with vLLM's `num_speculative_tokens` set where it was left null (a tree sized
+    "auto" has no depth to export): to `k`, with a note; without `k`, why it cannot be
+    served. Any other command as it is."""
+    argv = list(command.argv)
+    if "--speculative-config" not in argv[:-1]:
+        return command
+    at = argv.index("--speculative-config") + 1
+    spec = json.loads(argv[at])
+    if spec.get("num_speculative_tokens", 0) is not None:
+        return command
+    if k is None:
+        return NO_DRAFT_LENGTH
+    argv[at] = json.dumps({**spec, "num_speculative_tokens": k})
+    note = (
+        f"num_speculative_tokens is {k}, the Decoding panel's k: the tree size is auto here "
+        "and vLLM drafts a chain; set Tree depth, Tree top-k and Tree size to export a tree's "
+        "depth instead"
+    )
+    return replace(command, argv=tuple(argv), notes=[note, *command.notes])
+
+
+def head_folder(spec: str) -> Path | None:
+    """The local folder of the head `spec` (a bundled head's name or a folder); None for a
+    hub id (not looked into offline) or a bundled head this install lacks."""
+    if names_bundled_head(spec):
+        try:
+            return bundled_head(spec)
+        except SpecdecError:
+            return None
+    folder = Path(spec).expanduser()
+    return folder if folder.is_dir() else None
+
+
+def vllm_refusal(folder: Path) -> str:
+    """Why vLLM cannot load the EAGLE-1 head in `folder` as it stands, '' when it can (or the
+    folder is not a head read here; writing it says why). The rule of
+    `specdec_core.head_export` (its vLLM EAGLE-1 export): vLLM's EAGLE-1 loader has an fc
+    without bias and drafts over the target's full vocabulary, so a non-zero fc bias or a
+    reduced draft vocabulary (d2t) cannot be carried; read from the safetensors files (their
+    headers, and the bias's bytes), without torch."""
+    try:
+        if head_format(str(folder)) != "eagle":
+            return ""
+        lost = []
+        for weights in sorted(folder.glob("*.safetensors")):
+            with safe_open(str(weights), framework="np") as handle:
+                keys = set(handle.keys())
+                if "fc.bias" in keys and _nonzero(weights, "fc.bias"):
+                    lost.insert(0, "an fc bias")
+                if "d2t" in keys:
+                    vocab = handle.get_slice("d2t").get_shape()[0]
+                    lost.append(f"a draft vocabulary of {vocab} tokens")
+    except (SpecdecError, SafetensorError, OSError, ValueError, KeyError):
+        return ""
+    if not lost:
+        return ""
+    return (
+        "vLLM cannot serve this EAGLE-1 head as it stands: its EAGLE-1 loader (llama_eagle.py) "
+        "has an fc without bias and drafts over the target's full vocabulary, and this head "
+        f"has {' and '.join(lost)}; serve it with SGLang (write the head for SGLang below), or "
+        "train an EAGLE-3 head, which vLLM loads (Train tab, Layout eagle3; specdec train "
+        "eagle --arch eagle3)"
+    )
+
+
+def _nonzero(weights: Path, key: str) -> bool:
+    """Has tensor `key` of a safetensors file a value other than ±0? Read from its bytes, so
+    that bfloat16 (which numpy lacks) is read as well: a float is ±0 when every bit but the
+    sign is clear."""
+    with weights.open("rb") as file:
+        size = int.from_bytes(file.read(8), "little")
+        entry = json.loads(file.read(size))[key]
+        start, end = entry["data_offsets"]
+        file.seek(8 + size + start)
+        raw = file.read(end - start)
+    width = {"F16": 2, "BF16": 2, "F32": 4, "F64": 8}[entry["dtype"]]
+    values = np.frombuffer(raw, dtype=f"<u{width}")
+    magnitude = np.array((1 << (8 * width - 1)) - 1, dtype=values.dtype)
+    return bool((values & magnitude).any())
