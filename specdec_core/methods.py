@@ -32,10 +32,11 @@ from specdec_core.tree_sizing import AcceptanceEstimates
 
 if TYPE_CHECKING:
     from specdec_core.eagle.head import EagleHead
+    from specdec_core.medusa.head import MedusaHeads
     from specdec_core.mlp_speculator.head import MLPSpeculator
 
 # what a method needs besides the target
-Extra: TypeAlias = "LoadedModel | EagleHead | MLPSpeculator | None"
+Extra: TypeAlias = "LoadedModel | EagleHead | MedusaHeads | MLPSpeculator | None"
 # (target, extra, suffix history, forward costs, acceptance estimates) -> the drafter
 Builder: TypeAlias = Callable[
     [LoadedModel, Extra, "History | None", ForwardCosts, AcceptanceEstimates], Drafter
@@ -113,6 +114,18 @@ def _eagle2_lookup(
     return Eagle2LookupDrafter(head, target.model, costs, acceptance)
 
 
+def _medusa(
+    target: LoadedModel,
+    heads: Extra,
+    history: History | None,
+    costs: ForwardCosts,
+    acceptance: AcceptanceEstimates,
+) -> Drafter:
+    from specdec_core.drafters.medusa import build_medusa
+
+    return build_medusa(target, heads, history, costs, acceptance)
+
+
 def _mlp_speculator(target: LoadedModel, speculator: Extra, *_) -> Drafter:
     from specdec_core.drafters.mlp_speculator import build
 
@@ -184,6 +197,15 @@ METHODS: dict[str, Method] = {
         history=True,
         family="EAGLE heads",
         summary="the EAGLE-2 tree with the suffix tree of earlier runs merged in",
+    ),
+    "medusa": Method(
+        "medusa",
+        "Medusa (tree)",
+        "medusa",
+        _medusa,
+        tree=True,
+        family="other heads",
+        summary="Medusa-1 heads on the target's last hidden state draft a sparse tree of top-k",
     ),
     "mlp-speculator": Method(
         "mlp-speculator",

@@ -33,10 +33,11 @@ if TYPE_CHECKING:
     import torch
 
     from specdec_core.eagle.head import EagleHead
+    from specdec_core.medusa.head import MedusaHeads
     from specdec_core.mlp_speculator.head import MLPSpeculator
 
 # (spec, target, progress=None) -> the draft or head; hub downloads report through progress
-ExtraLoader = Callable[..., "LoadedModel | EagleHead | MLPSpeculator"]
+ExtraLoader = Callable[..., "LoadedModel | EagleHead | MedusaHeads | MLPSpeculator"]
 
 
 def load_draft(spec: str, target: LoadedModel, progress: Progress | None = None) -> LoadedModel:
@@ -85,9 +86,18 @@ def load_speculator(
     return load(spec, target, progress=progress)
 
 
+def load_medusa(spec: str, target: LoadedModel, progress: Progress | None = None) -> MedusaHeads:
+    """`embedded` is the Medusa head bundled for the embedded model; else a directory or hub
+    id in FasterDecoding's or vLLM's layout (medusa/formats.py)."""
+    from specdec_core.medusa.formats import load_medusa as load
+
+    return load(spec, target, progress=progress)
+
+
 EXTRA_LOADERS: dict[str, ExtraLoader] = {
     "draft": load_draft,
     "head": load_head,
+    "medusa": load_medusa,
     "speculator": load_speculator,
 }
 

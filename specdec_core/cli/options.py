@@ -80,6 +80,12 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
         help="EAGLE head: embedded (bundled), embedded-vN (one it replaced), a folder or hub id",
     )
     parser.add_argument(
+        "--medusa",
+        default="embedded",
+        help="Medusa heads (FasterDecoding's or vLLM's layout): embedded (bundled), a folder "
+        "or hub id",
+    )
+    parser.add_argument(
         "--speculator",
         default="embedded",
         help="MLP speculator (vLLM's layout): embedded (bundled), a folder or hub id",
@@ -294,7 +300,12 @@ def check_policy(config: DecodeConfig) -> None:
 
 
 def model_specs(args: argparse.Namespace) -> dict[str, str]:
-    return {"draft": args.draft, "head": args.head, "speculator": args.speculator}
+    return {
+        "draft": args.draft,
+        "head": args.head,
+        "medusa": args.medusa,
+        "speculator": args.speculator,
+    }
 
 
 def sweep_axes(args: argparse.Namespace) -> dict[str, list[Any]]:
