@@ -107,7 +107,10 @@ class ServerController(QObject):
             )
 
         self.export_dialog = ServerExportDialog(
-            commands, parent=self.view.window(), head=self._head_source(method, specs, request)
+            commands,
+            parent=self.view.window(),
+            head=self._head_source(method, specs, request),
+            config=config,
         )
         self.export_dialog.open()
         return self.export_dialog

@@ -97,7 +97,7 @@ def test_writing_the_head_for_sglang_gives_the_fixture_files_and_the_command(
     assert dialog.commands["sglang"].command == shown  # Copy and Save take the new command
     status = dialog.head_status.text()
     assert "config.json, hot_ids.pt, model.safetensors" in status and str(folder) in status
-    assert "org/head" in dialog.texts["vllm"].toPlainText()  # the other engine's stays
+    assert "vLLM cannot serve this EAGLE-1 head" in dialog.texts["vllm"].toPlainText()
 
 
 def test_an_eagle3_head_is_written_for_vllm_without_a_token_map(qtbot, target, tmp_path):
@@ -223,8 +223,8 @@ def test_the_window_writes_off_the_gui_thread_and_the_dialog_waits(make_window, 
     window.engine.export_gate.clear()  # the engine holds the writing until the gate opens
     dialog = open_export(window, "eagle2")
     assert dialog.head_source.head == "embedded"  # the Head picker left empty
-    assert write(dialog, "vllm", tmp_path / "head") is False  # not yet: still writing
-    assert dialog.head_status.text().startswith("writing the head for vLLM")
+    assert write(dialog, "sglang", tmp_path / "head") is False  # not yet: still writing
+    assert dialog.head_status.text().startswith("writing the head for SGLang")
     assert not dialog.write_button.isEnabled()
     qtbot.wait(50)  # the window still answers meanwhile
     window.engine.export_gate.set()
