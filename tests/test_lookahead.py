@@ -209,6 +209,18 @@ def test_the_window_is_drawn_with_the_runs_generator_only(tiny_target):
     assert [p.tokens for p in drafter.proposals] != drafted[0]
 
 
+def test_end_of_sequence_never_enters_the_window():
+    drafter = LookaheadDrafter(LookaheadSettings(window=6, ngram_size=4), eos_ids={EOS})
+    ids = [1, EOS, 5, EOS, 6, EOS]  # a chat prompt has end-of-turn tokens
+    drafter.begin(ids, None)
+    generator = torch.Generator().manual_seed(0)
+    drafter.propose(ids, DecodeConfig(), generator)
+    assert set(drafter.window.oldest) <= {1, 5, 6}
+    drafter.window.oldest[0] = EOS  # as if the target had guessed it
+    drafter.propose(ids, DecodeConfig(), generator)
+    assert EOS not in drafter.window.oldest
+
+
 def _greedy_acceptance_then_sample(proposal, p, verifier, generator, p_soft=None):
     """A wrong rule: accept a drafted token when it is its row's argmax (the Jacobi fixed-point
     test), then sample the next token from the row after the path."""

@@ -251,7 +251,7 @@ class LookaheadDrafter(Drafter):
         self.defaults = settings or LookaheadSettings()
         self.eos_ids = set(eos_ids)
         self.settings = self.defaults
-        self.prompt: list[int] = []
+        self.prompt: list[int] = []  # what the window's guesses are drawn from
         self.pool = NgramPool(self.defaults.ngram_size, self.defaults.candidates)
         self.window: JacobiWindow | None = None
         self.last: list[int] = []  # per column, the node whose row makes its new guess
@@ -268,7 +268,7 @@ class LookaheadDrafter(Drafter):
         }
 
     def begin(self, ids: list[int], features: TargetOutput) -> None:
-        self.prompt = list(ids)
+        self.prompt = [token for token in ids if token not in self.eos_ids] or list(ids)
         self.window = None  # made by the first `propose`, which has the settings and generator
         self.last = []
 
@@ -308,7 +308,8 @@ class LookaheadDrafter(Drafter):
         self.window = JacobiWindow(self._prompt_tokens(generator, count), settings.ngram_size - 1)
 
     def _prompt_tokens(self, generator: torch.Generator, count: int) -> list[int]:
-        """`count` tokens of the prompt, drawn uniformly with the run's generator."""
+        """`count` tokens of the prompt (not its end-of-sequence tokens, where it has others),
+        drawn uniformly with the run's generator."""
         picks = torch.randint(
             len(self.prompt), (count,), generator=generator, device=generator.device
         )
