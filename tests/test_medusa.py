@@ -291,6 +291,8 @@ def test_a_spec_that_names_nothing_is_refused(tiny_target, tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(SpecdecError, match="no config.json"):
         load_medusa(str(tmp_path / "empty"), tiny_target)
+    with pytest.raises(SpecdecError, match="not in the local Hugging Face cache"):
+        load_medusa("someone/medusa-heads-nobody-cached", tiny_target)  # offline in tests
 
 
 # --- the tree ---------------------------------------------------------------------------------

@@ -155,8 +155,8 @@ class MedusaSizer:
         self._config = config
         return self._choices[key]
 
-    def proposed(self, top1: list[int]) -> None:
-        """Each head's top-1 target id in the tree just proposed."""
+    def proposed(self, top1: list[int] | None) -> None:
+        """Each head's top-1 target id in the tree just proposed (None: nothing proposed)."""
         self._top1 = top1
 
     def observe(self, ids: list[int], accepted: int) -> None:
@@ -266,6 +266,7 @@ class MedusaDrafter(Drafter):
         choice = self.sizer.choice(config)
         if self.hidden is None or not choice.paths:
             self.parts = {}
+            self.sizer.proposed(None)
             return EMPTY
         laps = Laps(self.hidden.device)
         ids_k, logq = self.heads.top_tokens(self.hidden, TOPK)  # [K, k] each
