@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, TypeAlias
 from specdec_core.drafters.autoregressive import AutoregressiveDrafter
 from specdec_core.drafters.base import Drafter
 from specdec_core.drafters.classic import ClassicDrafter, check_same_tokenizer
+from specdec_core.drafters.lookahead import PARAMS as LOOKAHEAD_PARAMS
 from specdec_core.drafters.ngram import NgramDrafter
 from specdec_core.drafters.suffix import History, SuffixDrafter
 from specdec_core.errors import SpecdecError
@@ -132,6 +133,18 @@ def _mlp_speculator(target: LoadedModel, speculator: Extra, *_) -> Drafter:
     return build(target, speculator)
 
 
+def _lookahead(
+    target: LoadedModel,
+    extra: Extra,
+    history: History | None,
+    costs: ForwardCosts,
+    acceptance: AcceptanceEstimates,
+) -> Drafter:
+    from specdec_core.drafters.lookahead import build_lookahead
+
+    return build_lookahead(target, extra, history, costs, acceptance)
+
+
 def vocabulary_key(target: LoadedModel) -> tuple:
     """What a suffix history is kept per: ids of one tokenizer mean nothing to another."""
     return (getattr(target.tokenizer, "name_or_path", ""), target.vocab_size)
@@ -239,6 +252,16 @@ METHODS: dict[str, Method] = {
         history=True,
         family="no training",
         summary="a suffix tree over this and earlier runs proposes what followed before",
+    ),
+    "lookahead": Method(
+        "lookahead",
+        "Lookahead decoding",
+        None,
+        _lookahead,
+        tree=True,
+        family="no training",
+        summary="Jacobi iterations fill an n-gram pool; its n-grams verified in the same forward",
+        params=LOOKAHEAD_PARAMS,
     ),
 }
 
