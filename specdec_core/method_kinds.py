@@ -8,7 +8,9 @@ answers `is_tree` from here; tests/test_method_kinds.py checks that both name th
 
 from __future__ import annotations
 
-TREE_METHODS = frozenset({"eagle2", "eagle2-lookup", "eagle2-suffix", "medusa", "lookahead"})
+TREE_METHODS = frozenset(
+    {"eagle2", "eagle2-lookup", "eagle2-suffix", "medusa", "mtp-tree", "lookahead"}
+)
 
 
 def is_tree(name: str) -> bool:

@@ -35,9 +35,10 @@ if TYPE_CHECKING:
     from specdec_core.eagle.head import EagleHead
     from specdec_core.medusa.head import MedusaHeads
     from specdec_core.mlp_speculator.head import MLPSpeculator
+    from specdec_core.mtp.module import MtpModule
 
 # what a method needs besides the target
-Extra: TypeAlias = "LoadedModel | EagleHead | MedusaHeads | MLPSpeculator | None"
+Extra: TypeAlias = "LoadedModel | EagleHead | MedusaHeads | MLPSpeculator | MtpModule | None"
 # (target, extra, suffix history, forward costs, acceptance estimates) -> the drafter
 Builder: TypeAlias = Callable[
     [LoadedModel, Extra, "History | None", ForwardCosts, AcceptanceEstimates], Drafter
@@ -131,6 +132,24 @@ def _mlp_speculator(target: LoadedModel, speculator: Extra, *_) -> Drafter:
     from specdec_core.drafters.mlp_speculator import build
 
     return build(target, speculator)
+
+
+def _mtp(target: LoadedModel, module: Extra, *_) -> Drafter:
+    from specdec_core.drafters.mtp import build_chain
+
+    return build_chain(target, module, None, None, None)
+
+
+def _mtp_tree(
+    target: LoadedModel,
+    module: Extra,
+    history: History | None,
+    costs: ForwardCosts,
+    acceptance: AcceptanceEstimates,
+) -> Drafter:
+    from specdec_core.drafters.mtp import build_tree
+
+    return build_tree(target, module, history, costs, acceptance)
 
 
 def _lookahead(
@@ -227,6 +246,23 @@ METHODS: dict[str, Method] = {
         _mlp_speculator,
         family="other heads",
         summary="IBM's MLP speculator on the target's last hidden state drafts a chain",
+    ),
+    "mtp": Method(
+        "mtp",
+        "Native MTP (chain)",
+        "mtp",
+        _mtp,
+        family="other heads",
+        summary="the model's own MTP layer (DeepSeek-V3, GLM-4.5, Qwen3-Next, MiMo) drafts a chain",
+    ),
+    "mtp-tree": Method(
+        "mtp-tree",
+        "Native MTP (tree)",
+        "mtp",
+        _mtp_tree,
+        tree=True,
+        family="other heads",
+        summary="the model's own MTP layer grows an EAGLE-2 tree sized for this device",
     ),
     "classic": Method(
         "classic",

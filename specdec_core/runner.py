@@ -35,9 +35,10 @@ if TYPE_CHECKING:
     from specdec_core.eagle.head import EagleHead
     from specdec_core.medusa.head import MedusaHeads
     from specdec_core.mlp_speculator.head import MLPSpeculator
+    from specdec_core.mtp.module import MtpModule
 
 # (spec, target, progress=None) -> the draft or head; hub downloads report through progress
-ExtraLoader = Callable[..., "LoadedModel | EagleHead | MedusaHeads | MLPSpeculator"]
+ExtraLoader = Callable[..., "LoadedModel | EagleHead | MedusaHeads | MLPSpeculator | MtpModule"]
 
 
 def load_draft(spec: str, target: LoadedModel, progress: Progress | None = None) -> LoadedModel:
@@ -94,10 +95,19 @@ def load_medusa(spec: str, target: LoadedModel, progress: Progress | None = None
     return load(spec, target, progress=progress)
 
 
+def load_mtp(spec: str, target: LoadedModel, progress: Progress | None = None) -> MtpModule:
+    """The MTP layer shipped in the target's own checkpoint (`embedded`, the default, means
+    the target's); another spec is another copy of that checkpoint (mtp/load.py)."""
+    from specdec_core.mtp.load import load_mtp as load
+
+    return load(None if spec == "embedded" else spec, target, progress=progress)
+
+
 EXTRA_LOADERS: dict[str, ExtraLoader] = {
     "draft": load_draft,
     "head": load_head,
     "medusa": load_medusa,
+    "mtp": load_mtp,
     "speculator": load_speculator,
 }
 

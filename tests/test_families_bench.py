@@ -11,6 +11,7 @@ from specdec_core.medusa.formats import save_fasterdecoding
 from specdec_core.methods import METHODS
 from specdec_core.mlp_speculator.formats import save_speculator
 from tests.test_medusa import random_heads
+from tests.mtp_tiny import write_checkpoint
 from tests.test_mlp_speculator import random_speculator
 from tests.tiny import tiny_model, tiny_tokenizer
 
@@ -47,3 +48,19 @@ def test_bench_runs_the_method_identical_to_ar(models, tmp_path, capsys, method)
     entry = json.loads(out.read_text())["methods"][method]
     assert entry["identical_to_ar"] == 1.0
     assert entry["new_tokens"] > 0
+
+
+@pytest.mark.parametrize("method", [m.name for m in METHODS.values() if m.needs == "mtp"])
+def test_bench_drafts_with_the_targets_own_mtp_layer_identical_to_ar(tmp_path, capsys, method):
+    """No model flag: the MTP layer is read from the target's own checkpoint."""
+    target = write_checkpoint("deepseek_v3", tmp_path / "deepseek", aligned=True).directory
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("\n".join(PROMPTS) + "\n")
+    out = tmp_path / "bench.json"
+    argv = [
+        "bench", "--target", str(target), "--methods", f"ar,{method}", "--prompts", str(prompts),
+        "--max-new-tokens", "16", "--json-out", str(out), "--raw", "--dtype", "float32",
+    ]  # fmt: skip
+    assert main(argv) == 0, capsys.readouterr().err
+    entry = json.loads(out.read_text())["methods"][method]
+    assert entry["identical_to_ar"] == 1.0 and entry["mean_accept_length"] > 1.0

@@ -86,6 +86,12 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
         "or hub id",
     )
     parser.add_argument(
+        "--mtp",
+        default="embedded",
+        help="the checkpoint whose native MTP layers draft (methods mtp, mtp-tree): embedded "
+        "(default) reads the target's own; or another copy of it (folder or hub id)",
+    )
+    parser.add_argument(
         "--speculator",
         default="embedded",
         help="MLP speculator (vLLM's layout): embedded (bundled), a folder or hub id",
@@ -304,6 +310,7 @@ def model_specs(args: argparse.Namespace) -> dict[str, str]:
         "draft": args.draft,
         "head": args.head,
         "medusa": args.medusa,
+        "mtp": args.mtp,
         "speculator": args.speculator,
     }
 
