@@ -1,4 +1,5 @@
-"""Fidelity of a generation: agreement with the target-only greedy output, and target log-prob.
+"""Fidelity of a generation: agreement with the target-only greedy output, target log-prob, and
+the distance of a policy's emitted distribution from the target's.
 
 Lossy policies buy acceptance with fidelity; these are the prices `specdec bench` reports
 (docs/architecture.md#measurement). With `output` a method's new tokens and `reference` the
@@ -15,14 +16,50 @@ len(reference)):
 Both agreements are 1 for identical outputs (also two empty ones). At temperature 0 they say how
 far a lossy policy strays from what the target would have written; the log-prob says how
 plausible the target finds what was written instead.
+
+**The distance, at any temperature** (`policy_distance`, per decode step). At the first drafted
+position of a chain the step emits x ~ q if the policy accepts it, else its fallback: the token
+is distributed as
+
+    P(y) = Σ_x q(x) [a(x) · 1{y = x} + (1 − a(x)) · r(y)]  =  q·a + (1 − Σ_x q(x) a(x)) · r
+
+with a(x) the policy's probability of accepting x and r its fallback distribution (the
+lossless residual norm(max(0, p − q)), or p where that has no mass; the mixture's residual
+for `ensemble`). q is the draft's row, one-hot on the drafted token for a deterministic
+drafter or at T = 0; p the target's processed row (one-hot at T = 0), π the row a policy
+scores. The distance is between P and p: total variation ½ Σ |P − p| and KL(P ‖ p) =
+Σ P log(P / p) in nats, the target's surprise at what the policy emits. KL is +inf when P
+emits a token p cannot: at T = 0 any chance of a non-argmax token (TV then says how much),
+under top-p a rule that takes the draft's tokens outside the nucleus; at T > 0 with top-p 1
+it is finite for every rule. The lossless rule gives P = p, distance 0.
+
+- Single-token rules (`lossless`, `threshold`, `typical`, `cosine`, `ensemble`) decide a(x)
+  from row 0 alone: P in closed form (`induced_distribution`), exact.
+- Windowed rules (`ngram`, `hybrid`, `fly`) decide position 0 from the drafted tokens after it:
+  a is estimated by verifying `samples` chains x_i ~ q_i drawn from the step's rows (the drafted
+  chain itself where q is None), P̂ = v̂ + (1 − Σ v̂) · r with v̂(x) the share of chains that
+  start with x and are accepted there, with a grouped-jackknife standard error. The rows after
+  position 0 were computed on the drafted prefix, so for a resampled chain they stand in for
+  the rows its own prefix would have had (no extra target forward): exact for one-hot q (the
+  chain is the drafted one and only the policy's own draws vary), an approximation otherwise.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 from transformers import PreTrainedModel
+
+from specdec_core.errors import SpecdecError
+from specdec_core.verifiers.base import ChainVerifier, one_hot_q
+from specdec_core.verifiers.cosine import CosineVerifier, cosine_approve
+from specdec_core.verifiers.ensemble import EnsembleVerifier
+from specdec_core.verifiers.lossless import LosslessVerifier
+from specdec_core.verifiers.threshold import ThresholdVerifier
+from specdec_core.verifiers.typical import TypicalVerifier, entropy
 
 
 def common_prefix(output: Sequence[int], reference: Sequence[int]) -> int:
@@ -65,3 +102,166 @@ def mean_logprob(
     if not output_ids:
         return None
     return float(target_logprobs(model, prompt_ids, output_ids).mean())
+
+
+@dataclass(frozen=True)
+class Distance:
+    """How far a policy's emitted token at one position is from the target's distribution."""
+
+    total_variation: float  # ½ Σ |P − p|, in [0, 1]
+    kl: float  # KL(P ‖ p) in nats; +inf when P emits a token p cannot
+    samples: int = 0  # 0: closed form (exact); else the chains sampled for the estimate
+    total_variation_se: float = 0.0  # standard errors of an estimate (0 when exact)
+    kl_se: float = 0.0
+
+    @property
+    def exact(self) -> bool:
+        return self.samples == 0
+
+
+def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """[V] norm(max(0, p − q)), or p where that has no mass: what `lossless.correction` draws."""
+    rest = (p - q).clamp(min=0.0)
+    total = rest.sum()
+    return rest / total if total > 0 else p
+
+
+def _ratio(target: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """min(1, target / q) where q > 0 (0 elsewhere: q never drafts those)."""
+    return torch.where(q > 0, target / q.clamp(min=1e-30), 0.0).clamp(max=1.0)
+
+
+# a(x) over the vocabulary and the fallback r, from one row: (policy, q, p, π) -> (a, r)
+Form = Callable[[ChainVerifier, torch.Tensor, torch.Tensor, torch.Tensor], tuple]
+
+
+def _lossless(policy, q, p, pi):
+    return _ratio(p, q), residual(p, q)
+
+
+def _threshold(policy, q, p, pi):
+    return pi >= policy.params["tau"], residual(p, q)  # `threshold_approve` for every x at once
+
+
+def _typical(policy, q, p, pi):
+    params = policy.params  # the bound of `typical_approve`, which depends on the row only
+    bound = torch.clamp(params["delta"] * torch.exp(-entropy(pi)), max=params["epsilon"])
+    return pi > bound, residual(p, q)
+
+
+def _cosine(policy, q, p, pi):
+    same = cosine_approve(q[None], pi[None], policy.params["tau"])  # [1]: no x in it
+    return same.expand_as(q), residual(p, q)
+
+
+def _ensemble(policy, q, p, pi):
+    w = policy.params["w"]
+    mixture = w * p + (1.0 - w) * q
+    return _ratio(mixture, q), residual(mixture, q)
+
+
+CLOSED_FORMS: dict[type, Form] = {
+    LosslessVerifier: _lossless,
+    ThresholdVerifier: _threshold,
+    TypicalVerifier: _typical,
+    CosineVerifier: _cosine,
+    EnsembleVerifier: _ensemble,
+}
+
+
+def induced_distribution(
+    policy: ChainVerifier,
+    q: torch.Tensor,  # [V] the draft's row (one-hot on the drafted token if deterministic)
+    p: torch.Tensor,  # [V] the target's processed row
+    pi: torch.Tensor | None = None,  # [V] the scored row (`verifiers.lossy`); None: p
+) -> torch.Tensor:
+    """[V] the exact distribution a single-token rule emits at one drafted position."""
+    form = CLOSED_FORMS.get(type(policy))
+    if form is None:
+        raise SpecdecError(
+            f"policy '{policy.name}' decides a token from the drafted tokens after it; "
+            "estimate its distance with fidelity.sampled_distance"
+        )
+    accept, fallback = form(policy, q, p, pi if pi is not None else p)  # as the rule computes
+    kept = q.double() * accept.double()  # [V] P(draft x and accept it)
+    return kept + (1.0 - kept.sum()).clamp(min=0.0) * fallback.double()
+
+
+def divergence(induced: torch.Tensor, p: torch.Tensor) -> tuple[float, float]:
+    """(total variation, KL(induced ‖ p) in nats) between two [V] distributions."""
+    induced, p = induced.double(), p.double()
+    tv = 0.5 * float((induced - p).abs().sum())
+    emitted = induced > 0
+    if bool((p[emitted] <= 0).any()):
+        return tv, math.inf
+    kl = float((induced[emitted] * (induced[emitted] / p[emitted]).log()).sum())
+    return tv, max(kl, 0.0)
+
+
+def sampled_distance(
+    policy: ChainVerifier,
+    draft: torch.Tensor,  # [k] the drafted chain
+    q: torch.Tensor | None,  # [k, V] or None (deterministic drafter)
+    p: torch.Tensor,  # [k+1, V]
+    p_soft: torch.Tensor | None,  # [k+1, V] π where the policy `needs_soft_p`
+    generator: torch.Generator,
+    samples: int = 256,
+    groups: int = 8,
+) -> Distance:
+    """Estimate at position 0 for any policy: `samples` chains verified by the policy itself."""
+    k, vocab = draft.shape[0], p.shape[-1]
+    rows = q if q is not None else one_hot_q(draft, vocab)  # [k, V]
+    if q is None:  # the drafted chain every time: only the policy's own draws vary
+        chains = draft[None].expand(samples, k)
+    else:
+        chains = torch.multinomial(rows, samples, replacement=True, generator=generator).T
+    first = torch.zeros(samples, dtype=torch.long, device=p.device)  # x_0 of each chain
+    for i, chain in enumerate(chains):  # [k]
+        if policy.verify(chain, q, p, generator, p_soft=p_soft).accepted:
+            first[i] = chain[0]
+        else:
+            first[i] = vocab  # refused: the fallback's token, counted in an extra cell
+    fallback = residual(p[0], rows[0]).double()
+
+    def estimate(chosen: torch.Tensor) -> tuple[float, float]:  # chosen: [m] of first
+        share = torch.bincount(chosen, minlength=vocab + 1)[:vocab].double() / len(chosen)
+        return divergence(share + (1.0 - share.sum()) * fallback, p[0])  # v̂ + refused · r
+
+    groups = min(groups, samples)
+    group = torch.arange(samples, device=p.device) % groups
+    left_out = [estimate(first[group != g]) for g in range(groups)]
+    return Distance(
+        *estimate(first),
+        samples=samples,
+        total_variation_se=_jackknife([value[0] for value in left_out]),
+        kl_se=_jackknife([value[1] for value in left_out]),
+    )
+
+
+def _jackknife(values: list[float]) -> float:
+    """Standard error of a statistic from its delete-one-group values."""
+    g = len(values)
+    if g < 2 or any(math.isinf(v) for v in values):
+        return 0.0 if g < 2 else math.inf
+    mean = sum(values) / g
+    return math.sqrt((g - 1) / g * sum((v - mean) ** 2 for v in values))
+
+
+def policy_distance(
+    policy: ChainVerifier,
+    draft: torch.Tensor,  # [k] the step's drafted chain
+    q: torch.Tensor | None,  # [k, V] its q rows, or None (deterministic drafter)
+    p: torch.Tensor,  # [k+1, V] the target's processed rows of the step
+    p_soft: torch.Tensor | None,  # [k+1, V] π, as the decode loop passes it (or None)
+    generator: torch.Generator,  # its own: sampling here must not move the run's generator
+    samples: int = 256,
+) -> Distance:
+    """The distance at the step's first drafted position: exact for single-token rules,
+    sampled for windowed ones; 0 for a step that drafted nothing (the target's own token)."""
+    if draft.shape[0] == 0:
+        return Distance(0.0, 0.0)
+    if type(policy) not in CLOSED_FORMS:
+        return sampled_distance(policy, draft, q, p, p_soft, generator, samples)
+    q0 = q[0] if q is not None else one_hot_q(draft[:1], p.shape[-1])[0]
+    pi0 = p_soft[0] if p_soft is not None else None
+    return Distance(*divergence(induced_distribution(policy, q0, p[0], pi0), p[0]))

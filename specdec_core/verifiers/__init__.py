@@ -2,7 +2,9 @@
 
 `lossless` is the default and the only exact one. The lossy policies (one module each, the rule
 and its `--policy-param` names in the module docstring) trade fidelity for acceptance:
-`threshold`, `cosine`, `typical`, `ngram`, `hybrid`, `ensemble`.
+`threshold`, `cosine`, `typical`, `ngram`, `hybrid`, `ensemble`, `fly`. Every policy also
+verifies trees (`verifiers/tree.py`: the lossless rule's recursive rejection sampling, a lossy
+policy path by path).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from specdec_core.errors import SpecdecError
 from specdec_core.verifiers.base import ChainVerifier, Verdict
 from specdec_core.verifiers.cosine import CosineVerifier
 from specdec_core.verifiers.ensemble import EnsembleVerifier
+from specdec_core.verifiers.fly import FlyVerifier
 from specdec_core.verifiers.hybrid import HybridVerifier
 from specdec_core.verifiers.lossless import LosslessVerifier, speculative_accept
 from specdec_core.verifiers.ngram import NgramVerifier
@@ -25,6 +28,7 @@ VERIFIERS: dict[str, type[ChainVerifier]] = {
     "ngram": NgramVerifier,
     "hybrid": HybridVerifier,
     "ensemble": EnsembleVerifier,
+    "fly": FlyVerifier,
 }
 
 
