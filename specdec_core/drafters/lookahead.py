@@ -68,9 +68,9 @@ from specdec_core.tree_sizing import AcceptanceEstimates
 
 # the paper's settings for a 7B model on an A100 are W 15, N 5, G 15 (~120 rows a step);
 # on a CPU a forward costs about in proportion to its rows, so the defaults are far smaller
-WINDOW = 4
+WINDOW = 3
 NGRAM_SIZE = 3
-CANDIDATES = 3
+CANDIDATES = 2
 # method parameters (`--method-param NAME=VALUE`) and their defaults
 PARAMS: tuple[tuple[str, float], ...] = (
     ("window", WINDOW),
