@@ -249,7 +249,7 @@ def verify_proposal(
     """Accepted node indices (root to leaf) and the target's next token, for a chain (by
     `verifier`) or a tree (`verify_tree`); `p` [n+1, V] is the target's distribution per row."""
     if proposal.is_tree:
-        return verify_tree(proposal, p, generator, verifier)
+        return verify_tree(proposal, p, generator, verifier, p_soft)
     draft = torch.tensor(proposal.tokens, dtype=torch.long, device=p.device)
     verdict = verifier.verify(draft, proposal.q, p, generator, p_soft=p_soft)
     return list(range(verdict.accepted)), verdict.next_token

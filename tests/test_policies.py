@@ -24,7 +24,7 @@ from specdec_core.verifiers.ngram import ngram_overlap, ngram_span
 from specdec_core.verifiers.typical import entropy
 from tests.tiny import prompt
 
-LOSSY = ["threshold", "cosine", "typical", "ngram", "hybrid", "ensemble"]
+LOSSY = ["threshold", "cosine", "typical", "ngram", "hybrid", "ensemble", "fly"]
 V = 6
 
 

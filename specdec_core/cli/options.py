@@ -187,7 +187,7 @@ def add_decode_options(parser: argparse.ArgumentParser, *, sweep: bool = False) 
         default="lossless",
         help=f"verification policy with its parameters and defaults: {_policies()}. "
         "Lossy ones trade fidelity for acceptance and are marked LOSSY in all output; "
-        "tree methods (eagle2, eagle2-lookup) take lossless only",
+        "on a tree method each applies per path (the longest approved path wins)",
     )
     parser.add_argument(
         "--policy-param",
@@ -196,7 +196,7 @@ def add_decode_options(parser: argparse.ArgumentParser, *, sweep: bool = False) 
         metavar="NAME=VALUE",
         help="a policy parameter, e.g. --policy-param tau=0.3 (repeatable): tau (threshold, "
         "cosine, ngram), epsilon and delta (typical), n, ngram_tau and logit_tau (ngram, "
-        "hybrid), w (ensemble)",
+        "hybrid), w (ensemble), entropy_threshold and window (fly)",
     )
     parser.add_argument(
         "--method-param",
