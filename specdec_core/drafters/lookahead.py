@@ -10,9 +10,9 @@ Decoding". No draft model: every step's ONE target forward carries two branches.
   the newest level's token of column i is one Jacobi iteration: a new guess for position
   t + i + N - 1. Read along a column, (oldest guess, level 1, ..., level N - 2, new guess)
   is an n-gram the target has produced, and it goes into the pool. The window then slides:
-  the oldest level is dropped (its first column becomes the next pending token's place),
-  every other level moves down, the new guesses become the newest level. It always moves by
-  one position, however many tokens the step accepted (the reference's default).
+  the oldest level is dropped, every other level moves down (the new oldest level's column 0
+  gives way to the next pending token), the new guesses become the newest level. It always
+  moves by one position, however many tokens the step accepted (the reference's default).
 - The verification branch: the pool's n-grams whose first token is the pending token (the
   last committed one), at most G of them, the rest of each proposed as a chain.
 
@@ -39,9 +39,9 @@ What the tree changes: nodes with the same token under the same parent are one n
 candidates share common prefixes with each other and with the window, so a row is never
 computed twice), and the verifier may accept window nodes as a path (a Jacobi guess that is
 the target's continuation). Every node is a deterministic child (q None), so tree
-verification (verifiers/tree.py) is lossless: the target's greedy output at T = 0, its
-distribution at T > 0. The window's own update is the argmax at any temperature, as in the
-reference; it only chooses what is proposed, never what is accepted.
+verification (verifiers/tree.py) under the lossless policy is lossless: the target's greedy
+output at T = 0, its distribution at T > 0. The window's own update is the argmax at any
+temperature, as in the reference; it only chooses what is proposed, never what is accepted.
 
 The target's rows of the window reach the drafter through `observe(out, path)`; the window
 moves there, before `commit`. W, N, G are the constructor's defaults, overridden per run by
