@@ -77,7 +77,7 @@ class SpecdecEngine:
         from specdec_core.verifiers import VERIFIERS, make_verifier, policy_params
 
         methods = tuple(
-            MethodInfo(m.name, m.label, m.needs, m.tree, m.family, m.summary, m.params)
+            MethodInfo(m.name, m.label, m.needs, m.tree, m.family, m.summary, m.params, m.k)
             for m in METHODS.values()
         )
         policies = tuple(

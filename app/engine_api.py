@@ -68,6 +68,7 @@ class MethodInfo:
     family: str = "baseline"  # the method picker's group
     summary: str = ""  # one line: what it needs, what it drafts
     params: tuple[tuple[str, float], ...] = ()  # method parameters and their defaults
+    k: bool = True  # a chain length k applies (not to trees, nor to lookahead's own window)
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,7 @@ answers `is_tree` from here; tests/test_method_kinds.py checks that both name th
 
 from __future__ import annotations
 
-TREE_METHODS = frozenset(
-    {"eagle2", "eagle2-lookup", "eagle2-suffix", "medusa", "mtp-tree", "lookahead"}
-)
+TREE_METHODS = frozenset({"eagle2", "eagle2-lookup", "eagle2-suffix", "medusa", "mtp-tree"})
 
 
 def is_tree(name: str) -> bool:

@@ -78,6 +78,7 @@ class Method:
     family: str = "baseline"  # one of FAMILIES
     summary: str = ""  # one line: what it needs, what it drafts
     params: tuple[tuple[str, float], ...] = ()  # method parameters and their defaults
+    k: bool = True  # a chain method whose length is k (lookahead sizes itself by its params)
 
 
 def _classic(target: LoadedModel, draft: Extra, history: History | None, *_) -> Drafter:
@@ -294,18 +295,20 @@ METHODS: dict[str, Method] = {
         "Lookahead decoding",
         None,
         _lookahead,
-        tree=True,
         family="no training",
-        summary="Jacobi iterations fill an n-gram pool; its n-grams verified in the same forward",
+        summary="the target guesses ahead by Jacobi iteration; the n-grams it traced are "
+        "verified in the same forward",
         params=LOOKAHEAD_PARAMS,
+        k=False,
     ),
 }
 
 
 def is_chain(name: str) -> bool:
-    """Does method `name` draft a chain with a length k? (not `ar`, trees or HF baselines)"""
+    """Does method `name` draft a chain with a length k? (not `ar`, trees, lookahead's
+    self-sized window or HF baselines)"""
     method = METHODS.get(name)
-    return method is not None and method.name != "ar" and not method.tree
+    return method is not None and method.name != "ar" and not method.tree and method.k
 
 
 def uses_history(name: str) -> bool:

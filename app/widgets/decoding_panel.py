@@ -258,7 +258,7 @@ class DecodingPanel(QGroupBox):
         name = self.method_name()
         info = self._registries.method(name) if self._registries else None
         self._show_tree(bool(info and info.tree))
-        self.k.setEnabled(name not in ("", "ar") and not (info and info.tree))
+        self.k.setEnabled(name not in ("", "ar") and not (info and (info.tree or not info.k)))
         if name:
             self._pending["method"] = name
             self.method_changed.emit(name)
