@@ -26,6 +26,7 @@ from specdec_core.files import write_atomic
 AXES = ("temperature", "k", "tree_tokens", "tree_depth", "tree_topk", "k_schedule")  # config fields
 BASELINES = ("temperature", "point")  # how often `ar` is measured: per temperature, per point
 PARAM_PREFIX = "policy_params."  # axis name of a policy parameter, e.g. policy_params.tau
+METHOD_PREFIX = "method_params."  # of a method parameter, e.g. method_params.window
 AxisValue = float | int | str | None  # one value of an axis (None: the engine chooses)
 Point = Mapping[str, AxisValue]  # axis name -> value: one point of a grid
 
@@ -38,7 +39,7 @@ class Grid:
 
     def __post_init__(self) -> None:
         for name, values in self.axes.items():
-            if name not in AXES and not name.startswith(PARAM_PREFIX):
+            if name not in AXES and not name.startswith((PARAM_PREFIX, METHOD_PREFIX)):
                 raise SpecdecError(f"cannot sweep '{name}'; choose from: {', '.join(AXES)}")
             if not values:
                 raise SpecdecError(f"the sweep axis '{name}' has no values")
@@ -56,15 +57,18 @@ def _order(name: str) -> int:
 
 
 def apply_point(base: DecodeConfig, point: Point) -> DecodeConfig:
-    """`base` with the point's values (policy parameters merged into `policy_params`)."""
-    params = dict(base.policy_params)
+    """`base` with the point's values (policy parameters merged into `policy_params`, method
+    parameters into `method_params`)."""
+    params, method = dict(base.policy_params), dict(base.method_params)
     fields = {}
     for name, value in point.items():
         if name.startswith(PARAM_PREFIX):
             params[name.removeprefix(PARAM_PREFIX)] = value
+        elif name.startswith(METHOD_PREFIX):
+            method[name.removeprefix(METHOD_PREFIX)] = value
         else:
             fields[name] = value
-    return replace(base, **fields, policy_params=params)
+    return replace(base, **fields, policy_params=params, method_params=method)
 
 
 def point_key(point: Point) -> str:

@@ -64,3 +64,26 @@ def test_bench_drafts_with_the_targets_own_mtp_layer_identical_to_ar(tmp_path, c
     assert main(argv) == 0, capsys.readouterr().err
     entry = json.loads(out.read_text())["methods"][method]
     assert entry["identical_to_ar"] == 1.0 and entry["mean_accept_length"] > 1.0
+
+
+def test_a_sweep_over_a_method_parameter_runs_each_value(models, tmp_path, capsys):
+    out = tmp_path / "sweep.json"
+    argv = [
+        "sweep", "--target", str(models / "target"), "--method", "lookahead",
+        "--prompts", str(models / "prompts.jsonl"), "--max-new-tokens", "12", "--raw",
+        "--method-param-grid", "window=2,4", "--json-out", str(out),
+    ]  # fmt: skip
+    assert main(argv) == 0, capsys.readouterr().err
+    points = json.loads(out.read_text())["points"]
+    assert [p["config"]["method_params"]["window"] for p in points] == [2.0, 4.0]
+    assert all(p["identical_to_ar"] == 1.0 for p in points)
+    assert "window" in capsys.readouterr().out
+
+
+def test_a_method_parameter_no_method_reads_is_refused_before_a_sweep(models, capsys):
+    argv = [
+        "sweep", "--target", str(models / "target"), "--method", "ngram",
+        "--prompts", str(models / "prompts.jsonl"), "--method-param-grid", "window=2,4",
+    ]  # fmt: skip
+    assert main(argv) == 2
+    assert "--method-param window" in capsys.readouterr().err

@@ -316,20 +316,26 @@ def model_specs(args: argparse.Namespace) -> dict[str, str]:
 
 
 def sweep_axes(args: argparse.Namespace) -> dict[str, list[Any]]:
-    """The grid a `sweep` was asked for: each axis flag given, plus `--policy-param-grid`."""
+    """The grid a `sweep` was asked for: each axis flag given, plus `--policy-param-grid` and
+    `--method-param-grid`."""
     axes: dict[str, list[Any]] = {}
     for dest, axis in SWEEP_AXES.items():
         text = getattr(args, dest)
         if text is not None:
             axes[axis.field] = [_grid_value(v, axis, dest) for v in text.split(",")]
-    for item in args.policy_param_grid:
-        name, _, values = item.partition("=")
-        if not name.strip() or not values:
-            raise SpecdecError(f"--policy-param-grid expects NAME=V1,V2,... (got '{item}')")
-        number = Axis(name.strip(), float, None)
-        axes[f"policy_params.{name.strip()}"] = [
-            _grid_value(v, number, "policy_param_grid") for v in values.split(",")
-        ]
+    for dest, prefix in (
+        ("policy_param_grid", "policy_params."),
+        ("method_param_grid", "method_params."),
+    ):
+        for item in getattr(args, dest):
+            name, _, values = item.partition("=")
+            flag = "--" + dest.replace("_", "-")
+            if not name.strip() or not values:
+                raise SpecdecError(f"{flag} expects NAME=V1,V2,... (got '{item}')")
+            number = Axis(name.strip(), float, None)
+            axes[f"{prefix}{name.strip()}"] = [
+                _grid_value(v, number, dest) for v in values.split(",")
+            ]
     return axes
 
 

@@ -39,6 +39,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="NAME=V1,V2,...",
         help="sweep a policy parameter, e.g. tau=0.1,0.3,0.5 (repeatable; with --policy)",
     )
+    parser.add_argument(
+        "--method-param-grid",
+        action="append",
+        default=[],
+        metavar="NAME=V1,V2,...",
+        help="sweep a method parameter, e.g. window=2,3,5 (repeatable; `specdec methods` "
+        "lists each method's)",
+    )
     parser.add_argument("--json-out", default=None, help="results, rewritten after every point")
     parser.add_argument("--png-out", default=None, help="heatmap / curve of speedup")
     parser.add_argument("--resume", action="store_true", help="skip points already in --json-out")
@@ -64,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         raise SpecdecError("nothing to sweep; pass e.g. --k 1,2,4,8 and/or --temperature 0,0.7,1")
     base, grid = decode_config(args, sweep=True), Grid(axes)
     check_policy(apply_point(base, grid.points()[0]))  # fail before any model loads
-    check_method_params([args.method], base.method_params)
+    check_method_params([args.method], apply_point(base, grid.points()[0]).method_params)
     json_out = Path(args.json_out) if args.json_out else None
     if json_out is None:
         print("note: without --json-out an interrupted sweep cannot resume", file=sys.stderr)
@@ -114,7 +122,7 @@ def format_sweep(result: SweepResult) -> str:
     names = list(result.header["axes"])
     lossy = any(p.aggregate.lossy for p in result.points)
     tree = any(p.aggregate.tree for p in result.points)  # tokens/depth/top-k a tree method used
-    header = "".join(f"{n.removeprefix('policy_params.'):>12}" for n in names)
+    header = "".join(f"{n.split('params.')[-1]:>12}" for n in names)
     header += f"{'tok/s':>8}{'ar tok/s':>9}{'speedup':>9}{'tau':>7}"
     header += f"{'prefix':>8}{'logp':>8}" if lossy else ""
     header += f"{'tree used':>12}" if tree else ""
