@@ -3,8 +3,11 @@
 The window opens at once; `start_engine` imports the engine (torch) in a background task and
 reads its method and policy registries into the panels, then loads the target (the embedded
 one by default). A new user's window first selects the fastest lossless method, told why in
-one line (app/first_run.py). A failed load keeps the model loaded before, and says so; the
-next good load takes the failure off the status line. Drafts and heads that a run loads show
+one line (app/first_run.py): whole in the Output tab, and short enough for the status bar of a
+1280-pixel window there ("selected X (why: in the Output tab); press Compare …"). A failed load
+keeps the model loaded before, says so, and puts that model's spec back in the Target box (the
+box names what is loaded, not the path that failed); the next good load takes the failure off
+the status line. Drafts and heads that a run loads show
 their progress under Models too.
 """
 
@@ -105,7 +108,13 @@ class ModelLoader(QObject):
         self.decoding.apply({**self.decoding.values(), "method": choice.method})
         self.first_choice_reason = choice.reason
         self.output.summary.setText(choice.reason)
-        self.bar.showMessage(choice.reason, CHOICE_MS)
+        info = registries.method(choice.method)
+        label = info.label if info is not None else choice.method
+        self.status.note(
+            f"selected {label} (why: in the Output tab); press Compare to measure it against "
+            "the others here",
+            CHOICE_MS,
+        )
 
     def load_target(self) -> None:
         if self.session.busy or self.session.registries is None:
@@ -140,6 +149,8 @@ class ModelLoader(QObject):
         if kept is not None and not engine_ended(message):  # the engine keeps the old model
             # until a new one has loaded (unless its process ended, and the model with it)
             message = f"{message} ({kept.spec} is still loaded)"
-        self.models.show_failed(message)
+        else:
+            kept = None
+        self.models.show_failed(message, kept.spec if kept is not None else None)
         self.session.report(message, user=user)
         self._failure = message

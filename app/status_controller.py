@@ -2,14 +2,22 @@
 
 `StatusController` observes the session: an activity, a target or the registries changing
 rewords the state line ("ready", "loading…", "running…") and enables or disables Generate,
-Compare, Stop and Load; a reported message becomes a status line (a note) or an error dialog
-(`ErrorDialog`). Controllers that know more say it with `show(state)`: a run's own words
-come from `RunStatusLine` (starting, prefilling N prompt tokens, running).
+Compare, Stop and Load (Stop, the menu's and the prompt box's, is live for every job the
+window runs: a run, a Compare, a chat turn, a sweep, Tune); a reported message becomes a
+status line (a note, cut with "…" to the room the bar has, whole in its tooltip) or an error
+dialog (`ErrorDialog`). Controllers that know more say it with `show(state)`, and with
+`show(state, since)` a line that counts the seconds since `since` until the next line: a run's
+own words come from `RunStatusLine` (starting, prefilling N prompt tokens, both counting, so a
+first run that loads a head or times the device is seen to be alive; then running).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtGui import QFontMetrics
 
 from app.error_dialog import ErrorDialog
 from app.menus import Actions
@@ -22,6 +30,7 @@ from app.widgets.prompt_panel import PromptPanel
 from app.widgets.status_bar import StatusBar
 
 NOTE_MS = 5000  # how long the status line keeps a note
+TICK_MS = 1000  # how often a counting state line ("starting X… 12 s") is redrawn
 
 WORDS = {
     Activity.RUNNING: "running…",
@@ -51,8 +60,12 @@ class StatusController:
             actions,
         )
         self.prompt, self.compare, self.chat_view, self.models = prompt, compare, chat_view, models
+        self._counting: tuple[str, float] | None = None  # (state, since) of a counting line
+        self._ticker = QTimer()
+        self._ticker.setInterval(TICK_MS)
+        self._ticker.timeout.connect(self._tick)
         session.on_change(self._on_change)
-        runs.progress.connect(lambda message, _: bar.showMessage(message, NOTE_MS))
+        runs.progress.connect(lambda message, _: self.note(message))
 
     def _on_change(self, what: str) -> None:
         if what == "message":
@@ -60,9 +73,22 @@ class StatusController:
             if message is not None and message.error:
                 self.errors.show(message.text, message.user)
             elif message is not None:
-                self.bar.showMessage(message.text, NOTE_MS)
+                self.note(message.text)
         elif what in ("activity", "target", "registries"):
             self.show()
+
+    def note(self, text: str, ms: int = NOTE_MS) -> None:
+        """A note on the status bar for `ms`, cut with "…" to the room the bar leaves it (the
+        whole text in the bar's tooltip), so it never ends mid-word at the window's edge."""
+        room = self.bar.width() - sum(
+            label.sizeHint().width() + 12  # the permanent labels and their spacing
+            for label in (self.bar.state, self.bar.device, self.bar.model, self.bar.memory)
+        )
+        fitted = QFontMetrics(self.bar.font()).elidedText(
+            text, Qt.TextElideMode.ElideRight, max(80, room - 24)
+        )
+        self.bar.setToolTip(text if fitted != text else "")
+        self.bar.showMessage(fitted, ms)
 
     def words(self) -> str:
         """The state line when nobody has said more: what the session is doing."""
@@ -73,35 +99,51 @@ class StatusController:
             return "loading…" if self.session.registries else "loading engine…"
         return "no model" if self.session.target is None else "ready"
 
-    def show(self, state: str | None = None) -> None:
-        """The state line (`state`, else the session's words) and what may be pressed now."""
+    def show(self, state: str | None = None, since: float | None = None) -> None:
+        """The state line (`state`, else the session's words) and what may be pressed now;
+        with `since` (time.monotonic()) the line counts the seconds from then until the next
+        line is shown."""
         session, running = self.session, self.runs.running
         ready = session.ready()
-        self.bar.set_state(state if state is not None else self.words())
-        self.prompt.set_state(ready and not running, running)
+        stoppable = running or session.activity in (Activity.RUNNING, Activity.MEASURING)
+        self._counting = (state, since) if state is not None and since is not None else None
+        if self._counting is None:
+            self._ticker.stop()
+            self.bar.set_state(state if state is not None else self.words())
+        else:
+            self._ticker.start()
+            self._tick()
+        self.prompt.set_state(ready and not running, stoppable)
         self.compare.set_busy(not ready)
         self.chat_view.set_busy(not ready)
         self.models.set_busy(session.busy)
         self.actions.generate.setEnabled(ready)
         self.actions.compare.setEnabled(ready)
-        self.actions.stop.setEnabled(running or session.activity is Activity.MEASURING)
+        self.actions.stop.setEnabled(stoppable)
         self.actions.load.setEnabled(not session.busy)
+
+    def _tick(self) -> None:
+        if self._counting is None:
+            self._ticker.stop()
+            return
+        state, since = self._counting
+        self.bar.set_state(f"{state} {time.monotonic() - since:.0f} s")
 
 
 class RunStatusLine:
-    """A run's words on the state line: starting, prefilling N prompt tokens, then running
-    from its first token on."""
+    """A run's words on the state line: starting, prefilling N prompt tokens (both counting
+    the seconds, `show(state, since)`), then running from its first token on."""
 
-    def __init__(self, show: Callable[[str], None]) -> None:
+    def __init__(self, show: Callable[..., None]) -> None:
         self.show = show
         self._waiting = False  # for the first token
 
     def begun(self, label: str) -> None:
         self._waiting = True
-        self.show(f"starting {label}…")  # its head or draft may load first
+        self.show(f"starting {label}…", time.monotonic())  # its head or draft may load first
 
     def started(self, label: str, prompt_tokens: int) -> None:
-        self.show(f"{label}: prefilling {prompt_tokens} prompt tokens…")
+        self.show(f"{label}: prefilling {prompt_tokens} prompt tokens…", time.monotonic())
 
     def stepped(self, label: str) -> None:
         if self._waiting:  # the first token is out: from here the plots show progress

@@ -8,6 +8,11 @@ specs as callables, and the shared `JobRunner`. The window adds its tab and the 
 action. Every line the user reads names the method as the Method box does (its registry
 label) and is worded by the view (`show_started`, `show_result`, `show_tuning`,
 `show_tuned`).
+
+Stop (the tab's button, Run ▸ Stop, Esc, the prompt box's Stop: all live while a sweep or Tune
+runs) reaches the runs inside the point being measured, so the job ends within one decode
+step: the points finished before it stay, and the one it cut short is marked on the map
+("stopped") and named on the status line.
 """
 
 from __future__ import annotations
@@ -29,7 +34,12 @@ from app.widgets.sweep_view import SweepView, point_words
 from app.worker import Job
 from specdec_core.errors import SpecdecError
 from specdec_core.prompts import read_prompt_file
-from specdec_core.sweep_records import Grid, SweepResult, TuneResult  # torch-free records
+from specdec_core.sweep_records import (  # torch-free records
+    Grid,
+    SweepResult,
+    TuneResult,
+    point_key,
+)
 
 if TYPE_CHECKING:
     from specdec_core.sweep_records import SweepProgress
@@ -59,6 +69,8 @@ class SweepController(QObject):
         self.tune_action.setShortcut("Ctrl+T")
         self.job: Job | None = None
         self.kind = ""  # "sweep" or "tune" while a job runs
+        self.grid: Grid | None = None  # the grid of the sweep running or last run
+        self.stopping = False  # Stop was pressed during the job
         self.style = MethodStyle(session)
         self.label = ""  # the method measured, as the Method box names it
         self.result_box: QMessageBox | None = None
@@ -119,6 +131,7 @@ class SweepController(QObject):
             return False
         request = SweepRequest(method, grid, self.decoding.config(), tuple(prompts), self.specs())
         engine = self.engine
+        self.grid = grid
         self.view.begin(axes)
         self.label = self.style.label(method)
         self.view.show_started(self.label, len(grid.points()))
@@ -149,16 +162,19 @@ class SweepController(QObject):
         worker.result.connect(self.show_result)
         worker.errored.connect(self._on_error)
         worker.done.connect(self._on_done)
-        self.kind = kind
+        self.kind, self.stopping = kind, False
         self.session.begin(Activity.MEASURING)
         self.job = self.jobs.start(worker)
         self.view.set_running(True)
         self.tune_action.setEnabled(False)
 
     def stop(self) -> None:
+        """End the job within one decode step; the points finished so far stay."""
         if self.job is not None:
             self.job.stop()
-            self.view.status.setText("stopping after the current point…")
+            self.stopping = True
+            self.view.status.setText("stopping…")
+            self.session.report("stopping…", error=False)
 
     @Slot(object)
     def _on_point(self, progress: SweepProgress) -> None:
@@ -180,7 +196,8 @@ class SweepController(QObject):
         if isinstance(result, TuneResult):
             label = self.style.label(result.method)
             self.view.show_tuned(result, label)
-            if result.stopped:  # a partial table picks no k
+            if result.stopped:  # a partial table picks no k; the reason names the value cut
+                self.view.status.setToolTip(result.reason)  # short by Stop
                 self.session.report(self.view.status.text(), error=False)
             else:
                 self.apply_settings({result.setting: result.k})
@@ -189,7 +206,19 @@ class SweepController(QObject):
             for record in result.points:
                 self.view.add_record(record)
             label = self.style.label(str(result.header.get("method", "")))
-            self.view.show_result(result.points, label)
+            cut = self._interrupted(result)
+            if cut is not None:
+                self.view.mark_stopped(cut)
+            self.view.show_result(result.points, label, cut)
+            if cut is not None:
+                self.session.report(self.view.status.text(), error=False)
+
+    def _interrupted(self, result: SweepResult) -> dict[str, Any] | None:
+        """The point a Stop cut short: the first of the grid the result lacks."""
+        if not self.stopping or self.grid is None:
+            return None
+        done = {point_key(p.point) for p in result.points}
+        return next((dict(p) for p in self.grid.points() if point_key(p) not in done), None)
 
     def _show_table(self, result: TuneResult, label: str) -> None:
         line = self.view.status.text()

@@ -11,9 +11,10 @@ Only chain drafters have a k: for a tree method (EAGLE-2 and its merges) the win
 tunes the tree's size in tokens the same way (`TREE_CANDIDATES`, depth and top-k sized for each
 on this device); `--k auto` stays for chains.
 
-A stop flag (the GUI's Stop) ends the tuning after the point being measured: the result then
-holds the rows measured so far, `stopped` set, and keeps the k it was given (a partial table
-picks no k).
+A stop flag (the GUI's Stop) ends the tuning within one decode step: it reaches the runs of
+the point being measured (sweep.py), which is dropped; the result then holds the rows measured
+before it, `stopped` set, its reason names the value Stop cut short, and it keeps the k it was
+given (a partial table picks no k).
 """
 
 from __future__ import annotations
@@ -26,7 +27,14 @@ from specdec_core.control import StopFlag
 from specdec_core.errors import SpecdecError
 from specdec_core.methods import Extra, is_tree
 from specdec_core.models import LoadedModel
-from specdec_core.sweep import BenchMeasure, Grid, Measure, SweepProgress, run_sweep
+from specdec_core.sweep import (
+    BenchMeasure,
+    Grid,
+    Measure,
+    SweepProgress,
+    interrupted_point,
+    run_sweep,
+)
 from specdec_core.sweep_records import MeasuredPoint, TuneResult, TuneRow
 
 CANDIDATES = (1, 2, 3, 4, 6, 8)
@@ -75,8 +83,8 @@ def autotune_k(
     stop: StopFlag | None = None,
 ) -> TuneResult:
     """Measure `method` at each candidate k (a tree: each tree size, `TREE_CANDIDATES` by
-    default), all else as in `config`, and pick the best; `stop` ends it after the point being
-    measured (a `stopped` result, the setting unchanged)."""
+    default), all else as in `config`, and pick the best; `stop` ends it within a decode step
+    of the point being measured (a `stopped` result, the setting unchanged)."""
     if method == "ar":
         check_tunable(method)
     setting = tuned_setting(method)
@@ -86,17 +94,28 @@ def autotune_k(
     table = tuple(_row(measured, setting) for measured in result.points)
     given = config.tree_tokens if setting == "tree_tokens" else config.k
     if len(table) < len(grid.points()):
-        return _stopped(method, table, given, len(grid.points()), setting)
+        cut = interrupted_point(grid, result)
+        cut_short = cut[setting] if cut is not None else None
+        return _stopped(method, table, given, len(grid.points()), setting, cut_short)
     k, reason = choose_k(table, setting)
     return TuneResult(method=method, table=table, k=k, reason=reason, setting=setting)
 
 
 def _stopped(
-    method: str, table: tuple[TuneRow, ...], k: int | None, total: int, setting: str = "k"
+    method: str,
+    table: tuple[TuneRow, ...],
+    k: int | None,
+    total: int,
+    setting: str = "k",
+    cut_short: int | None = None,
 ) -> TuneResult:
-    """The result of a tuning stopped after `len(table)` of `total` candidates."""
+    """The result of a tuning stopped after `len(table)` of `total` candidates, during the
+    measurement of `cut_short` (None: not known)."""
     shown = "auto" if k is None else k
-    reason = f"stopped after {len(table)} of {total} values of {setting}; {setting} stays {shown}"
+    reason = f"stopped after {len(table)} of {total} values of {setting}"
+    if cut_short is not None:
+        reason += f" (Stop cut {setting}={cut_short} short; it is not in the table)"
+    reason += f"; {setting} stays {shown}"
     if table:
         best = max(table, key=lambda row: row.speedup_vs_ar)
         reason += f" (the best measured: {setting}={best.k}, {best.speedup_vs_ar:.2f}x vs ar)"
@@ -117,13 +136,13 @@ def tune_on_device(
 ) -> TuneResult:
     """`autotune_k` with the real models: short runs (`TUNING_MAX_NEW_TOKENS`) on `prompts`.
     `extra` is the method's draft / head if already loaded (the GUI's Tune), else from `specs`;
-    `stop` ends it after the point being measured; `trees`: a tree method tunes its size
-    (the GUI's Tune; `--k auto` has a k to set, so it refuses trees)."""
+    `stop` ends it within a decode step (the warm-up run included); `trees`: a tree method
+    tunes its size (the GUI's Tune; `--k auto` has a k to set, so it refuses trees)."""
     if not trees or method == "ar":
         check_tunable(method)
     short = replace(config, max_new_tokens=min(config.max_new_tokens, TUNING_MAX_NEW_TOKENS))
     extras = {method: extra} if extra is not None else None
-    measure = BenchMeasure(target, prompts, specs, raw=False, extras=extras)
+    measure = BenchMeasure(target, prompts, specs, raw=False, extras=extras, stop=stop)
     return autotune_k(method, short, measure, candidates, progress, stop)
 
 

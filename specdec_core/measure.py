@@ -6,6 +6,8 @@ each of them:
 
 - `warm_up(target, ids)`: one short run, so first-call allocation lands on no method;
 - `run_one(method, target, ids, config, extra) -> Row`: one timed run and its target log-prob;
+  with `stop` (the caller's Stop), the run checks it between decode steps and a run it cut
+  short raises `MeasurementStopped`: a measurement never returns the numbers of half a run;
 - `compared(row, reference) -> Row`: the row with its fidelity to the `ar` output;
 - `explained(row, model, ids, reference) -> Row`: where a differing output parts from the
   reference, labelled float near-tie or bug (`first_difference`);
@@ -30,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from specdec_core.baselines import HF_METHODS, run_hf
 from specdec_core.bootstrap import RESAMPLES, SEED, percentile_interval, resample
 from specdec_core.config import DecodeConfig
+from specdec_core.control import StopFlag
 from specdec_core.events import Rates, StepPhases
 from specdec_core.fidelity import mean_logprob, prefix_agreement, token_agreement
 from specdec_core.first_difference import BUG, NEAR_TIE, FirstDifference, first_difference
@@ -43,6 +46,11 @@ from specdec_core.tree_sizing import AcceptanceEstimates
 
 if TYPE_CHECKING:
     from specdec_core.drafters.suffix import History
+
+
+class MeasurementStopped(Exception):
+    """Stop came during a measured run: the run ended within a decode step, so it has no
+    numbers (a sweep keeps the points finished before it and marks this one)."""
 
 
 @dataclass(frozen=True)
@@ -141,9 +149,13 @@ class Measurement:
     token_ids: tuple[tuple[int, ...], ...]
 
 
-def warm_up(target: LoadedModel, ids: list[int], seed: int = 0) -> None:
+def warm_up(
+    target: LoadedModel, ids: list[int], seed: int = 0, stop: StopFlag | None = None
+) -> None:
     """One short run so that first-call allocation does not land on the first method."""
-    run(target, "ar", ids, DecodeConfig(max_new_tokens=4, seed=seed))
+    summary = run(target, "ar", ids, DecodeConfig(max_new_tokens=4, seed=seed), stop=stop)
+    if summary.stop_reason == "stopped":
+        raise MeasurementStopped()
 
 
 def run_one(
@@ -158,15 +170,20 @@ def run_one(
     history: History | None = None,
     costs: ForwardCosts | None = None,
     acceptance: AcceptanceEstimates | None = None,
+    stop: StopFlag | None = None,
 ) -> Row:
     """One timed run of `method` (ours or an HF baseline) on `ids`; `label` names the row
     (default: the method); `prefix`: a conversation's cache to reuse and update (ours only);
     `history`: the suffix history a suffix method drafts from (None: an empty one of its own);
     `costs` / `acceptance`: what sizes an EAGLE-2 tree (None: a fresh pair of the run's own).
-    The target log-prob is one extra forward, after the timing."""
+    The target log-prob is one extra forward, after the timing. `stop`: checked between the
+    run's decode steps (an HF baseline: before and after its one `generate` call); a run it
+    cut short raises `MeasurementStopped`."""
     name = label or method
+    _check(stop)
     if method in HF_METHODS:
         hf = run_hf(method, target, ids, config, extra)
+        _check(stop)
         return Row(
             method=name,
             token_ids=tuple(hf.token_ids),
@@ -179,9 +196,11 @@ def run_one(
             prompt_index=prompt_index,
         )
     summary = run(
-        target, method, ids, config, extra, prefix=prefix, history=history, costs=costs,
-        acceptance=acceptance,
+        target, method, ids, config, extra, stop=stop, prefix=prefix, history=history,
+        costs=costs, acceptance=acceptance,
     )  # fmt: skip
+    if summary.stop_reason == "stopped":
+        raise MeasurementStopped()
     return Row(
         method=name,
         token_ids=summary.token_ids,
@@ -200,6 +219,11 @@ def run_one(
         reused_tokens=summary.reused_tokens,
         phases=summary.phases,
     )
+
+
+def _check(stop: StopFlag | None) -> None:
+    if stop is not None and stop.is_set():
+        raise MeasurementStopped()
 
 
 def compared(row: Row, reference: tuple[int, ...] | list[int]) -> Row:

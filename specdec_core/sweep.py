@@ -12,6 +12,11 @@ Results are written to the JSON file after every point, so Ctrl+C (or a crash) k
 finished so far, and `resume=True` skips the points the file already holds — provided it was
 measured with the same method, target, prompts and fixed settings (otherwise a `SpecdecError`).
 
+`stop` (the window's Stop) ends a sweep within one decode step: it reaches the runs inside the
+point being measured (a `BenchMeasure` decodes with it; any measure may raise
+`MeasurementStopped`), that point is dropped, and the result keeps the points finished before
+it; `interrupted_point` names the one Stop cut short (or, stopped between points, the next).
+
 The loop only needs a `Measure` (method, config, reference token ids -> bench-style metrics);
 `BenchMeasure` is the real one, built on the benchmark's own per-prompt runner, so whatever
 the benchmark reports per method (fidelity numbers included) lands in each point. A suffix
@@ -21,6 +26,7 @@ begins: no point drafts from another point's output of the same prompt.
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -32,7 +38,14 @@ from specdec_core.control import StopFlag
 from specdec_core.drafters.suffix import History
 from specdec_core.errors import SpecdecError
 from specdec_core.forward_costs import ForwardCosts
-from specdec_core.measure import Measurement, aggregate, compared, run_one, warm_up
+from specdec_core.measure import (
+    Measurement,
+    MeasurementStopped,
+    aggregate,
+    compared,
+    run_one,
+    warm_up,
+)
 from specdec_core.methods import Extra
 from specdec_core.models import LoadedModel
 from specdec_core.prompts import encode_prompt
@@ -74,7 +87,9 @@ def run_sweep(
     baseline: str = "temperature",
 ) -> SweepResult:
     """Measure every point of `grid` not yet in `json_out` (with `resume`). `baseline`:
-    'temperature' measures `ar` once per temperature, 'point' again before every point."""
+    'temperature' measures `ar` once per temperature, 'point' again before every point.
+    `stop`: checked between points and, through a `BenchMeasure`, between the decode steps of
+    every run inside a point; the point it cuts short is left out of the result."""
     if baseline not in BASELINES:
         raise SpecdecError(f"unknown baseline '{baseline}'; choose one of: {', '.join(BASELINES)}")
     fixed = {k: v for k, v in base.as_dict().items() if k not in grid.axes}
@@ -86,15 +101,20 @@ def run_sweep(
     todo = [p for p in grid.points() if point_key(p) not in done]
     total = len(done) + len(todo)
     baselines: dict[float, Measurement] = {}
+    if stop is not None and isinstance(measure, BenchMeasure):
+        measure = measure.stopped_by(stop)  # the runs inside a point end within a step
     started = time.perf_counter()
     for index, point in enumerate(todo):
         if stop is not None and stop.is_set():
             break
         config = apply_point(base, point)
-        ar = baselines.get(config.temperature) if baseline == "temperature" else None
-        if ar is None:
-            ar = baselines[config.temperature] = measure("ar", _baseline(config), None)
-        metrics = measure(method, config, ar.token_ids)
+        try:
+            ar = baselines.get(config.temperature) if baseline == "temperature" else None
+            if ar is None:
+                ar = baselines[config.temperature] = measure("ar", _baseline(config), None)
+            metrics = measure(method, config, ar.token_ids)
+        except MeasurementStopped:
+            break
         record = _record(point, config, metrics, ar)
         result.points.append(record)
         if json_out is not None:
@@ -104,6 +124,13 @@ def run_sweep(
             eta = elapsed / (index + 1) * (len(todo) - index - 1)
             progress(SweepProgress(len(result.points), total, point, record, eta))
     return result
+
+
+def interrupted_point(grid: Grid, result: SweepResult) -> Point | None:
+    """The first point of `grid` that `result` lacks: the one a Stop cut short (or, when it
+    came between points, the next); None when every point was measured."""
+    done = {point_key(p.point) for p in result.points}
+    return next((p for p in grid.points() if point_key(p) not in done), None)
 
 
 def _baseline(config: DecodeConfig) -> DecodeConfig:
@@ -140,7 +167,9 @@ def _resumable(json_out: Path | None, header: dict[str, Any]) -> list[MeasuredPo
 
 
 class BenchMeasure:
-    """Measures a method on the prompts with the benchmark's runner (one model load each)."""
+    """Measures a method on the prompts with the benchmark's runner (one model load each).
+    With `stop`, every run decodes with it and a run it cuts short raises
+    `MeasurementStopped` (so does a Stop during the warm-up before the first measurement)."""
 
     def __init__(
         self,
@@ -149,6 +178,7 @@ class BenchMeasure:
         specs: dict[str, str],
         raw: bool,
         extras: dict[str, Extra] | None = None,
+        stop: StopFlag | None = None,
     ) -> None:
         """`extras`: already loaded draft / head per method (e.g. the GUI's), else from `specs`."""
         self.target = target
@@ -158,11 +188,26 @@ class BenchMeasure:
         # tree sizing's owners: each model timed once, each head's acceptance learned over
         # every point and prompt of this measurement
         self.costs, self.acceptance = ForwardCosts(), AcceptanceEstimates()
-        warm_up(target, self.encoded[0])
+        self.stop = stop
+        self._warm = [False]  # shared with `stopped_by` copies: one warm-up in all
+        if stop is None:
+            self._warm_up()
+
+    def stopped_by(self, stop: StopFlag) -> BenchMeasure:
+        """This measurement (its models, costs and acceptance shared) with `stop` in every run."""
+        measure = copy.copy(self)
+        measure.stop = stop
+        return measure
+
+    def _warm_up(self) -> None:
+        if not self._warm[0]:
+            warm_up(self.target, self.encoded[0], stop=self.stop)
+            self._warm[0] = True
 
     def __call__(
         self, method: str, config: DecodeConfig, reference: Sequence[Sequence[int]] | None
     ) -> Measurement:
+        self._warm_up()
         if method not in self.extras:
             self.extras[method] = load_extra(method, self.target, self.specs)
         rows = []
@@ -170,7 +215,7 @@ class BenchMeasure:
         for index, ids in enumerate(self.encoded):
             row = run_one(
                 method, self.target, ids, config, self.extras[method], history=history,
-                costs=self.costs, acceptance=self.acceptance,
+                costs=self.costs, acceptance=self.acceptance, stop=self.stop,
             )  # fmt: skip
             rows.append(compared(row, row.token_ids if reference is None else reference[index]))
         return Measurement(aggregate(rows), tuple(row.token_ids for row in rows))

@@ -213,9 +213,13 @@ class ModelsPanel(QGroupBox):
         self._loaded = ""
         self.message.setText(message)
 
-    def show_failed(self, message: str) -> None:
+    def show_failed(self, message: str, loaded: str | None = None) -> None:
+        """A load failed; `loaded`: the spec of the model still loaded, which the Target box
+        shows again (it names what is loaded, not the path that failed: the message does)."""
         self.progress.setValue(0)
         self.message.setText(f"load failed: {message}")
+        if loaded is not None:
+            self.target.set_spec(loaded)
 
     def values(self) -> dict[str, Any]:
         return {

@@ -9,7 +9,8 @@ The colour scale is absolute, the same for every sweep (`speedup_color`, drawn a
 bar beside the map): 1.00× (no gain) is a neutral light grey, a point slower than
 autoregressive decoding is red (darker the slower, full at 0.5×), a faster one blue (darker
 the faster, full at 3× and above); a point not measured yet is hatched. A 1.36× best cell
-is therefore a light blue, not the darkest colour of its map.
+is therefore a light blue, not the darkest colour of its map. The point a Stop cut short stays
+hatched and reads "stopped".
 """
 
 from __future__ import annotations
@@ -97,9 +98,18 @@ def speedup_words(speedup: float) -> str:
     return f"{speedup:.2f}× vs autoregressive"
 
 
-def result_words(measured: list[MeasuredPoint], method: str) -> str:
+def result_words(
+    measured: list[MeasuredPoint], method: str, stopped: dict[str, Any] | None = None
+) -> str:
     """The line after a sweep: how many points, the fastest, at which settings; `method` as
-    the Method box names it."""
+    the Method box names it; `stopped`: the point a Stop cut short (left out)."""
+    line = _result_words(measured, method)
+    if stopped is not None:
+        line += f" — Stop cut {point_words(stopped)} short; it is left out"
+    return line
+
+
+def _result_words(measured: list[MeasuredPoint], method: str) -> str:
     if not measured:
         return f"no point of the {method} sweep was measured"
     best = max(measured, key=lambda p: p.speedup_vs_ar)
@@ -200,7 +210,7 @@ class SweepView(QWidget):
             self.prompt_file: "a JSONL file with one {'prompt': …} or {'turns': […]} per line",
             browse: "choose the JSONL prompt file",
             self.run_button: "measure every point of the grid (speedup against ar, τ)",
-            self.stop_button: "stop after the point being measured; finished points stay",
+            self.stop_button: "stop within one decode step; the finished points stay",
         }
         for widget, tip in tips.items():
             widget.setToolTip(tip)
@@ -390,9 +400,21 @@ class SweepView(QWidget):
         """`method` as the Method box names it."""
         self.status.setText(f"sweeping {method}: {points} point{'' if points == 1 else 's'}…")
 
-    def show_result(self, records: list[MeasuredPoint], method: str) -> None:
-        """The line after a sweep of `method` (as the Method box names it)."""
-        self.status.setText(result_words(records, method))
+    def mark_stopped(self, point: dict[str, Any]) -> None:
+        """The point a Stop cut short: hatched, reading "stopped"."""
+        try:
+            key = (self.rows.index(point["temperature"]), self.columns.index(point[self.axis]))
+        except (KeyError, ValueError):
+            return
+        if key in self.labels and key not in self.records:
+            self.labels[key].setText("stopped")
+
+    def show_result(
+        self, records: list[MeasuredPoint], method: str, stopped: dict[str, Any] | None = None
+    ) -> None:
+        """The line after a sweep of `method` (as the Method box names it); `stopped`: the
+        point a Stop cut short."""
+        self.status.setText(result_words(records, method, stopped))
 
     def show_tuning(self, method: str, tree: bool) -> None:
         """Tune has started on `method` (as the Method box names it)."""
