@@ -65,9 +65,15 @@ def _fit_vocab(logits: torch.Tensor, vocab: int) -> torch.Tensor:
     return torch.cat([logits, pad], dim=-1)
 
 
+def tokenizers_match(target_tokenizer, draft_tokenizer) -> bool:
+    """Do the two tokenizers give every token string the same id (drafts need no translation)?"""
+    return target_tokenizer.get_vocab() == draft_tokenizer.get_vocab()
+
+
 def check_same_tokenizer(target_tokenizer, draft_tokenizer, draft_spec: str) -> None:
-    """A classic draft must tokenize exactly like the target; say so before generating."""
-    if target_tokenizer.get_vocab() != draft_tokenizer.get_vocab():
+    """A draft for `ClassicDrafter` must tokenize exactly like the target; say so before
+    generating (a draft with another tokenizer drafts through drafters/cross_tokenizer.py)."""
+    if not tokenizers_match(target_tokenizer, draft_tokenizer):
         raise SpecdecError(
             f"draft '{draft_spec}' uses a different tokenizer than the target "
             f"({len(draft_tokenizer)} vs {len(target_tokenizer)} tokens); classic speculative "
