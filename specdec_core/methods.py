@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, TypeAlias
 
 from specdec_core.drafters.autoregressive import AutoregressiveDrafter
 from specdec_core.drafters.base import Drafter
-from specdec_core.drafters.classic import ClassicDrafter, check_same_tokenizer
 from specdec_core.drafters.lookahead import PARAMS as LOOKAHEAD_PARAMS
 from specdec_core.drafters.ngram import NgramDrafter
 from specdec_core.drafters.suffix import History, SuffixDrafter
@@ -82,9 +81,11 @@ class Method:
 
 
 def _classic(target: LoadedModel, draft: Extra, history: History | None, *_) -> Drafter:
-    assert isinstance(draft, LoadedModel)
-    check_same_tokenizer(target.tokenizer, draft.tokenizer, draft.spec)
-    return ClassicDrafter(draft.model, target.vocab_size)
+    """The draft's own tokens with the target's tokenizer; else drafts/cross_tokenizer.py
+    (universal assisted generation at T = 0, token-level intersection at T > 0)."""
+    from specdec_core.drafters.cross_tokenizer import build_classic
+
+    return build_classic(target, draft)
 
 
 def _eagle(target: LoadedModel, head: Extra, history: History | None, *_) -> Drafter:
@@ -271,7 +272,7 @@ METHODS: dict[str, Method] = {
         "draft",
         _classic,
         family="draft model",
-        summary="a small causal LM drafts a chain of k tokens",
+        summary="a small causal LM drafts a chain of k tokens, in another tokenizer too",
     ),
     "ngram": Method(
         "ngram",
