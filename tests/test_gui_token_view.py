@@ -116,3 +116,18 @@ def test_the_summary_line_names_tau_speed_end_reason_and_tree_size():
     auto = replace(summary, config={**summary.config, "tree_sizing": "auto: E[tau] 2.56 …"})
     assert "sized for this machine" in summary_text("EAGLE-2", auto)
     assert "E[tau]" not in summary_text("EAGLE-2", auto) and "E[tau]" in summary_details(auto)
+
+
+def test_the_summary_says_how_a_draft_drafts_and_which_layers_a_self_draft_skips():
+    from app.widgets.output_panel import summary_text
+    from specdec_core.events import RunSummary
+
+    base = RunSummary("classic", "lossless", False, 5, 4, (), "", 2, 1.0, 0.1, "eos")
+    algorithm = {"draft_algorithm": "universal assisted generation (T = 0)"}
+    text = summary_text("Classic", replace(base, config=algorithm))
+    assert "draft model: universal assisted generation (T = 0)" in text
+    skips = {"skipped_layers": [3, 4], "skipped_attention": [], "skipped_mlp": [7]}
+    text = summary_text("SWIFT", replace(base, config=skips))
+    assert "drafts skipping: layers 3, 4; MLP of 7" in text
+    searching = {"skipped_layers": [], "skipped_attention": [], "skipped_mlp": []}
+    assert "drafts skipping: nothing yet" in summary_text("SWIFT", replace(base, config=searching))

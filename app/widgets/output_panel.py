@@ -32,6 +32,19 @@ def summary_text(label: str, summary: RunSummary) -> str:
             f"\ndraft tree: {c.get('tree_tokens')} tokens, {c.get('tree_depth')} deep, "
             f"{c.get('tree_topk')} branches per node ({how}; hover for why)"
         )
+    if "draft_algorithm" in c:  # a classic draft says how it drafts for this target
+        text += f"\ndraft model: {c['draft_algorithm']}"
+    if "skipped_layers" in c:  # self-speculation says which of the target's layers it skips
+        parts = [
+            f"{name} {', '.join(map(str, c.get(key) or [])) or '-'}"
+            for name, key in (
+                ("layers", "skipped_layers"),
+                ("attention of", "skipped_attention"),
+                ("MLP of", "skipped_mlp"),
+            )
+            if c.get(key)
+        ]
+        text += f"\ndrafts skipping: {'; '.join(parts) or 'nothing yet'}"
     return text
 
 
