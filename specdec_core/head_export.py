@@ -1,4 +1,16 @@
-"""`specdec export --head-out DIR`: an EAGLE head rewritten as vLLM or SGLang loads it as it stands.
+"""`specdec export --head-out DIR`: what a method drafts with, rewritten as vLLM or SGLang loads it.
+
+`export_for_method` dispatches on the model the method reads (`export.SERVING[method].needs`):
+an EAGLE head (`export_head`, below), Medusa heads (`export_medusa`) or an MLP speculator
+(`export_speculator`); the last two in vLLM's layout through their families' own writers
+(`specdec_core.medusa.formats.export_vllm`, `specdec_core.mlp_speculator.formats.export_vllm`),
+and refused for SGLang, which serves neither (the line says why). Medusa heads are read in
+either published layout (FasterDecoding's `medusa_head.*` is what vLLM cannot load as it
+stands) and written as `blocks.*` / `lm_heads.*` (+ `token_map`); a speculator is written
+with each weight once in its dtype. Reading the folder back with the family's own reader gives
+the same weights (tests/test_export_families.py).
+
+EAGLE heads:
 
 What each engine's loader accepts, with the source lines that decide it, is in
 tests/fixtures/eagle-heads/notes/ENGINE_LOADERS.md ("Export recipes"); the key layouts are
@@ -36,15 +48,17 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from specdec_core.config import DecodeConfig
 from specdec_core.eagle.formats import read_head, variant_config
 from specdec_core.eagle.head import EagleHead
 from specdec_core.eagle.layouts import TOKEN_MAP
 from specdec_core.errors import SpecdecError
-from specdec_core.export import ENGINES
-from specdec_core.resources import bundled_head, names_bundled_head
+from specdec_core.export import ENGINES, SERVING, serving
+from specdec_core.resources import bundled_head, names_bundled_head, resource_path
 
 CONFIG, WEIGHTS = "config.json", "model.safetensors"
 WRITTEN = (CONFIG, WEIGHTS, TOKEN_MAP)  # everything an export may put in its directory
+WRITERS = ("head", "medusa", "speculator")  # the model options --head-out writes
 
 # the config.json keys a Llama decoder layer reads, kept from the head's config; the rest (a
 # publisher's own fields, the local path it was read from) is left out
@@ -68,7 +82,7 @@ class HeadExport:
     """A head directory written for one engine."""
 
     engine: str
-    layout: str  # "eagle1" or "eagle3"
+    layout: str  # "eagle1", "eagle3", "medusa" or "mlp_speculator"
     directory: Path
     files: tuple[str, ...]  # the names written in `directory`
     token_map: Path | None  # SGLang's --speculative-token-map file, for a reduced vocabulary
@@ -83,6 +97,84 @@ class HeadExport:
             "token_map": str(self.token_map) if self.token_map else None,
             "notes": list(self.notes),
         }
+
+
+def export_for_method(
+    engine: str, method: str, spec: str, out: str | Path, config: DecodeConfig | None = None
+) -> HeadExport:
+    """Write what `method` drafts with (`spec`: `embedded`, a directory or a hub id) into `out`
+    as `engine` loads it; `config.k` bounds an MLP speculator's chain. Raises `SpecdecError`
+    (one line) for a method with nothing to write or an engine that cannot serve it."""
+    entry = SERVING.get(method)
+    needs = entry.needs if entry is not None else None
+    if needs not in WRITERS:
+        writers = ", ".join(name for name, found in SERVING.items() if found.needs in WRITERS)
+        raise SpecdecError(
+            f"--head-out writes an EAGLE head, Medusa heads or an MLP speculator, and method "
+            f"'{method}' drafts with none; use it with --method {writers}"
+        )
+    serving(engine, method)  # an engine without the method refuses it here, in one line
+    if needs == "medusa":
+        return export_medusa(spec, out)
+    if needs == "speculator":
+        return export_speculator(spec, out, config.k if config is not None else None)
+    return export_head(engine, spec, out)
+
+
+def export_medusa(spec: str, out: str | Path) -> HeadExport:
+    """Medusa heads `spec` (either published layout) written into `out` in vLLM's layout."""
+    from specdec_core.medusa.formats import export_vllm, read_medusa, resolve
+
+    source = resolve(spec)
+    heads = read_medusa(spec)
+    directory = _empty_directory(Path(out).expanduser(), source)
+    export_vllm(heads, directory)
+    files = _written(directory, (CONFIG, WEIGHTS))
+    config = heads.config
+    notes = [
+        f"wrote {config.num_heads} Medusa heads in vLLM's layout (model_type medusa, blocks.* / "
+        f"lm_heads.*{', token_map' if heads.token_map is not None else ''}); vLLM builds "
+        "num_speculative_tokens of them and leaves the others unread",
+        f"copy {directory} to the serving machine and point the command's paths there",
+    ]
+    return HeadExport("vllm", "medusa", directory, files, None, notes)
+
+
+def export_speculator(spec: str, out: str | Path, k: int | None = None) -> HeadExport:
+    """MLP speculator `spec` written into `out` as vLLM loads it (at most n_predict drafts)."""
+    from specdec_core.mlp_speculator.formats import (
+        BUNDLED,
+        check_speculator_spec,
+        export_vllm,
+        read_speculator,
+    )
+
+    check_speculator_spec(spec)
+    source = resource_path(BUNDLED) if spec == "embedded" else Path(spec).expanduser()
+    speculator = read_speculator(spec)
+    n_predict = speculator.n_predict
+    if k is not None and not 1 <= k <= n_predict:  # before the folder is made
+        raise SpecdecError(
+            f"the speculator drafts at most {n_predict} tokens (n_predict); give --k 1 to "
+            f"{n_predict}"
+        )
+    directory = _empty_directory(Path(out).expanduser(), source)
+    written = export_vllm(speculator, directory, k)
+    files = _written(directory, written.files)
+    notes = [
+        f"wrote the MLP speculator ({speculator.n_predict} stages, each weight once) as vLLM's "
+        "MLPSpeculator loads it",
+        f"copy {directory} to the serving machine and point the command's paths there",
+    ]
+    return HeadExport("vllm", "mlp_speculator", directory, files, None, notes)
+
+
+def _written(directory: Path, files: tuple[str, ...]) -> tuple[str, ...]:
+    """`files`, with what an earlier export into `directory` left and this one did not write
+    removed."""
+    for stale in set(WRITTEN) - set(files):
+        (directory / stale).unlink(missing_ok=True)
+    return tuple(files)
 
 
 def export_head(engine: str, spec: str, out: str | Path) -> HeadExport:

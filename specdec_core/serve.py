@@ -12,6 +12,10 @@ Sources: vLLM's engine arguments (`--dtype` auto, half, float16, bfloat16, float
 `--tensor-parallel-size`, `-tp`) and SGLang's server arguments (`--dtype` with the same
 names; `--tp-size`, alias `--tp`; `--enable-metrics`, docs/references/production_metrics).
 The playground's dtype names (auto, float32, float16, bfloat16) are valid in both.
+Every method `export` serves (EAGLE, classic, n-gram, Medusa, MLP speculator, native MTP) has
+its command here; what an engine cannot serve is `export`'s one-line refusal. vLLM runs an MLP
+speculator on one GPU whatever the target's tensor-parallel size (`_verify_and_get_draft_tp`
+in vllm/config/speculative.py), which the notes say.
 
 Arguments are kept as a list and joined with `shlex.join`, so a path with spaces or the JSON
 survives a shell. `write_script` saves one as an executable bash script. Importing this
@@ -76,9 +80,14 @@ def serve_command(
         )
     result = export(engine, method, config, target, model)
     argv = [*shlex.split(result.command), "--dtype", dtype]
+    notes = list(result.notes)
     if tensor_parallel_size > 1:
         argv += [TP_FLAG[engine], str(tensor_parallel_size)]
-    notes = list(result.notes)
+        if engine == "vllm" and method == "mlp-speculator":
+            notes.append(
+                "vLLM runs the MLP speculator unsharded (draft tensor-parallel size 1, "
+                "_verify_and_get_draft_tp) beside the sharded target"
+            )
     if engine == "sglang":
         argv.append("--enable-metrics")
         notes.append("--enable-metrics: SGLang serves /metrics (for `specdec watch`) only with it")

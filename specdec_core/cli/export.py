@@ -1,7 +1,8 @@
 """`specdec export`: the vLLM `--speculative-config` JSON or the SGLang flags for a setting;
 with `--serve`, the whole server command line (`specdec_core.serve`); with `--head-out DIR`,
-the EAGLE head written as the engine loads it (`specdec_core.head_export`), which the command
-then names."""
+what the method drafts with (an EAGLE head, Medusa heads, an MLP speculator) written as the
+engine loads it (`specdec_core.head_export`), which the command then names. A method an engine
+cannot serve (lookahead, layer skipping, Medusa for SGLang, ...) is one line saying why."""
 
 from __future__ import annotations
 
@@ -11,7 +12,13 @@ import sys
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
-from specdec_core.cli.options import AUTO, add_decode_options, add_model_options, decode_config
+from specdec_core.cli.options import (
+    AUTO,
+    add_decode_options,
+    add_model_options,
+    decode_config,
+    model_specs,
+)
 from specdec_core.errors import SpecdecError
 
 if TYPE_CHECKING:
@@ -19,14 +26,14 @@ if TYPE_CHECKING:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from specdec_core.export import ENGINES, METHOD_MAP
+    from specdec_core.export import ENGINES, SERVING
 
     parser = sub.add_parser(
         "export",
         help="print the vLLM --speculative-config JSON or the SGLang flags for a setting",
     )
     parser.add_argument("--engine", required=True, choices=list(ENGINES))
-    parser.add_argument("--method", default="eagle", choices=list(METHOD_MAP))
+    parser.add_argument("--method", default="eagle", choices=list(SERVING))
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument(
         "--from-sweep",
@@ -48,8 +55,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         metavar="DIR",
         help="eagle / eagle2: write the head into DIR as the engine loads it as it stands (for "
-        "SGLang with the --speculative-token-map file of a reduced vocabulary) and point the "
-        "printed command at DIR; a head vLLM cannot carry is refused, saying why",
+        "SGLang with the --speculative-token-map file of a reduced vocabulary); medusa / "
+        "mlp-speculator: write the heads or the speculator in vLLM's layout; the printed "
+        "command then serves DIR; what the engine cannot carry is refused, saying why",
     )
     parser.add_argument(
         "--tensor-parallel-size",
@@ -65,7 +73,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specdec_core.export import METHOD_MAP, best_of_sweep, export
+    from specdec_core.export import SERVING, best_of_sweep, export
 
     if args.from_sweep:
         best = best_of_sweep(args.from_sweep, args.at_temperature)
@@ -78,7 +86,8 @@ def run(args: argparse.Namespace) -> int:
                 "one, or export a sweep's best point with --from-sweep FILE"
             )
         config = decode_config(args)
-        model = args.head if METHOD_MAP[args.method][0] == "head" else args.draft
+        needs = SERVING[args.method].needs
+        model = model_specs(args)[needs] if needs else ""
         setting, note = (args.method, config, args.target, model), None
     head = _export_head(args, setting) if args.head_out else None
     if head is not None:
@@ -118,16 +127,10 @@ def _serve(
 
 
 def _export_head(args: argparse.Namespace, setting: tuple) -> HeadExport:
-    from specdec_core.export import METHOD_MAP
-    from specdec_core.head_export import export_head
+    from specdec_core.head_export import export_for_method
 
-    method, model = setting[0], setting[3]
-    if METHOD_MAP[method][0] != "head":
-        raise SpecdecError(
-            f"--head-out writes an EAGLE head, and method '{method}' has none; use it with "
-            "--method eagle or eagle2"
-        )
-    return export_head(args.engine, model or "embedded", args.head_out)
+    method, config, _, model = setting
+    return export_for_method(args.engine, method, model or "embedded", args.head_out, config)
 
 
 def _with_head(record: dict, head: HeadExport | None) -> dict:
