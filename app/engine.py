@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from app.engine_api import (
+    HEAD_KINDS,
     ChatMessage,
     HeadExportRequest,
     LoadSettings,
@@ -241,16 +242,19 @@ class SpecdecEngine:
         """`head_export.export_head` into the folder, then `serve_command` on it (the export's
         notes, then the command's). Reads the head from its files, not the models loaded, so
         it holds no lock."""
-        from specdec_core.head_export import export_head
+        from specdec_core.head_export import export_for_method
         from specdec_core.methods import get_method
         from specdec_core.serve import serve_command
 
         method = get_method(request.method)
-        if method.needs != "head":
+        if method.needs not in HEAD_KINDS:
             raise SpecdecError(no_head(method.label))
         folder = request.folder
+        spec = request.specs.get(method.needs) or "embedded"
         try:
-            written = export_head(request.engine, request.specs.get("head") or "embedded", folder)
+            written = export_for_method(
+                request.engine, request.method, spec, folder, request.config
+            )
         except OSError as error:  # a full disk, a folder of another user, a read-only mount
             reason = error.strerror or str(error)
             raise SpecdecError(

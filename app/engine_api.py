@@ -59,6 +59,10 @@ def engine_ended(message: str) -> bool:
     return ENDED in message
 
 
+# what a method drafts with that Export to server… can write as an engine loads it
+HEAD_KINDS = ("head", "medusa", "speculator")
+
+
 @dataclass(frozen=True)
 class MethodInfo:
     name: str

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Slot
 
-from app.engine_api import Engine, HeadExportRequest, no_head
+from app.engine_api import HEAD_KINDS, Engine, HeadExportRequest, no_head
 from app.jobs import JobRunner
 from app.palette import method_color
 from app.server_worker import ServerWorker
@@ -124,13 +124,13 @@ class ServerController(QObject):
         info = registries.method(method) if registries is not None else None
         if info is None:
             return None
-        if info.needs != "head":
+        if info.needs not in HEAD_KINDS:
             return no_head(info.label)
 
         def write(engine: str, folder: Path, done: HeadDone) -> None:
             self.write_head(request(engine, folder), done)
 
-        return HeadExportSource(specs.get("head") or "embedded", write)
+        return HeadExportSource(specs.get(info.needs) or "embedded", write)
 
     def write_head(self, request: HeadExportRequest, done: HeadDone) -> bool:
         """Ask the engine to write the head in a worker; `done` later hears the command

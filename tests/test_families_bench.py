@@ -87,3 +87,24 @@ def test_a_method_parameter_no_method_reads_is_refused_before_a_sweep(models, ca
     ]  # fmt: skip
     assert main(argv) == 2
     assert "--method-param window" in capsys.readouterr().err
+
+
+def test_the_windows_engine_writes_medusa_heads_for_vllm_and_serves_the_folder(models, tmp_path):
+    """Export to server… on a Medusa method writes vLLM's layout and the command serving it."""
+    import json as json_module
+
+    from app.engine import SpecdecEngine
+    from app.engine_api import HeadExportRequest
+    from specdec_core.config import DecodeConfig
+
+    out = tmp_path / "medusa-vllm"
+    specs = {"medusa": str(models / "medusa")}
+    request = HeadExportRequest(
+        "vllm", str(out), "medusa", DecodeConfig(tree_depth=2, tree_topk=2, tree_tokens=5),
+        str(models / "target"), specs,
+    )  # fmt: skip
+    command = SpecdecEngine().export_head(request)
+    config = json_module.loads((out / "config.json").read_text())
+    assert config["model_type"] == "medusa"
+    payload = json_module.loads(command.argv[command.argv.index("--speculative-config") + 1])
+    assert payload["method"] == "medusa" and payload["model"] == str(out)

@@ -61,7 +61,7 @@ class ModelsPanel(QGroupBox):
             }
         )
         self.target.setToolTip("the target model: embedded, a hub id, a model folder or a .gguf")
-        self.draft.setToolTip("the classic method's draft model (another tokenizer is re-tokenized)")
+        self.draft.setToolTip("the classic method's draft model (any tokenizer)")
         self.head.setToolTip("the EAGLE head for eagle / eagle2: a head folder or a hub id")
         self.device = QComboBox()
         self.device.addItems(DEVICES)
