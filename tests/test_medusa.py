@@ -543,6 +543,18 @@ def test_typical_acceptance_breaks_ties_by_likelihood_and_draws_the_next_token_e
         assert path == [] and token == 9
 
 
+def test_on_a_chain_typical_acceptance_takes_what_the_chain_policy_takes():
+    from specdec_core.verifiers.typical import TypicalVerifier
+
+    generator = torch.Generator().manual_seed(4)
+    for trial in range(40):
+        logits = torch.randn(5, VOCAB, generator=generator) * (0.5 + trial / 10)
+        pi = torch.softmax(logits, dim=-1)  # [k+1, V]
+        draft = [int(torch.multinomial(pi[i], 1, generator=generator)) for i in range(4)]
+        chain = TypicalVerifier().verify(torch.tensor(draft), None, pi, generator, p_soft=pi)
+        assert len(typical_path(draft, (-1, 0, 1, 2), pi)) == chain.accepted
+
+
 def test_greedy_typical_acceptance_emits_the_target_argmax_after_the_path(tiny_target):
     from specdec_core.sampling import probs
     from specdec_core.verifiers.lossy import policy_probs

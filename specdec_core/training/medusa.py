@@ -13,6 +13,8 @@ vocabulary's rows; its loss counts where h_{t+i+1} is past the sample's start (t
 head i's loss is weighted 0.8^i (Medusa-1's λ_i). The heads start as Medusa's do: blocks at
 zero (the identity), every lm head a copy of the target's lm_head rows of the draft vocabulary
 (its `draft_vocab` most frequent tokens of the data, as EAGLE heads; 0: the whole vocabulary).
+With `lm_head` "target" the heads share one lm head, those rows, which training keeps as they
+are (vLLM's `original_lm_head`): only the blocks learn, and the saved file is small.
 
 Heads over the whole vocabulary are saved in FasterDecoding's layout; heads over a reduced
 vocabulary in vLLM's (its token_map holds the vocabulary; FasterDecoding's layout has none),
