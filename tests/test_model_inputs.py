@@ -193,17 +193,6 @@ def test_the_estimate_of_an_8b_llama():
     assert "16.1 GB of bfloat16 weights + 1.1 GB of KV cache for 8192 tokens" in guess.describe()
 
 
-def test_a_draft_with_another_tokenizer_is_refused(capsys, good, tmp_path):
-    other = tiny_tokenizer()
-    other.add_tokens(["extra"])
-    tiny_model(3).save_pretrained(tmp_path / "foreign")
-    other.save_pretrained(tmp_path / "foreign")
-    line = one_line_error(
-        capsys, "--target", str(good), "--method", "classic", "--draft", str(tmp_path / "foreign")
-    )
-    assert "different tokenizer" in line and "33 vs 32" in line
-
-
 def test_an_eagle_head_of_another_size_names_both_sizes(good, tmp_path):
     from specdec_core.eagle.formats import load_head, save_head
     from tests.eagle_tiny import tiny_head
