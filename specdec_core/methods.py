@@ -154,6 +154,18 @@ def _mtp_tree(
     return build_tree(target, module, history, costs, acceptance)
 
 
+def _layer_skip(target: LoadedModel, extra: Extra, *_) -> Drafter:
+    from specdec_core.drafters.layer_skip import build_layer_skip
+
+    return build_layer_skip(target, extra, None, None, None)
+
+
+def _swift(target: LoadedModel, extra: Extra, *_) -> Drafter:
+    from specdec_core.drafters.swift import build_swift
+
+    return build_swift(target, extra, None, None, None)
+
+
 def _lookahead(
     target: LoadedModel,
     extra: Extra,
@@ -301,6 +313,22 @@ METHODS: dict[str, Method] = {
         "verified in the same forward",
         params=LOOKAHEAD_PARAMS,
         k=False,
+    ),
+    "layer-skip": Method(
+        "layer-skip",
+        "Layer skip (early exit)",
+        None,
+        _layer_skip,
+        family="no training",
+        summary="the target drafts with its first three quarters of layers, verifies with all",
+    ),
+    "swift": Method(
+        "swift",
+        "SWIFT (layer-skip search)",
+        None,
+        _swift,
+        family="no training",
+        summary="the target drafts skipping layers it picks on the fly from the context",
     ),
 }
 

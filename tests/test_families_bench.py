@@ -21,7 +21,7 @@ PROMPTS = ('{"prompt": "w1 w2 w3 w1 w2"}', '{"turns": ["w4 w5 w6 w4 w5 w6 w4"]}'
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     root = tmp_path_factory.mktemp("families")
-    tiny_model(1).save_pretrained(root / "target")
+    tiny_model(1, layers=4).save_pretrained(root / "target")  # SWIFT skips inner layers
     tiny_tokenizer().save_pretrained(root / "target")
     save_fasterdecoding(random_heads(), root / "medusa", base_model="tiny")
     save_speculator(random_speculator(), root / "speculator", dtype=torch.float32)
