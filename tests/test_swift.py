@@ -147,13 +147,15 @@ def test_impossible_search_settings_are_refused(setting, message):
 
 
 @pytest.mark.slow
-def test_swift_samples_follow_the_target_distribution(six):
-    ids = prompt(length=10)
+def test_swift_samples_follow_the_target_distribution():
+    target = tiny_loaded(seed=1, layers=4)
+    ids = prompt(length=6)  # the 4-position window is full at once: every run searches
     config = DecodeConfig(max_new_tokens=2, k=3, temperature=1.0)
-    drafter = SwiftDrafter(LAYERS, window=6, per_step=2, confidence=0.0)
-    firsts, seconds, accepted = sample_first_two_tokens(six, drafter, ids, config, 1500, 5)
-    first, second = target_marginals(six.model, ids, 1.0, 1.0)
-    assert accepted > 300, "the test must exercise accepted drafts"
+    drafter = SwiftDrafter(4, skip_ratio=0.3, window=4, confidence=0.0)
+    firsts, seconds, accepted = sample_first_two_tokens(target, drafter, ids, config, 800, 5)
+    first, second = target_marginals(target.model, ids, 1.0, 1.0)
+    assert accepted > 200, "the test must exercise accepted drafts"
+    assert drafter.progress().iterations > 0
     assert chi_square_pvalue(firsts, first) > 1e-3
     assert chi_square_pvalue(seconds, second) > 1e-3
 
