@@ -22,3 +22,9 @@ def test_an_unread_method_parameter_is_refused_before_loading(capsys):
     assert code == 2
     err = capsys.readouterr().err
     assert "--method-param window" in err and len(err.strip().splitlines()) == 1
+
+
+def test_train_mlp_speculator_is_a_train_command_with_its_own_flags(capsys):
+    code = main(["train", "mlp-speculator", "--target", "/no/such-model", "--out", "unused"])
+    assert code == 2
+    assert "model not found: /no/such-model" in capsys.readouterr().err

@@ -23,6 +23,7 @@ from specdec_core.cli import (
     methods,
     sweep,
     train,
+    train_mlp_speculator,
     validate,
     watch,
 )
@@ -48,10 +49,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse(argv: list[str]) -> argparse.Namespace:
+    """The command's flags; `train mlp-speculator` has flags of its own (another trainer)."""
+    if argv[:2] == ["train", "mlp-speculator"]:
+        parser = argparse.ArgumentParser(prog="specdec train")
+        train_mlp_speculator.add_parser(parser.add_subparsers(dest="kind", required=True))
+        args = parser.parse_args(argv[1:])
+        args.command = "train"
+        return args
+    return build_parser().parse_args(argv)
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     interruptible()
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parse(argv)
     args.invocation = command_line(argv)  # as typed, for the files a run writes
     try:
         return args.handler(args)

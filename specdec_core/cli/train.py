@@ -17,7 +17,11 @@ if TYPE_CHECKING:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    train = sub.add_parser("train", help="train an EAGLE head, a token-level draft or Medusa heads")
+    train = sub.add_parser(
+        "train",
+        help="train an EAGLE head, a token-level draft, Medusa heads or (`train mlp-speculator "
+        "--help`) an MLP speculator",
+    )
     train.set_defaults(handler=run, invocation=None)
     train.add_argument("kind", choices=["eagle", "draft", "medusa"])
     train.add_argument("--target", default="embedded", help="embedded, hub id, dir or .gguf")
