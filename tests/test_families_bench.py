@@ -10,8 +10,8 @@ from specdec_core.cli import main
 from specdec_core.medusa.formats import save_fasterdecoding
 from specdec_core.methods import METHODS
 from specdec_core.mlp_speculator.formats import save_speculator
-from tests.test_medusa import random_heads
 from tests.mtp_tiny import write_checkpoint
+from tests.test_medusa import random_heads
 from tests.test_mlp_speculator import random_speculator
 from tests.tiny import tiny_model, tiny_tokenizer
 
