@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from transformers import Gemma2Config, Gemma2ForCausalLM, MistralConfig, MistralForCausalLM
@@ -116,6 +118,23 @@ def test_describe_names_the_skipped_layers(six):
     assert LayerSkipDrafter(LAYERS).describe(config)["exit_layer"] == LAYERS * 3 // 4
 
 
+def test_method_params_override_the_exit_layer_and_confidence(six):
+    drafter = LayerSkipDrafter(LAYERS, skip_layers=[1, 2])
+    config = DecodeConfig(max_new_tokens=20, k=4, method_params={"exit_layer": 5})
+    described = drafter.describe(config)
+    assert described["exit_layer"] == 5 and described["skipped_layers"] == [5]
+    ids = prompt(length=9)
+    summary, _ = decode(six, drafter, ids, config)
+    assert summary.config["skipped_layers"] == [5]
+    assert summary.token_ids == run(six, "ar", ids, config).token_ids
+    _, steps = decode(six, drafter, ids, replace(config, method_params={"confidence": 1.0}))
+    assert {step.drafted for step in steps} == {1}
+    with pytest.raises(SpecdecError, match="exit layer"):
+        drafter.describe(replace(config, method_params={"exit_layer": LAYERS}))
+    with pytest.raises(SpecdecError, match="whole number"):
+        drafter.describe(replace(config, method_params={"exit_layer": 2.5}))
+
+
 @pytest.mark.parametrize(
     "setting, message",
     [
@@ -195,7 +214,7 @@ def sampled(samples: int, seed: int):
 
 @pytest.mark.slow
 def test_sampled_tokens_follow_the_target_distribution():
-    samples = 2000
+    samples = 1500
     first, second, accepted = sampled(samples, seed=7)
     assert accepted > samples // 4, "the test must exercise accepted drafts"
     assert first > 1e-3 and second > 1e-3

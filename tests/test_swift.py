@@ -125,6 +125,23 @@ def test_swift_skips_sublayers_of_a_softcapped_sliding_window_model_exactly():
     assert drafter.progress().iterations > 0
 
 
+def test_method_params_override_the_search_settings(six):
+    drafter = SwiftDrafter(LAYERS)  # a 32-position window: longer than this whole run
+    params = {"window": 6, "max_iterations": 2, "skip_ratio": 0.6, "confidence": 0.0}
+    config = DecodeConfig(max_new_tokens=20, k=3, method_params=params)
+    described = drafter.describe(config)
+    assert described["search_window"] == 6 and described["skip_ratio"] == 0.6
+    ids = prompt(length=10)
+    started, _, summary = decode(six, drafter, ids, config)
+    assert started.config["search_window"] == 6
+    progress = drafter.progress()
+    assert progress.state == SearchState.EXHAUSTED and progress.iterations == 2
+    assert progress.skip.size == int(2 * (LAYERS - 2) * 0.6)
+    assert summary.token_ids == run(six, "ar", ids, config).token_ids
+    with pytest.raises(SpecdecError, match="window"):
+        drafter.describe(DecodeConfig(method_params={"window": 1}))
+
+
 def test_candidates_are_the_inner_sublayers_odd_layers_first():
     assert candidates(5) == [
         (1, "attention"), (1, "mlp"), (3, "attention"), (3, "mlp"),

@@ -27,6 +27,9 @@ below `confidence`: that token is still proposed (its distribution is already pa
 ends the draft, as SWIFT's drafting loop does. `CONFIDENCE` is the default; 0 never stops
 early.
 
+Method parameters (`PARAMS`, `config.method_params`): `exit_layer` (0: the drafter's own
+choice) and `confidence`.
+
 Sampling: at T = 0 the argmax (a deterministic proposal, q = None); at T > 0 each token is
 drawn from q = sampling.probs(draft logits, T, top_p) and the q rows are returned, so the
 lossless chain verifier reproduces the target's distribution exactly. The draft's stop rule
@@ -37,6 +40,7 @@ output's distribution.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -50,6 +54,9 @@ from specdec_core.sampling import probs, sample
 from specdec_core.target import Target, TargetOutput
 
 CONFIDENCE = 0.8  # default stop threshold on the draft's top probability (SWIFT's; 0: never)
+# method parameters (`--method-param NAME=VALUE`) and their defaults; exit_layer 0 keeps the
+# drafter's own choice (the registry's: `default_exit`)
+PARAMS: tuple[tuple[str, float], ...] = (("exit_layer", 0.0), ("confidence", CONFIDENCE))
 
 
 @torch.inference_mode()
@@ -134,8 +141,40 @@ def fixed_skip(
     return SkipSet.early_exit(exit_layer, num_layers)
 
 
+@dataclass(frozen=True)
+class LayerChoice:
+    """The layers a fixed drafter skips and when its draft stops."""
+
+    skip: SkipSet
+    exit_layer: int | None  # None: an explicit skip list
+    confidence: float
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "exit_layer": self.exit_layer,
+            **self.skip.record(),
+            "draft_confidence": self.confidence,
+        }
+
+
+def check_confidence(confidence: float) -> None:
+    if not 0.0 <= confidence <= 1.0:
+        raise SpecdecError(
+            f"--method-param confidence={confidence:g}: the draft confidence is a "
+            "probability; choose it in [0, 1] (0 never stops a draft early)"
+        )
+
+
+def whole(value: float, name: str) -> int:
+    if value != int(value):
+        raise SpecdecError(f"--method-param {name}={value:g}: {name} is a whole number")
+    return int(value)
+
+
 class LayerSkipDrafter(Drafter):
-    """Drafts with a fixed early exit or skip list (module docstring)."""
+    """Drafts with a fixed early exit or skip list (module docstring). The constructor's
+    choice is the default; `config.method_params` `exit_layer` (non-zero) and `confidence`
+    override it for a generation."""
 
     name = "layer-skip"
 
@@ -146,24 +185,29 @@ class LayerSkipDrafter(Drafter):
         skip_layers: Sequence[int] | None = None,
         confidence: float = CONFIDENCE,
     ) -> None:
-        if not 0.0 <= confidence <= 1.0:
-            raise SpecdecError(f"the draft confidence must be in [0, 1] (got {confidence})")
-        self.skip = fixed_skip(num_layers, exit_layer, skip_layers)
+        check_confidence(confidence)
+        skip = fixed_skip(num_layers, exit_layer, skip_layers)
         if skip_layers is None and exit_layer is None:
             exit_layer = default_exit(num_layers)
-        self.exit_layer = exit_layer
-        self.confidence = confidence
+        self.num_layers = num_layers
+        self.defaults = LayerChoice(skip, exit_layer, confidence)
         self.target: Target | None = None
 
+    def choice(self, config: DecodeConfig) -> LayerChoice:
+        """The constructor's choice as `config.method_params` overrides it."""
+        exit_layer = whole(config.method_param("exit_layer", 0.0), "exit_layer")
+        confidence = config.method_param("confidence", self.defaults.confidence)
+        check_confidence(confidence)
+        if not exit_layer:
+            return replace(self.defaults, confidence=confidence)
+        skip = fixed_skip(self.num_layers, exit_layer=exit_layer)
+        return LayerChoice(skip, exit_layer, confidence)
+
     def describe(self, config: DecodeConfig) -> dict[str, Any]:
-        return {
-            "exit_layer": self.exit_layer,
-            **self.skip.record(),
-            "draft_confidence": self.confidence,
-        }
+        return self.choice(config).record()
 
     def attach(self, target: Target) -> None:
-        check(target.model, self.skip)
+        check(target.model, self.defaults.skip)
         self.target = target
 
     def begin(self, ids: list[int], features: TargetOutput) -> None:
@@ -173,7 +217,8 @@ class LayerSkipDrafter(Drafter):
     def propose(self, ids: list[int], config: DecodeConfig, generator: torch.Generator) -> Proposal:
         if config.k <= 0:
             return EMPTY
-        return draft_chain(self.target, ids, self.skip, config, generator, self.confidence)
+        choice = self.choice(config)
+        return draft_chain(self.target, ids, choice.skip, config, generator, choice.confidence)
 
     def commit(self, ids: list[int], accepted: int, features: TargetOutput) -> None:
         pass  # nothing of its own: the target's cache was restored in `propose`

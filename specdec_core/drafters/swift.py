@@ -4,7 +4,9 @@ Xia et al., "SWIFT: On-the-Fly Self-Speculative Decoding for LLM Inference Accel
 (ICLR 2025). The target drafts with some of its own sublayers skipped (attention and MLP
 counted apart, the first and last layers always kept), as drafters/layer_skip.py does with a
 fixed set; here the set is searched with the context's own tokens while the generation runs,
-and drafting continues with the best set found.
+and drafting continues with the best set found. Method parameters (`PARAMS`,
+`config.method_params`): skip_ratio, window, target_score, patience, max_iterations,
+per_step, confidence.
 
 The search (a compact version of SWIFT's layer-set optimisation):
 
@@ -44,7 +46,7 @@ import torch
 
 from specdec_core.config import DecodeConfig
 from specdec_core.drafters.base import EMPTY, Drafter, Proposal
-from specdec_core.drafters.layer_skip import CONFIDENCE, draft_chain
+from specdec_core.drafters.layer_skip import CONFIDENCE, check_confidence, draft_chain, whole
 from specdec_core.errors import SpecdecError
 from specdec_core.layer_subset import SkipSet, check, forward_subset, prefix_view
 from specdec_core.models import LoadedModel
@@ -57,6 +59,63 @@ TARGET_SCORE = 0.9  # SWIFT's max score (its published script): stop once a set 
 PATIENCE = 8  # sets without an improvement before the search stops
 MAX_ITERATIONS = 24  # sets scored at most in one generation
 PER_STEP = 1  # sets scored per decode step (SWIFT's optimisation interval of 1)
+# method parameters (`--method-param NAME=VALUE`) and their defaults
+PARAMS: tuple[tuple[str, float], ...] = (
+    ("skip_ratio", SKIP_RATIO),
+    ("window", WINDOW),
+    ("target_score", TARGET_SCORE),
+    ("patience", PATIENCE),
+    ("max_iterations", MAX_ITERATIONS),
+    ("per_step", PER_STEP),
+    ("confidence", CONFIDENCE),
+)
+
+
+@dataclass(frozen=True)
+class SwiftSettings:
+    skip_ratio: float = SKIP_RATIO
+    window: int = WINDOW
+    target_score: float = TARGET_SCORE
+    patience: int = PATIENCE
+    max_iterations: int = MAX_ITERATIONS
+    per_step: int = PER_STEP
+    confidence: float = CONFIDENCE
+
+    def __post_init__(self) -> None:
+        for name, value, least in (
+            ("window", self.window, 2),
+            ("patience", self.patience, 1),
+            ("max_iterations", self.max_iterations, 1),
+            ("per_step", self.per_step, 1),
+        ):
+            if value < least:
+                raise SpecdecError(f"--method-param {name}={value}: SWIFT needs {name} >= {least}")
+        check_confidence(self.confidence)
+
+    def resolved(self, config: DecodeConfig) -> SwiftSettings:
+        """These settings as `config.method_params` overrides them."""
+        value = config.method_param
+        return SwiftSettings(
+            skip_ratio=value("skip_ratio", self.skip_ratio),
+            window=whole(value("window", self.window), "window"),
+            target_score=value("target_score", self.target_score),
+            patience=whole(value("patience", self.patience), "patience"),
+            max_iterations=whole(value("max_iterations", self.max_iterations), "max_iterations"),
+            per_step=whole(value("per_step", self.per_step), "per_step"),
+            confidence=value("confidence", self.confidence),
+        )
+
+    def count(self, num_layers: int) -> int:
+        """Sublayers a set skips in a `num_layers`-layer model (at least one, or an error)."""
+        count = int(len(candidates(num_layers)) * self.skip_ratio)
+        if not 0.0 < self.skip_ratio < 1.0 or count < 1:
+            raise SpecdecError(
+                f"--method-param skip_ratio={self.skip_ratio:g} skips no sublayer of a "
+                f"{num_layers}-layer model (SWIFT skips among the attention and MLP sublayers "
+                "of all but the first and last layer); choose a ratio in (0, 1) that skips at "
+                "least one"
+            )
+        return count
 
 
 class SearchState(StrEnum):
@@ -113,7 +172,9 @@ def as_skip(sublayers: list[tuple[int, str]]) -> SkipSet:
 
 
 class SwiftDrafter(Drafter):
-    """Layer skipping with the set searched during the generation (module docstring)."""
+    """Layer skipping with the set searched during the generation (module docstring). The
+    constructor's settings are the defaults; `config.method_params` (`PARAMS`) override
+    them for a generation."""
 
     name = "swift"
 
@@ -129,34 +190,22 @@ class SwiftDrafter(Drafter):
         confidence: float = CONFIDENCE,
         seed: int = 0,
     ) -> None:
+        self.num_layers = num_layers
         self.candidates = candidates(num_layers)
-        self.count = int(len(self.candidates) * skip_ratio)
-        if not 0.0 < skip_ratio < 1.0 or self.count < 1:
-            raise SpecdecError(
-                f"a skip ratio of {skip_ratio} skips no sublayer of a {num_layers}-layer model "
-                "(SWIFT skips among the attention and MLP sublayers of all but the first and "
-                "last layer); choose a ratio in (0, 1) that skips at least one"
-            )
-        if window < 2:
-            raise SpecdecError(f"the search window must hold at least 2 positions (got {window})")
-        if not 0.0 <= confidence <= 1.0:
-            raise SpecdecError(f"the draft confidence must be in [0, 1] (got {confidence})")
-        self.skip_ratio = skip_ratio
-        self.window = window
-        self.target_score = target_score
-        self.patience = patience
-        self.max_iterations = max_iterations
-        self.per_step = per_step
-        self.confidence = confidence
+        self.defaults = SwiftSettings(
+            skip_ratio, window, target_score, patience, max_iterations, per_step, confidence
+        )
+        self.defaults.count(num_layers)
         self.seed = seed
-        self.start = as_skip(self.candidates[: self.count])
         self.target: Target | None = None
-        self._reset()
+        self._reset(self.defaults)
 
-    def _reset(self) -> None:
+    def _reset(self, settings: SwiftSettings) -> None:
+        self.settings = settings
+        self.count = settings.count(self.num_layers)
         self.state = SearchState.WAITING
         self.best: list[tuple[int, str]] = self.candidates[: self.count]
-        self.skip = self.start
+        self.skip = as_skip(self.best)
         self.best_score: float | None = None
         self.last_score: float | None = None
         self.iterations = 0
@@ -167,24 +216,27 @@ class SwiftDrafter(Drafter):
         self.rows: list[torch.Tensor] = []  # the target's final hidden rows, newest last
         self.held = 0  # positions those rows cover (the last ones of the cache)
         self.scored: tuple[int, list[int], torch.Tensor] | None = None  # (start, ids, argmax)
+        self.resolved = False  # has a `propose` of this generation read its config yet?
 
     def describe(self, config: DecodeConfig) -> dict[str, Any]:
+        settings = self.defaults.resolved(config)
+        start = as_skip(self.candidates[: settings.count(self.num_layers)])
         return {
-            "skip_ratio": self.skip_ratio,
-            "search_window": self.window,
-            "draft_confidence": self.confidence,
-            "search_state": self.state.value,
-            **self.skip.record(),
+            "skip_ratio": settings.skip_ratio,
+            "search_window": settings.window,
+            "draft_confidence": settings.confidence,
+            "search_state": SearchState.WAITING.value,
+            **start.record(),
         }
 
     def progress(self) -> SwiftProgress:
         return SwiftProgress(
             state=self.state,
             iterations=self.iterations,
-            max_iterations=self.max_iterations,
+            max_iterations=self.settings.max_iterations,
             best_score=self.best_score,
             last_score=self.last_score,
-            window=self.window,
+            window=self.settings.window,
             skip=self.skip,
             search_seconds=self.search_seconds,
         )
@@ -193,24 +245,30 @@ class SwiftDrafter(Drafter):
         return dict(self.parts)
 
     def attach(self, target: Target) -> None:
-        check(target.model, self.start)
+        check(target.model, self.skip)
         self.target = target
 
     def begin(self, ids: list[int], features: TargetOutput) -> None:
         if self.target is None:
             raise SpecdecError("SWIFT drafts through the target: attach it first")
-        self._reset()
-        self._keep_rows(features.hidden)
+        self._reset(self.defaults)
+        self.rows, self.held = [features.hidden], features.hidden.shape[0]
 
     def propose(self, ids: list[int], config: DecodeConfig, generator: torch.Generator) -> Proposal:
         started = now(self.target.device)
+        if not self.resolved:  # the first step: this generation's settings
+            rows, held = self.rows, self.held
+            self._reset(self.defaults.resolved(config))
+            self.rows, self.held, self.resolved = rows, held, True
+            self._keep_rows(rows[0][:0])
         if not self.state.done:
             self._search(ids)
         searched = now(self.target.device)
         self.search_seconds += searched - started
         proposal = EMPTY
         if config.k > 0:
-            proposal = draft_chain(self.target, ids, self.skip, config, generator, self.confidence)
+            confidence = self.settings.confidence
+            proposal = draft_chain(self.target, ids, self.skip, config, generator, confidence)
         self.parts = {"search": searched - started, "draft": now(self.target.device) - searched}
         return proposal
 
@@ -222,22 +280,23 @@ class SwiftDrafter(Drafter):
         if hidden.shape[0]:
             self.rows.append(hidden)
             self.held += hidden.shape[0]
-        while self.rows and self.held - self.rows[0].shape[0] >= self.window:
+        while self.rows and self.held - self.rows[0].shape[0] >= self.settings.window:
             self.held -= self.rows.pop(0).shape[0]
 
     @torch.inference_mode()
     def _search(self, ids: list[int]) -> None:
         if self.scored is None:
             cached = len(ids) - 1
-            if self.held < self.window or cached < self.window:
+            window = self.settings.window
+            if self.held < window or cached < window:
                 return  # WAITING: too little context yet
-            start = cached - self.window
-            hidden = torch.cat(self.rows)[-self.window :]  # rows of positions start..cached-1
+            start = cached - window
+            hidden = torch.cat(self.rows)[-window:]  # rows of positions start..cached-1
             argmax = self.target.model.lm_head(hidden).argmax(-1)  # [window]
             self.scored = (start, ids[start:cached], argmax)
             self.rows, self.held = [], 0
             self.state = SearchState.SEARCHING
-        for _ in range(self.per_step):
+        for _ in range(self.settings.per_step):
             sublayers = self._next_set()
             score = self._score(as_skip(sublayers))
             self.iterations += 1
@@ -247,11 +306,11 @@ class SwiftDrafter(Drafter):
                 self.skip = as_skip(sublayers)
             else:
                 self.stale += 1
-            if self.best_score >= self.target_score:
+            if self.best_score >= self.settings.target_score:
                 self.state = SearchState.REACHED
-            elif self.stale >= self.patience:
+            elif self.stale >= self.settings.patience:
                 self.state = SearchState.STALLED
-            elif self.iterations >= self.max_iterations:
+            elif self.iterations >= self.settings.max_iterations:
                 self.state = SearchState.EXHAUSTED
             if self.state.done:
                 return
