@@ -21,9 +21,11 @@ from typing import TYPE_CHECKING, TypeAlias
 
 from specdec_core.drafters.autoregressive import AutoregressiveDrafter
 from specdec_core.drafters.base import Drafter
+from specdec_core.drafters.layer_skip import PARAMS as LAYER_SKIP_PARAMS
 from specdec_core.drafters.lookahead import PARAMS as LOOKAHEAD_PARAMS
 from specdec_core.drafters.ngram import NgramDrafter
 from specdec_core.drafters.suffix import History, SuffixDrafter
+from specdec_core.drafters.swift import PARAMS as SWIFT_PARAMS
 from specdec_core.errors import SpecdecError
 from specdec_core.forward_costs import ForwardCosts
 from specdec_core.method_kinds import is_tree
@@ -321,6 +323,7 @@ METHODS: dict[str, Method] = {
         _layer_skip,
         family="no training",
         summary="the target drafts with its first three quarters of layers, verifies with all",
+        params=LAYER_SKIP_PARAMS,
     ),
     "swift": Method(
         "swift",
@@ -329,6 +332,7 @@ METHODS: dict[str, Method] = {
         _swift,
         family="no training",
         summary="the target drafts skipping layers it picks on the fly from the context",
+        params=SWIFT_PARAMS,
     ),
 }
 

@@ -108,3 +108,14 @@ def test_the_windows_engine_writes_medusa_heads_for_vllm_and_serves_the_folder(m
     assert config["model_type"] == "medusa"
     payload = json_module.loads(command.argv[command.argv.index("--speculative-config") + 1])
     assert payload["method"] == "medusa" and payload["model"] == str(out)
+
+
+def test_an_exit_layer_given_as_a_method_parameter_drafts_identical_to_ar(models, tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    argv = [
+        "bench", "--target", str(models / "target"), "--methods", "ar,layer-skip",
+        "--prompts", str(models / "prompts.jsonl"), "--max-new-tokens", "12", "--raw",
+        "--method-param", "exit_layer=2", "--json-out", str(out),
+    ]  # fmt: skip
+    assert main(argv) == 0, capsys.readouterr().err
+    assert json.loads(out.read_text())["methods"]["layer-skip"]["identical_to_ar"] == 1.0
