@@ -23,6 +23,15 @@ the same prompt, `prefix_agreement` (share of tokens before the first difference
 `token_agreement` (position-wise), and `mean_logprob`, the mean target log-probability per
 generated token from one extra teacher-forced target forward (not timed).
 
+**Distance** (`measure.run_distance`, `run_distance.py`): every lossy entry reports how far
+what its policy emits is from the target's distribution, at any temperature: `total_variation`
+and `kl` (KL(P ‖ p) in nats), per emitted token (each with the rule that decided it at its
+row), averaged over the tokens of all prompts, from one extra untimed run of the entry with the
+same seed; `kl` is null where a token's KL is infinite (`kl_infinite_tokens` counts them: at T = 0,
+any chance of a non-argmax token). Lossless entries (`ar`, every lossless method, the HF
+baselines) report 0 for both, exact by construction, with the note saying so; nothing is run
+for them.
+
 **Differences explained.** At temperature 0, for every prompt whose output differs from
 `ar`'s, the row records its `first_difference` (`specdec_core.first_difference`): the
 position, the target's logit margin there in a one-token and a multi-row forward, and the
@@ -72,6 +81,7 @@ from specdec_core.measure import (
     aggregate,
     compared,
     explained,
+    run_distance,
     run_one,
     speedup_spread,
     warm_up,
@@ -80,6 +90,8 @@ from specdec_core.methods import uses_history
 from specdec_core.models import LoadedModel
 from specdec_core.prefix_cache import PrefixCache
 from specdec_core.prompts import encode_chat, encode_prompt
+from specdec_core.run_distance import RunDistance, pooled
+from specdec_core.run_distance import record as distance_record
 from specdec_core.runner import extra_key, load_extra, run
 from specdec_core.speedup_bound import MeasuredSpeedup
 from specdec_core.step_profile import profiles
@@ -122,8 +134,13 @@ class BenchResult:
             return None
         return self.config.get("suffix_history", "own")
 
+    def distance(self, name: str) -> RunDistance | None:
+        """Entry `name`'s distance from the target's distribution over all its prompts (None:
+        its rows carry none, e.g. a result built from rows of an earlier version)."""
+        return pooled(row.distance for row in self.rows if row.method == name)
+
     def _record(self, name: str, aggregate: Aggregate) -> dict[str, Any]:
-        record = aggregate.to_record()
+        record = {**aggregate.to_record(), **distance_record(self.distance(name))}
         if _bound(aggregate).disturbed:  # above τ: not a speedup (speedup_bound.py)
             record["speedup_disturbed"] = True
         mode = self.suffix_history(name)
@@ -209,7 +226,7 @@ def run_bench(
                     costs,
                     acceptance,
                 )
-                row = replace(row, turn=turn)
+                row = replace(row, turn=turn, distance=_distance(entry, target, ids, row, extras))
                 dialogue.reply(target.tokenizer, row.token_ids)
                 if label == "ar":
                     reference = row.token_ids
@@ -233,6 +250,14 @@ def run_bench(
         spread = speedup_spread(own, ar_rows)
         result.methods[method] = aggregate(own).against(ar.tokens_per_second, spread)
     return result
+
+
+def _distance(entry: Entry, target: LoadedModel, ids: list[int], row: Row, extras: dict):
+    """The row's distance from the target's distribution: measured (untimed) for a lossy
+    entry, 0 by construction for a lossless one."""
+    if not row.lossy:
+        return RunDistance.lossless()
+    return run_distance(entry.method, target, ids, entry.config, extras[entry.label], row.tree)
 
 
 def suffix_histories(entries: list[Entry], mode: str) -> dict[str, History]:
@@ -280,11 +305,14 @@ def _describe(target: LoadedModel, methods: list[str], specs: dict[str, str]) ->
 
 
 def format_table(result: BenchResult) -> str:
-    """One row per entry: speed, τ, and fidelity to `ar` (prefix / token agreement, log-prob).
-    The speedup has its 95 % interval over the prompts after it, `1.62x (1.48-1.77)`."""
+    """One row per entry: speed, τ, fidelity to `ar` (prefix / token agreement, log-prob) and
+    the distance from the target's distribution (TV, KL per token: `run_distance`; 0 for a
+    lossless entry, `inf` where a step's KL is, `-` where not measured). The speedup has its
+    95 % interval over the prompts after it, `1.62x (1.48-1.77)`."""
     width = max([14, *(len(name) + 2 for name in result.methods)])
     header = f"{'method':<{width}}{'tok/s':>8}{'speedup (95%)':>19}{'tau':>7}{'draft ms':>10}"
-    header += f"{'verify ms':>11}{'ident.':>8}{'prefix':>8}{'tokens':>8}{'logp':>8}  note"
+    header += f"{'verify ms':>11}{'ident.':>8}{'prefix':>8}{'tokens':>8}{'logp':>8}"
+    header += f"{'TV':>7}{'KL':>7}  note"
     lines = [header, "-" * len(header)]
     for name, m in result.methods.items():
         cells = [
@@ -294,6 +322,7 @@ def format_table(result: BenchResult) -> str:
             _cell(m.prefix_agreement, 8, ".2f"),
             _cell(m.token_agreement, 8, ".2f"),
             _cell(m.mean_logprob, 8, ".3f"),
+            *_distance_cells(result.distance(name)),
         ]
         note = _note(m, result.suffix_history(name))
         bound = _bound(m)
@@ -328,6 +357,13 @@ def _note(m: Aggregate, suffix_history: str | None = None) -> str:
     history = SUFFIX_NOTES[suffix_history] if suffix_history else ""
     notes = ["LOSSY" if m.lossy else "", tree, ties, bugs, exact, history]
     return " ".join(filter(None, notes))
+
+
+def _distance_cells(distance: RunDistance | None) -> list[str]:
+    """The TV and KL cells: '-' where not measured, 'inf' where a step's KL is infinite."""
+    if distance is None:
+        return [_cell(None, 7, ".3f"), _cell(None, 7, ".3f")]
+    return [_cell(distance.total_variation, 7, ".3f"), _cell(distance.kl, 7, ".3f")]
 
 
 def _cell(value: float | None, width: int, spec: str) -> str:

@@ -42,6 +42,13 @@ it is finite for every rule. The lossless rule gives P = p, distance 0.
   position 0 were computed on the drafted prefix, so for a resampled chain they stand in for
   the rows its own prefix would have had (no extra target forward): exact for one-hot q (the
   chain is the drafted one and only the policy's own draws vary), an approximation otherwise.
+
+**Every token of a step** (`step_distances`, what a run's distance averages: run_distance.py).
+A chain's token at position i was emitted by the rule at row i given the accepted prefix, so
+each accepted draft and the correction is measured as above on the chain from i on; a bonus
+token is the target's own draw (0). A tree verified path by path (`tree_distance`) is measured
+at its first position, from the step's path verifications repeated with the policy's own draws
+(deterministic trees; a tree drafted by sampling is not measured).
 """
 
 from __future__ import annotations
@@ -221,14 +228,24 @@ def sampled_distance(
             first[i] = chain[0]
         else:
             first[i] = vocab  # refused: the fallback's token, counted in an extra cell
-    fallback = residual(p[0], rows[0]).double()
+    return _estimated(first, residual(p[0], rows[0]), p[0], groups)
+
+
+def _estimated(
+    first: torch.Tensor,  # [m] the token each sampled verification emitted first (V: refused)
+    fallback: torch.Tensor,  # [V] r, what a refusal emits
+    p0: torch.Tensor,  # [V] the target's row
+    groups: int,
+) -> Distance:
+    """P̂ = v̂ + (1 − Σ v̂) · r against p0, with a grouped-jackknife standard error."""
+    vocab, samples, fallback = p0.shape[-1], first.shape[0], fallback.double()
 
     def estimate(chosen: torch.Tensor) -> tuple[float, float]:  # chosen: [m] of first
         share = torch.bincount(chosen, minlength=vocab + 1)[:vocab].double() / len(chosen)
-        return divergence(share + (1.0 - share.sum()) * fallback, p[0])  # v̂ + refused · r
+        return divergence(share + (1.0 - share.sum()) * fallback, p0)  # v̂ + refused · r
 
     groups = min(groups, samples)
-    group = torch.arange(samples, device=p.device) % groups
+    group = torch.arange(samples, device=first.device) % groups
     left_out = [estimate(first[group != g]) for g in range(groups)]
     return Distance(
         *estimate(first),
@@ -265,3 +282,100 @@ def policy_distance(
     q0 = q[0] if q is not None else one_hot_q(draft[:1], p.shape[-1])[0]
     pi0 = p_soft[0] if p_soft is not None else None
     return Distance(*divergence(induced_distribution(policy, q0, p[0], pi0), p[0]))
+
+
+@dataclass(frozen=True)
+class PathCall:
+    """One verification a step made: the chain's drafted tokens and the rows that scored them
+    (a chain step makes one; a tree step under a lossy policy one per root-to-leaf path,
+    `verifiers/tree.py: verify_paths`)."""
+
+    draft: torch.Tensor  # [k]
+    q: torch.Tensor | None  # [k, V] or None (deterministic)
+    p: torch.Tensor  # [k+1, V]
+    p_soft: torch.Tensor | None  # [k+1, V] or None
+
+
+def step_distances(
+    policy: ChainVerifier,
+    calls: Sequence[PathCall],
+    accepted: int,
+    generator: torch.Generator,
+    samples: int = 256,
+) -> list[Distance] | None:
+    """The distance of each token a step emitted, from the verifications it made (None where
+    it cannot be measured: no call, or a tree drafted by sampling).
+
+    One call is a chain that accepted `accepted` of its k drafted tokens: position i (for
+    i = 0 … min(accepted, k − 1)) emitted its token with the rule at row i given the accepted
+    prefix, so each is `policy_distance` on the chain from i on (exact for single-token rules;
+    for a windowed rule the rule restricted to that suffix: FLy's window reads the same rows,
+    the n-gram precision counts from i); after a full acceptance the bonus token is the
+    target's own (0). Several calls are the paths of a tree: its first position only
+    (`tree_distance`)."""
+    if not calls:
+        return None
+    if len(calls) > 1:
+        if any(call.q is not None for call in calls):
+            return None
+        return [tree_distance(policy, calls, generator, samples)]
+    call = calls[0]
+    k = call.draft.shape[0]
+    distances = []
+    for i in range(min(accepted, k - 1) + 1 if k else 1):
+        distances.append(
+            policy_distance(
+                policy,
+                call.draft[i:],
+                call.q[i:] if call.q is not None else None,
+                call.p[i:],
+                call.p_soft[i:] if call.p_soft is not None else None,
+                generator,
+                samples,
+            )
+        )
+    if k and accepted == k:
+        distances.append(Distance(0.0, 0.0))  # the bonus token, drawn from p
+    return distances
+
+
+def tree_distance(
+    policy: ChainVerifier,
+    calls: Sequence[PathCall],  # the step's paths, in the order `verify_paths` tries them
+    generator: torch.Generator,
+    samples: int = 256,
+    groups: int = 8,
+) -> Distance:
+    """The distance at the first position of a deterministic tree (one-hot q on every node)
+    verified path by path: the step's `verify_paths` repeated `samples` times with the
+    policy's own draws (every path from the same random state, the longest accepted prefix
+    wins, ties to the first path); a refusal at the root emits the first path's fallback r.
+    Exact (one pass, `samples` 0) when the verification draws nothing."""
+    p0 = calls[0].p[0]
+    vocab = p0.shape[-1]
+    q0 = one_hot_q(calls[0].draft[:1], vocab)[0]
+    pi0 = calls[0].p_soft[0] if calls[0].p_soft is not None else p0
+    form = CLOSED_FORMS.get(type(policy))
+    fallback = form(policy, q0, p0, pi0)[1] if form is not None else residual(p0, q0)
+
+    def one() -> int:  # the token the step emits first (vocab: refused at the root)
+        start = generator.get_state()
+        best, end = None, start
+        for call in calls:
+            generator.set_state(start)
+            verdict = policy.verify(call.draft, None, call.p, generator, p_soft=call.p_soft)
+            if best is None or verdict.accepted > best[1].accepted:
+                best, end = (call, verdict), generator.get_state()
+        generator.set_state(end)
+        call, verdict = best
+        return int(call.draft[0]) if verdict.accepted else vocab
+
+    before = generator.get_state()
+    token = one()
+    if torch.equal(generator.get_state(), before):  # nothing drawn: the outcome is certain
+        emitted = (
+            one_hot_q(calls[0].draft.new_tensor([token]), vocab)[0] if token < vocab else fallback
+        )
+        return Distance(*divergence(emitted, p0))
+    first = torch.tensor([token, *(one() for _ in range(samples - 1))], device=p0.device)
+    return _estimated(first, fallback, p0, groups)

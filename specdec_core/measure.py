@@ -9,6 +9,9 @@ each of them:
   with `stop` (the caller's Stop), the run checks it between decode steps and a run it cut
   short raises `MeasurementStopped`: a measurement never returns the numbers of half a run;
 - `compared(row, reference) -> Row`: the row with its fidelity to the `ar` output;
+- `run_distance(method, target, ids, config, extra) -> RunDistance`: how far a lossy policy's
+  emitted tokens are from the target's distribution, step by step, from an untimed second run
+  (`fidelity.step_distances`; 0 by construction for a lossless one);
 - `explained(row, model, ids, reference) -> Row`: where a differing output parts from the
   reference, labelled float near-tie or bug (`first_difference`);
 - `aggregate(rows) -> Aggregate`: tokens/s, τ, per-step draft / verify time, fidelity, and
@@ -29,20 +32,33 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from specdec_core.baselines import HF_METHODS, run_hf
 from specdec_core.bootstrap import RESAMPLES, SEED, percentile_interval, resample
 from specdec_core.config import DecodeConfig
 from specdec_core.control import StopFlag
-from specdec_core.events import Rates, StepPhases
-from specdec_core.fidelity import mean_logprob, prefix_agreement, token_agreement
+from specdec_core.decode import generate, make_generator
+from specdec_core.events import Rates, Step, StepPhases
+from specdec_core.fidelity import (
+    PathCall,
+    mean_logprob,
+    prefix_agreement,
+    step_distances,
+    token_agreement,
+)
 from specdec_core.first_difference import BUG, NEAR_TIE, FirstDifference, first_difference
 from specdec_core.forward_costs import ForwardCosts
 from specdec_core.method_kinds import is_tree
+from specdec_core.methods import build_drafter
 from specdec_core.models import LoadedModel
 from specdec_core.prefix_cache import PrefixCache
+from specdec_core.run_distance import RunDistance
+from specdec_core.run_distance import record as distance_record
 from specdec_core.runner import Extra, run
 from specdec_core.sweep_records import Aggregate, SpeedupSpread
 from specdec_core.tree_sizing import AcceptanceEstimates
+from specdec_core.verifiers import ChainVerifier, Verdict, make_verifier
 
 if TYPE_CHECKING:
     from specdec_core.drafters.suffix import History
@@ -80,12 +96,15 @@ class Row(Rates):
     first_difference: FirstDifference | None = None  # where it parts from the reference
     identical_to_fp32: bool | None = None  # with an fp32 reference (`bench --reference fp32`)
     phases: StepPhases | None = None  # the steps' phases summed; None for HF baselines
+    distance: RunDistance | None = None  # from the target's distribution (`run_distance`)
 
     def to_record(self) -> dict[str, Any]:
         """The JSON form of a bench file's `per_prompt` entry (no token ids, no phases: the
-        profile is the aggregate's, `step_profile.py`)."""
+        profile is the aggregate's, `step_profile.py`); the distance as its flat fields
+        (`run_distance.RunDistance.to_record`, empty where not measured)."""
         record = asdict(self)
-        del record["token_ids"], record["phases"]
+        del record["token_ids"], record["phases"], record["distance"]
+        record.update(distance_record(self.distance))
         record["first_difference"] = (
             self.first_difference.to_record() if self.first_difference else None
         )
@@ -235,6 +254,79 @@ def compared(row: Row, reference: tuple[int, ...] | list[int]) -> Row:
         prefix_agreement=prefix_agreement(output, reference),
         token_agreement=token_agreement(output, reference),
     )
+
+
+DISTANCE_SAMPLES = 64  # sampled verifications per step for a windowed rule or a tree
+
+
+class _Recorder:
+    """The policy, verifying as it does, keeping the step's verifications (`PathCall`)."""
+
+    def __init__(self, policy: ChainVerifier) -> None:
+        self.policy = policy
+        self.name = policy.name
+        self.lossy = policy.lossy
+        self.needs_soft_p = policy.needs_soft_p
+        self.PARAMS = policy.PARAMS
+        self.calls: list[PathCall] = []
+        self.accepted = 0  # the last verification's accepted count (a chain step's)
+
+    def verify(
+        self,
+        draft: torch.Tensor,
+        q: torch.Tensor | None,
+        p: torch.Tensor,
+        generator: torch.Generator | None,
+        p_soft: torch.Tensor | None = None,
+    ) -> Verdict:
+        self.calls.append(PathCall(draft, q, p, p_soft))
+        verdict = self.policy.verify(draft, q, p, generator, p_soft=p_soft)
+        self.accepted = verdict.accepted
+        return verdict
+
+    def take(self) -> list[PathCall]:
+        calls, self.calls = self.calls, []
+        return calls
+
+
+def run_distance(
+    method: str,
+    target: LoadedModel,
+    ids: list[int],
+    config: DecodeConfig,
+    extra: Extra = None,
+    tree: str | None = None,
+    samples: int = DISTANCE_SAMPLES,
+    stop: StopFlag | None = None,
+) -> RunDistance:
+    """The run's distance from the target's distribution (`run_distance.RunDistance`): the
+    method run again, untimed, with the same seed (so the same steps as the timed run), and at
+    every step the distance of each token its policy emitted (`fidelity.step_distances`, with a
+    generator of its own: the run's draws are untouched).
+    `tree`: the 'tokens/depth/top-k' the timed run used (a tree method sizes no tree again).
+    A suffix method drafts from an empty history here; no conversation cache is reused.
+    0 by construction for a lossless policy (nothing runs)."""
+    policy = make_verifier(config.policy, **config.policy_params)
+    if not policy.lossy or method in HF_METHODS:
+        return RunDistance.lossless()
+    if tree is not None:
+        tokens, depth, topk = (int(part) for part in tree.split("/"))
+        config = replace(config, tree_tokens=tokens, tree_depth=depth, tree_topk=topk)
+    recorder = _Recorder(policy)
+    own = make_generator(config.seed + 1, target.device)  # the estimates' draws
+    drafter = build_drafter(method, target, extra)
+    distance = RunDistance()
+    for event in generate(target, drafter, ids, config, method=method, verifier=recorder):
+        _check(stop)
+        if isinstance(event, Step):
+            step = step_distances(policy, recorder.take(), recorder.accepted, own, samples)
+            if step is None:
+                distance = distance.skip()
+            for token in step or ():
+                distance = distance.add(
+                    token.total_variation, token.kl, token.samples, token.total_variation_se
+                )
+    return distance
 
 
 def explained(row: Row, model, ids: list[int], reference: tuple[int, ...] | list[int]) -> Row:
