@@ -32,6 +32,11 @@ any chance of a non-argmax token). Lossless entries (`ar`, every lossless method
 baselines) report 0 for both, exact by construction, with the note saying so; nothing is run
 for them.
 
+**Policy profile** (`--policy-profile FILE`, `policy_profile.py`): every entry written without
+its own `:POLICY` (but `ar` and the HF baselines) takes, for each user turn, the policy and
+parameter the profile gives the turn's kind (the nearest kind by the target's mean input
+embedding of the turn); each row records its `policy_kind`, `policy` and `policy_params`.
+
 **Differences explained.** At temperature 0, for every prompt whose output differs from
 `ar`'s, the row records its `first_difference` (`specdec_core.first_difference`): the
 position, the target's logit margin there in a one-token and a multi-row forward, and the
@@ -69,6 +74,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from specdec_core.baselines import HF_METHODS
 from specdec_core.bench_entries import Entry, entry_method, parse_entry
 from specdec_core.config import DecodeConfig
 from specdec_core.drafters.suffix import History
@@ -88,6 +94,7 @@ from specdec_core.measure import (
 )
 from specdec_core.methods import uses_history
 from specdec_core.models import LoadedModel
+from specdec_core.policy_profile import KindSetting, PolicyProfile, prompt_feature
 from specdec_core.prefix_cache import PrefixCache
 from specdec_core.prompts import encode_chat, encode_prompt
 from specdec_core.run_distance import RunDistance, pooled
@@ -180,11 +187,13 @@ def run_bench(
     multi_turn: bool = False,
     after_prompt: Callable[[list[int], list[Row], dict], None] | None = None,
     suffix_history: str = "own",
+    profile: PolicyProfile | None = None,
 ) -> BenchResult:
     """`prompts`: one prompt each; with `multi_turn`, each is a conversation's user turns,
     replayed turn after turn: every entry answers with its own replies as the history and
     keeps its conversation cache between turns (`RunSummary.reused_tokens`).
-    `suffix_history`: 'own' or 'shared' (module docstring)."""
+    `suffix_history`: 'own' or 'shared' (module docstring). `profile`: every entry without a
+    `:POLICY` of its own runs with the policy the profile gives the kind of each user turn."""
     report = progress or (lambda message: None)
     methods = ["ar", *[m for m in methods if m != "ar"]]
     entries = [parse_entry(label, config) for label in methods]
@@ -198,6 +207,7 @@ def run_bench(
     warm_up(target, encode_prompt(target.tokenizer, first, raw), config.seed)
     rows: list[Row] = []
     judge = reference_model or target  # whose logits explain a difference
+    kinds: dict[str, KindSetting] = {}  # a user turn's kind, classified once
     for index, turns in enumerate(conversations):
         dialogues = {entry.label: _Dialogue() for entry in entries}
         for turn, user in enumerate(turns):
@@ -213,11 +223,15 @@ def run_bench(
                 else:
                     ids = encode_prompt(target.tokenizer, user, raw)
                 prefix = dialogue.prefix if multi_turn else None
+                config_used, kind = entry.config, None
+                if profile is not None and _profiled(entry):
+                    kind = kinds.setdefault(user, profile.classify(prompt_feature(target, user)))
+                    config_used = profile.config_for(kind, entry.config)
                 row = run_one(
                     entry.method,
                     target,
                     ids,
-                    entry.config,
+                    config_used,
                     extras[label],
                     label,
                     index,
@@ -226,7 +240,10 @@ def run_bench(
                     costs,
                     acceptance,
                 )
-                row = replace(row, turn=turn, distance=_distance(entry, target, ids, row, extras))
+                distance = _distance(entry.method, target, ids, row, config_used, extras[label])
+                row = replace(
+                    row, turn=turn, distance=distance, policy_kind=kind.kind if kind else None
+                )
                 dialogue.reply(target.tokenizer, row.token_ids)
                 if label == "ar":
                     reference = row.token_ids
@@ -252,12 +269,20 @@ def run_bench(
     return result
 
 
-def _distance(entry: Entry, target: LoadedModel, ids: list[int], row: Row, extras: dict):
+def _distance(
+    method: str, target: LoadedModel, ids: list[int], row: Row, config: DecodeConfig, extra
+) -> RunDistance:
     """The row's distance from the target's distribution: measured (untimed) for a lossy
-    entry, 0 by construction for a lossless one."""
+    run, 0 by construction for a lossless one."""
     if not row.lossy:
         return RunDistance.lossless()
-    return run_distance(entry.method, target, ids, entry.config, extras[entry.label], row.tree)
+    return run_distance(method, target, ids, config, extra, row.tree)
+
+
+def _profiled(entry: Entry) -> bool:
+    """Does a policy profile choose this entry's policy? Every entry written without its own
+    `:POLICY`, but `ar` and the HF baselines (they verify nothing)."""
+    return ":" not in entry.label and entry.method != "ar" and entry.method not in HF_METHODS
 
 
 def suffix_histories(entries: list[Entry], mode: str) -> dict[str, History]:

@@ -97,6 +97,7 @@ class Row(Rates):
     identical_to_fp32: bool | None = None  # with an fp32 reference (`bench --reference fp32`)
     phases: StepPhases | None = None  # the steps' phases summed; None for HF baselines
     distance: RunDistance | None = None  # from the target's distribution (`run_distance`)
+    policy_kind: str | None = None  # the kind a policy profile gave the prompt (bench)
 
     def to_record(self) -> dict[str, Any]:
         """The JSON form of a bench file's `per_prompt` entry (no token ids, no phases: the

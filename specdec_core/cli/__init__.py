@@ -24,13 +24,14 @@ from specdec_core.cli import (
     sweep,
     train,
     train_mlp_speculator,
+    tune_policy,
     validate,
     watch,
 )
 from specdec_core.environment import command_line
 from specdec_core.errors import SpecdecError, is_out_of_memory, out_of_memory
 
-COMMANDS = (generate, bench, sweep, export, train, validate, data, watch, methods)
+COMMANDS = (generate, bench, sweep, tune_policy, export, train, validate, data, watch, methods)
 
 
 def interruptible() -> None:

@@ -10,11 +10,13 @@ from specdec_core.cli.options import (
     add_adapt_options,
     add_decode_options,
     add_model_options,
+    add_policy_profile_option,
     check_policy,
     decode_config,
     load_options,
     load_progress,
     model_specs,
+    policy_profile,
     resolve_auto_k,
 )
 from specdec_core.errors import SpecdecError
@@ -34,7 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "heads or policies compare in one run against the same ar, e.g. "
         "ar,eagle@embedded,eagle@heads/new,ngram:threshold:tau=0.3,eagle@heads/new:typical. "
         "The table adds fidelity to ar: prefix (share of tokens before the first difference), "
-        "tokens (position-wise agreement), logp (mean target log-prob per token)",
+        "tokens (position-wise agreement), logp (mean target log-prob per token), and the "
+        "distance from the target's distribution: TV and KL per token (0 for lossless "
+        "entries; docs/policies.md)",
     )
     parser.add_argument("--prompts", required=True, help="JSONL with 'prompt' or 'turns'")
     parser.add_argument("--limit", type=int, default=None)
@@ -73,6 +77,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_model_options(parser)
     add_decode_options(parser)
+    add_policy_profile_option(parser)
     add_adapt_options(parser)
     parser.set_defaults(handler=run, invocation=None)
 
@@ -96,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
     for entry in (parse_entry(m, config) for m in methods):
         check_policy(entry.config)
     check_method_params([entry_method(m) for m in methods], config.method_params)
+    profile = policy_profile(args, config)
     adapting = adapt_settings(args, methods)
     if args.multi_turn:
         prompts = read_conversations(args.prompts, args.limit)
@@ -127,7 +133,10 @@ def run(args: argparse.Namespace) -> int:
         multi_turn=args.multi_turn,
         after_prompt=hook,
         suffix_history=args.suffix_history,
+        profile=profile,
     )
+    if profile is not None:
+        result.config["policy_profile"] = args.policy_profile
     result.config["environment"] = current_environment(
         target.device, args.invocation or command_line()
     ).to_record()

@@ -9,6 +9,9 @@
   declares each flag once, with the meaning it has there.
 - `decode_config`: the parsed flags as a checked `DecodeConfig`; `model_specs`: the draft /
   head specs; `resolve_auto_k`: `--k auto`, measured once the models are loaded.
+- `add_policy_profile_option` / `policy_profile`: `--policy-profile FILE`, a profile written by
+  `specdec tune-policy`, read and checked before any model loads; `profiled_config`: the
+  config a prompt runs with under it.
 
 Nothing past the CLI sees an argparse namespace: commands turn it into these typed values.
 """
@@ -28,6 +31,7 @@ from specdec_core.errors import SpecdecError
 
 if TYPE_CHECKING:
     from specdec_core.models import LoadedModel, LoadOptions
+    from specdec_core.policy_profile import PolicyProfile
     from specdec_core.sweep import SweepProgress
 
 AUTO = "auto"
@@ -207,6 +211,43 @@ def add_decode_options(parser: argparse.ArgumentParser, *, sweep: bool = False) 
         "`specdec methods` lists each method's parameters and defaults",
     )
     parser.add_argument("--raw", action="store_true", help="do not apply the chat template")
+
+
+def add_policy_profile_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--policy-profile",
+        default=None,
+        metavar="FILE",
+        help="a policy profile from `specdec tune-policy`: the kind of each prompt is picked "
+        "(nearest kind by the target's mean input embedding of the prompt), then the policy "
+        "and parameter the profile gives that kind; instead of --policy",
+    )
+
+
+def policy_profile(args: argparse.Namespace, config: DecodeConfig) -> PolicyProfile | None:
+    """The `--policy-profile` file read and checked (None without one); it chooses the policy,
+    so --policy / --policy-param are refused beside it."""
+    if args.policy_profile is None:
+        return None
+    from specdec_core.policy_profile import load_profile
+
+    if config.policy != "lossless" or config.policy_params:
+        raise SpecdecError("--policy-profile chooses the policy per prompt; drop --policy")
+    profile = load_profile(args.policy_profile)
+    check_policy(replace(config, policy=profile.policy, policy_params=dict(profile.params)))
+    return profile
+
+
+def profiled_config(
+    profile: PolicyProfile | None, config: DecodeConfig, target: LoadedModel, text: str
+) -> DecodeConfig:
+    """`config` with the policy `profile` gives the kind of prompt `text` (as it is without
+    a profile)."""
+    if profile is None:
+        return config
+    from specdec_core.policy_profile import prompt_feature
+
+    return profile.config_for(profile.classify(prompt_feature(target, text)), config)
 
 
 def add_adapt_options(parser: argparse.ArgumentParser) -> None:
