@@ -13,9 +13,11 @@ validation, the head and its card):
    (batches in random order, so a cut-off drops a random subset, not the longest prompts),
    then sample answers at T=1 with what is left of that time; save the answers' token ids;
    take the target's features in one forward per sequence; continue the bundled head on them
-   until `total_seconds` (the schedule decays over the time left, at most `max_epochs`,
-   rather than from an up-front probe: the first epoch in a process runs several times slower
-   than later ones); save the head and card, and `report.json` (the settings and the stages).
+   until `total_seconds` less `reserve_seconds`, one budget from the start that generation,
+   features and training share (driver.py; the schedule decays over the time left, at most
+   `max_epochs`, rather than over an epoch count fixed up front: the first epoch in a process
+   runs several times slower than later ones); save the head and card, and `report.json` (the
+   settings and the stages).
    `answers` skips generation and trains on an earlier run's saved answers; `arch="eagle3"`
    trains a fresh EAGLE-3-layout head (`init=""`) instead of continuing the EAGLE-1 one;
    `layers` grows the continued head by identity-initialised decoder layers. Several runs
@@ -45,6 +47,7 @@ from specdec_core.training.data_sources import HOLDOUT, Collected, trimmed
 from specdec_core.training.driver import train_on_samples
 from specdec_core.training.layout import resolve_layout
 from specdec_core.training.request import TrainRequest
+from specdec_core.training.time_budget import Budget
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -240,15 +243,18 @@ def run(settings: DistillSettings, command: str, log: Log | None = None) -> Mode
         else "self (GPU: greedy + T=1 answers to ShareGPT first prompts)"
     )
     samples = Collected(source, trimmed(greedy + sampled, settings.max_len), held, held_prompts)
-    left = settings.total_seconds - (time.monotonic() - log.started) - settings.reserve_seconds
+    # one budget from the log's start: generation above, then features, training, saving
+    seconds = settings.total_seconds - settings.reserve_seconds
+    budget = Budget(seconds, started=log.started)
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
     card = train_on_samples(
-        replace(request, seconds=left),
+        replace(request, seconds=seconds),
         target,
         [samples],
         layout=layout,
         stages=report["stages"],
         device=device,
+        budget=budget,
     )
     (out / "report.json").write_text(json.dumps(report, indent=2, default=str))
     validation = card.validation.to_record() if card.validation else {}

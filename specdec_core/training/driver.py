@@ -5,19 +5,40 @@
 answers prompts within a wall-clock budget) and does the rest the same way. Everything
 expensive is cached under the request's work directory and reused by a rerun: generated
 answers, feature shards, and the training checkpoint (a rerun resumes).
+
+A time budget (`request.seconds`, a `Budget` from time_budget.py) is one budget for the whole
+run, from the command's start: loading, collecting, features, training, validation, saving.
+Before the features of the first source, one probe times a target forward and a training step
+on a short sample: if what is left cannot cover the features and the training of one batch,
+the run says so at once, with the budget or the batch size that would (a `SpecdecError`);
+otherwise the features take the share of what is left that leaves training time for the
+epochs asked, no later source is collected once that share is spent, and training ends by the
+budget (loop.py), keeping a reserve for the last validation and the save. Under a budget,
+tau is measured only while time is left, and the table by kind only when training ended by its
+epochs with time to spare. A resumed run (a checkpoint in OUT) trains on exactly the data its
+checkpoint was made on. Every stage says where it is at least every few seconds: a line on
+stderr ("[train] features: 3,200 / 20,000 tokens, 152 tokens/s, ETA 1m50s; budget 1m10s
+left") and, with `--progress-file`, the same in the file.
+
+On a CPU that emulates bfloat16 (no AVX-512 BF16 / AMX), `--feature-dtype bfloat16` takes the
+features in float32: emulated, they run many times slower.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 import sys
+import threading
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
 
+from specdec_core.eagle.data import Sample
 from specdec_core.environment import current_environment
 from specdec_core.errors import SpecdecError
 from specdec_core.models import LoadedModel, load_model
@@ -25,12 +46,19 @@ from specdec_core.training.card import ModelCard, Validation, trained_epochs
 from specdec_core.training.data_sources import Collected, collect
 from specdec_core.training.features import Featured, extract_features, feature_shards
 from specdec_core.training.layout import Layout, layout_settings, resolve_layout
-from specdec_core.training.loop import train
+from specdec_core.training.loop import saved_plan, train, train_step
 from specdec_core.training.magpie import evaluation_prompts
 from specdec_core.training.objective import Objective
 from specdec_core.training.progress_file import ProgressFile
 from specdec_core.training.request import TrainRequest
 from specdec_core.training.starting_model import head_layers, starting_model, trainable
+from specdec_core.training.time_budget import (
+    HEARTBEAT_S,
+    Budget,
+    Heartbeat,
+    StageClock,
+    StageProgress,
+)
 from specdec_core.training.train_config import TrainConfig
 from specdec_core.training.validation import (
     held_out_by_kind,
@@ -49,25 +77,52 @@ class TrainingData:
     held: list[Featured] = field(default_factory=list)  # the first source's held-out samples
     held_prompts: list[list[int]] = field(default_factory=list)
     mix: dict = field(default_factory=lambda: {"by_source": {}, "by_kind": {}})
+    tau_prompt_seconds: float = 0.0  # the probe's estimate of one held-out prompt's tau
+
+
+RESERVE_SHARE = 0.05  # of a time budget, kept for the last validation and the save
+RESERVE_MIN_S = 2.0
+PROBE_TOKENS = 256  # of the first samples, timed through the features and a training step
+PROBE_ROUNDS = 2  # the fastest of them counts (the first pays for allocation)
+PROBE_DECODE_TOKENS = 4  # of validation's tau decoding, timed by the probe
+TAU_TOKENS = 48  # what validation_tau decodes per held-out prompt (its default)
+HELD_SHARE = 0.1  # under a budget, held-out tokens featured per training token
+HELD_MIN_TOKENS = 64
 
 
 def _log(message: str) -> None:
     print(f"[train] {message}", file=sys.stderr, flush=True)
 
 
+def feature_dtype(request: TrainRequest) -> str:
+    """The dtype the target loads in for features: the request's, but float32 where bfloat16
+    would be emulated (a CPU without AVX-512 BF16 / AMX multiplies it many times slower)."""
+    wanted = request.feature_dtype
+    if wanted != "bfloat16" or request.device != "cpu":
+        return wanted
+    from specdec_core.prepacked_linear import native_bf16
+
+    if native_bf16():
+        return wanted
+    _log("this CPU emulates bfloat16 (many times slower than float32): features in float32")
+    return "float32"
+
+
 def train_from_request(request: TrainRequest) -> ModelCard:
-    """`specdec train`: load the target, collect `request.data`, train and save; -> the card."""
+    """`specdec train`: load the target, collect `request.data`, train and save; -> the card.
+    A time budget counts from here."""
+    budget = Budget(request.seconds)
     started = time.time()
     torch.manual_seed(request.seed)
-    target = load_model(request.target, request.device, request.feature_dtype)
+    target = load_model(request.target, request.device, feature_dtype(request))
     layout = resolve_layout(request, target)  # a misfit --init is refused before any data
     exclude = evaluation_prompts(request.exclude_prompts)
     sources = (  # collected one by one, each turned into features before the next
-        collect(source, target, budget, request.work_dir, request.max_len, request.seed,
+        collect(source, target, tokens, request.work_dir, request.max_len, request.seed,
                 request.cached_only, exclude)
-        for source, budget in zip(request.data, request.budgets, strict=True)
+        for source, tokens in zip(request.data, request.budgets, strict=True)
     )  # fmt: skip
-    return train_on_samples(request, target, sources, layout=layout, started=started)
+    return train_on_samples(request, target, sources, layout=layout, started=started, budget=budget)
 
 
 def train_on_samples(
@@ -79,28 +134,39 @@ def train_on_samples(
     started: float | None = None,
     stages: dict | None = None,
     device: str | None = None,
+    budget: Budget | None = None,
 ) -> ModelCard:
     """Train `request`'s model on `sources` and save it with its card in `request.out`;
     -> the card.
 
     Validation after each epoch runs on the first source's held-out samples (teacher-forced
     top-1; tau on up to `request.val_prompts` of its held-out prompts), and saves the model so
-    far, so a run cut off keeps it. With `request.seconds`, training stops when that much time
-    has passed since this call. `layout`: `resolve_layout`'s, if the caller checked it before
-    collecting; `started` (time.time()): when the run began, for the card's train_seconds.
-    `stages`, when given, gets the seconds of features and training (and the held-out top-1
-    before training) and goes into the card, as does `device` (where it trained, if a caller
-    records it).
+    far, so a run cut off keeps it. With `request.seconds`, the whole run (collecting the
+    sources included) ends by that much time after this call, or by `budget` (the caller's,
+    started earlier: module docstring). `layout`: `resolve_layout`'s, if the caller checked it
+    before collecting; `started` (time.time()): when the run began, for the card's
+    train_seconds. `stages`, when given, gets the seconds of features and training (and the
+    held-out top-1 before training) and goes into the card, as does `device` (where it
+    trained, if a caller records it).
     """
     began, started = time.monotonic(), started or time.time()
+    budget = budget or Budget(request.seconds)
     target.model.requires_grad_(False)
     layout = layout or resolve_layout(request, target)
-    data = _features(request, target, sources, layout.fused)
+    config = train_config(request, layout)
+    progress = ProgressFile(Path(request.progress_file), 0) if request.progress_file else None
+    report = _Reporter(budget, progress)
+    data = _features(request, target, sources, layout, config, budget, report)
     if stages is not None:
         stages["features"] = {"seconds": round(time.monotonic() - began, 1)}
+    if not data.train and budget.over():
+        raise SpecdecError(
+            f"the time budget of {budget.seconds:.0f}s was spent before any features were "
+            "taken (collecting the data took it); what was generated is kept in the work "
+            "folder, so a rerun starts further on, or give more --seconds"
+        )
     if not data.train:
         raise SpecdecError("no training data; check --data and --tokens")
-    config = train_config(request, layout)
     what = f"{layout.arch} head" if request.trains == "eagle" else "draft"
     objective = _starting_objective(request, config, layout, target, data.train)
     size = sum(p.numel() for p in trainable(objective.model, request.trains))
@@ -111,18 +177,25 @@ def train_on_samples(
     out = Path(request.out)
     out.mkdir(parents=True, exist_ok=True)
     request.checkpoint_dir.mkdir(parents=True, exist_ok=True)
-    validate = _validation(request, target, data, out, layout.arch)
-    if request.seconds:
-        config.seconds = max(1.0, request.seconds - (time.monotonic() - began))
-        _log(f"training for {config.seconds:.0f}s (at most {config.epochs} epochs)")
+    validate = _validation(request, target, data, out, layout.arch, budget)
+    if budget.seconds is not None:
+        config.seconds = max(1.0, budget.left() - _reserve(budget))
+        _log(
+            f"training for at most {config.seconds:.0f}s of the budget's "
+            f"{budget.seconds:.0f}s ({budget.spent():.0f}s spent; at most {config.epochs} epochs)"
+        )
     training = time.monotonic()
     tokens = sum(len(item.ids) for item in data.train)
-    progress = ProgressFile(Path(request.progress_file), tokens) if request.progress_file else None
+    if progress is not None:
+        progress.tokens = tokens
     history = train(
         objective, data.train, config, request.checkpoint_dir, validate if data.held else None,
         progress.update if progress else None,
+        lambda clock: report(replace(clock.progress(), budget_left_s=budget.left())),
     )  # fmt: skip
-    by_kind = _by_kind(request, target, objective, layout.fused) if request.val_kinds else None
+    by_kind = None
+    if request.val_kinds and _time_for_by_kind(budget, history):
+        by_kind = _by_kind(request, target, objective, layout.fused)
     if stages is not None:
         stages["train"] = {
             "seconds": round(time.monotonic() - training, 1),
@@ -197,21 +270,66 @@ def train_config(request: TrainRequest, layout: Layout) -> TrainConfig:
     )
 
 
+def _reserve(budget: Budget) -> float:
+    """Seconds of a budget kept for the last validation and the save."""
+    return max(RESERVE_MIN_S, RESERVE_SHARE * (budget.seconds or 0.0))
+
+
+def _time_for_by_kind(budget: Budget, history) -> bool:
+    """Under a budget, the table by kind (the target answers held-out prompts of every kind)
+    only when training ended by its epochs with time to spare; said when skipped."""
+    left = budget.left()
+    ended_by_time = bool(history) and history[-1].stopped == "time"
+    if left is None or (not ended_by_time and left > 2 * _reserve(budget)):
+        return True
+    _log(
+        "validation by kind skipped: the time budget is spent (`specdec validate` measures "
+        "it on the saved head)"
+    )
+    return False
+
+
 def _validation(
-    request: TrainRequest, target: LoadedModel, data: TrainingData, out: Path, arch: str
+    request: TrainRequest,
+    target: LoadedModel,
+    data: TrainingData,
+    out: Path,
+    arch: str,
+    budget: Budget | None = None,
 ) -> Callable[[Objective], Validation]:
     """What each epoch ends with: teacher-forced top-1 on the held-out samples, tau on up to
-    `request.val_prompts` held-out prompts; then the model so far is saved with a partial card
-    (so a run cut off keeps it)."""
+    `request.val_prompts` held-out prompts (under a `budget` prompt by prompt, only while the
+    time left exceeds the reserve and the slowest prompt so far); then the model so far is
+    saved with a partial card (so a run cut off keeps it)."""
     lm_head = target.model.get_output_embeddings()
     arch_of = arch if request.trains == "eagle" else None
+    budget = budget or Budget(None)
+    tau_seconds = [data.tau_prompt_seconds]  # the slowest prompt so far (first: the probe's)
+
+    def time_for_tau() -> bool:
+        left = budget.left()
+        return left is None or left > _reserve(budget) + tau_seconds[0]
+
+    def measured_tau(objective: Objective) -> float | None:
+        """Tau on the held-out prompts; under a budget prompt by prompt, while the time left
+        exceeds the reserve and the slowest prompt so far (their mean, then)."""
+        prompts = data.held_prompts[: request.val_prompts]
+        if budget.seconds is None:
+            return validation_tau(request.trains, objective.model, target, prompts)
+        taus = []
+        for prompt in prompts:
+            if not time_for_tau():
+                break
+            began = time.monotonic()
+            taus.append(validation_tau(request.trains, objective.model, target, [prompt]))
+            tau_seconds[0] = max(tau_seconds[0], time.monotonic() - began)
+        return sum(taus) / len(taus) if taus else None
 
     def validate(objective: Objective) -> Validation:
         top1 = teacher_forced_agreement(objective, data.held, lm_head)
         tau = None
         if data.held_prompts and request.val_prompts:
-            prompts = data.held_prompts[: request.val_prompts]
-            tau = validation_tau(request.trains, objective.model, target, prompts)
+            tau = measured_tau(objective)
         result = Validation(top1, tau)
         partial = ModelCard(kind=request.trains, arch=arch_of, partial=result)
         save_trained(request.trains, objective.model, target, out, partial)
@@ -240,28 +358,222 @@ def _featured(request: TrainRequest, target: LoadedModel, samples, name: str, fu
     return extract_features(target.model, samples, shards, layers=fused, **kwargs)
 
 
+class _Reporter:
+    """Where a stage is, as a line on stderr (at most every `HEARTBEAT_S`, and whenever
+    `force`d) and, with a progress file, in it."""
+
+    def __init__(self, budget: Budget, progress: ProgressFile | None) -> None:
+        self.budget, self.progress = budget, progress
+        self.printed, self.last = 0.0, ""
+        self._lock = threading.Lock()  # the stage's code and its heartbeat both report
+
+    def __call__(self, stage: StageProgress, force: bool = False) -> None:
+        with self._lock:
+            now = time.monotonic()
+            line = stage.line()
+            if line != self.last and (force or now - self.printed >= HEARTBEAT_S - 0.5):
+                _log(line)
+                self.printed, self.last = now, line
+            if self.progress is not None:
+                self.progress.stage(stage)
+
+
+@dataclass(frozen=True)
+class Probe:
+    """Seconds per token, timed on a short sample: of the target's features and of a
+    training step (forward and backward)."""
+
+    features: float
+    training: float
+    decode: float = 0.0  # seconds per token of validation's decoding (0: not timed)
+
+    def batch_seconds(self, tokens: int) -> float:
+        """Features and training of one batch of `tokens`."""
+        return (self.features + self.training) * tokens
+
+
+def _probe(
+    request: TrainRequest,
+    target: LoadedModel,
+    layout: Layout,
+    config: TrainConfig,
+    samples,
+    held_prompts: Sequence[list[int]] = (),
+) -> Probe:
+    """Time the features and one training step (no optimiser update: a throwaway model) on
+    the first samples, about `PROBE_TOKENS` tokens (never more than a batch), and with
+    `held_prompts` validation's decoding of a few tokens; the random state is left as it
+    was."""
+    budget = min(PROBE_TOKENS, config.batch_tokens)
+    taken, tokens = [], 0
+    for sample in samples:
+        if taken and tokens + len(sample.ids) > budget:
+            break
+        taken.append(type(sample)(list(sample.ids[:budget]), min(sample.start, budget - 2)))
+        tokens += len(taken[-1].ids)
+    feature_times, train_times = [], []
+    with torch.random.fork_rng(devices=[]):
+        for _ in range(PROBE_ROUNDS):
+            began = time.monotonic()
+            items = extract_features(target.model, taken, None, layers=layout.fused)
+            feature_times.append(time.monotonic() - began)
+        objective = _starting_objective(request, config, layout, target, items)
+        params = trainable(objective.model, request.trains)
+        for p in params:
+            p.requires_grad_(True)
+        still = torch.optim.SGD(params, lr=0.0)
+        objective.train()
+        for _ in range(PROBE_ROUNDS):
+            began = time.monotonic()
+            train_step(objective, items, still, params, config.ce_weight)
+            train_times.append(time.monotonic() - began)
+        decode = 0.0
+        if held_prompts and request.val_prompts:  # validation's tau decodes: time a few tokens
+            began = time.monotonic()
+            validation_tau(
+                request.trains, objective.model, target, held_prompts[:1],
+                max_new_tokens=PROBE_DECODE_TOKENS,
+            )  # fmt: skip
+            decode = (time.monotonic() - began) / PROBE_DECODE_TOKENS
+    tokens = max(1, tokens)
+    return Probe(min(feature_times) / tokens, min(train_times) / tokens, decode)
+
+
+def _features_until(
+    request: TrainRequest,
+    target: LoadedModel,
+    layout: Layout,
+    config: TrainConfig,
+    samples,
+    budget: Budget,
+    held_prompts: Sequence[list[int]] = (),
+) -> tuple[float, float]:
+    """The instant the features must end by so that training has time for the epochs asked
+    (`Probe`), and the seconds one held-out prompt's tau will take; refuses at once a budget
+    that cannot cover the features and training of one batch, saying what would."""
+    probe = _probe(request, target, layout, config, samples, held_prompts)
+    left = budget.left() - _reserve(budget)
+    tokens = sum(len(s.ids) for s in samples)
+    batch = min(config.batch_tokens, tokens)
+    one = probe.batch_seconds(batch)
+    _log(
+        f"probe: features {1000 * probe.features:.1f} ms and training "
+        f"{1000 * probe.training:.1f} ms per token here; one batch of {batch:,} tokens about "
+        f"{one:.0f}s; {budget.words()}"
+    )
+    if one > left:
+        needed = budget.spent() + 1.5 * one + _reserve(budget)
+        fits = 2 ** int(math.log2(max(1.0, left / (probe.features + probe.training))))
+        smaller = f", or --batch-tokens {fits}" if fits >= 64 else ""
+        raise SpecdecError(
+            f"the time budget of {budget.seconds:.0f}s cannot cover one training batch here: "
+            f"the features and training of {batch:,} tokens take about {one:.0f}s and "
+            f"{max(0.0, left):.0f}s are left after {budget.spent():.0f}s; give --seconds "
+            f"{math.ceil(needed / 10) * 10} or more{smaller}"
+        )
+    features = probe.features * (1 + HELD_SHARE)  # the held-out part's features too
+    share = probe.features / (features + probe.training * max(1, request.epochs))
+    until = time.monotonic() + max(probe.features * batch * 1.2, share * left)
+    return until, probe.decode * TAU_TOKENS
+
+
 def _features(
-    request: TrainRequest, target: LoadedModel, sources, fused: tuple[int, ...]
+    request: TrainRequest,
+    target: LoadedModel,
+    sources,
+    layout: Layout,
+    config: TrainConfig,
+    budget: Budget,
+    report: _Reporter,
 ) -> TrainingData:
     """Each source's samples as features, in order; the held-out part is the first source's
-    that has any."""
+    that has any. Under a budget: no source is collected and no forward starts once the
+    features' share is spent (`_features_until`); a resumed run takes exactly the sequences its
+    checkpoint was trained on."""
     data = TrainingData()
-    for source in sources:
-        tokens = sum(len(s.ids) for s in source.samples)
-        _log(f"{source.name}: {len(source.samples)} sequences, {tokens} tokens")
-        counts = {"sequences": len(source.samples), "tokens": tokens}
+    fused = layout.fused
+    plan = saved_plan(request.checkpoint_dir) if budget.seconds is not None else None
+    wanted = plan["sequences"] if plan else None
+    until = None
+    names = list(request.data)
+    pending = iter(sources)
+    for index in itertools.count():
+        if wanted is not None and len(data.train) >= wanted:
+            break
+        if until is not None and time.monotonic() >= until:
+            if index < len(names):
+                left = ", ".join(names[index:])
+                _log(f"the features' share of the time budget is spent: {left} not collected")
+            break
+        source = _collected(pending, names[index] if index < len(names) else "data", budget)
+        if source is None:
+            break
+        samples = source.samples
+        if wanted is not None:
+            samples = samples[: wanted - len(data.train)]
+        elif budget.seconds is not None and until is None and samples:
+            until, data.tau_prompt_seconds = _features_until(
+                request, target, layout, config, samples, budget, source.held_prompts
+            )
+        tokens = sum(len(s.ids) for s in samples)
+        _log(f"{source.name}: {len(samples)} sequences, {tokens} tokens")
+        clock = StageClock("features", tokens, budget, until)
+
+        def featured(n: int, total: int, made: int, clock: StageClock = clock) -> None:
+            clock.advance(made)
+            report(clock.progress())
+
+        with Heartbeat(lambda clock=clock: report(clock.progress()), HEARTBEAT_S):
+            done = _featured(
+                request, target, samples, source.name, fused,
+                batch_tokens=request.feature_batch_tokens, progress=featured,
+                until=None if wanted is not None else until,
+            )  # fmt: skip
+        report(clock.progress(), force=True)
+        if len(done) < len(samples):
+            _log(f"{source.name}: features of {len(done)} of {len(samples)} sequences in time")
+        kept = sum(len(item.ids) for item in done)
+        counts = {"sequences": len(done), "tokens": kept}
         data.mix["by_source"][source.source] = {**counts, **source.mix}
         for kind, count in source.mix.get("kinds", {}).items():
             data.mix["by_kind"][kind] = data.mix["by_kind"].get(kind, 0) + count
-        data.train += _featured(
-            request, target, source.samples, source.name, fused,
-            batch_tokens=request.feature_batch_tokens,
-            progress=lambda n, total, made: _log(f"features {n}/{total} sequences: {made} tokens"),
-        )  # fmt: skip
+        data.train += done
         if source.held and not data.held:
-            data.held = _featured(request, target, source.held, "heldout", fused)
+            held = source.held if until is None else held_within(source.held, kept)
+            data.held = _featured(request, target, held, "heldout", fused)
             data.held_prompts = source.held_prompts
     return data
+
+
+def held_within(held: Sequence[Sample], tokens: int) -> list[Sample]:
+    """The held-out samples a time budget validates on: the first ones, cut to at most
+    `HELD_SHARE` of the `tokens` training has (never under `HELD_MIN_TOKENS`), so their
+    features cost a small part of the training features' time and the top-1 is still measured
+    when those took their whole share."""
+    room = max(HELD_MIN_TOKENS, round(HELD_SHARE * tokens))
+    taken: list[Sample] = []
+    for sample in held:
+        if room < 2:
+            break
+        ids = list(sample.ids[:room])
+        if sample.start >= len(ids) - 1:  # no answer token left to count
+            break
+        taken.append(type(sample)(ids, sample.start))
+        room -= len(ids)
+    return taken
+
+
+def _collected(pending, name: str, budget: Budget):
+    """The next source of `pending` (None when there is none), saying every few seconds how
+    long its collection (or generation) has run."""
+    began = time.monotonic()
+
+    def tick() -> None:
+        left = f"; {budget.words()}" if budget.seconds is not None else ""
+        _log(f"collecting {name}: {time.monotonic() - began:.0f}s{left}")
+
+    with Heartbeat(tick, HEARTBEAT_S):
+        return next(pending, None)
 
 
 def save_trained(trains: str, model, target: LoadedModel, out: Path, card: ModelCard) -> None:

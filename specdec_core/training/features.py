@@ -6,10 +6,18 @@ reads: `fused`), in the target's dtype (bf16 is ~2x faster than fp32 on a CPU wi
 avx512_bf16). Sequences are sorted by length and right-padded into batches of about
 `batch_tokens` tokens; with right padding the causal mask alone keeps padding invisible to
 real positions, so no attention mask is needed.
+
+Progress is reported after every target forward (`progress(samples, total, tokens)`), so a
+caller prints where it is every batch, not every shard. With `until` (a time budget's share,
+time.monotonic()) no forward starts after it: the samples are then taken in their order (not by
+length), so what was done is the features of a prefix of the samples, and a shard cut short
+keeps that prefix (a rerun extends it).
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,12 +51,15 @@ def extract_features(
     shard_samples: int = 256,
     progress=None,
     layers: tuple[int, ...] = (),
+    until: float | None = None,
 ) -> list[Featured]:
     """Features for `samples`, computed in shards of `shard_samples` (reused when present;
     `shard_dir` None keeps them in memory only, for a run that will not be resumed).
 
     Samples that carry their features from generation are taken as they are, with no shard,
-    unless `layers` asks for hidden states that generation does not keep.
+    unless `layers` asks for hidden states that generation does not keep. `progress(samples,
+    total, tokens)` after every forward; `until`: start no forward after this instant (the
+    result is then the features of the first samples only).
     """
     if layers:
         samples = [type(s)(s.ids, s.start) for s in samples]  # one forward for every layer
@@ -61,7 +72,10 @@ def extract_features(
         shard_dir.mkdir(parents=True, exist_ok=True)
     out: list[Featured] = []
     pad = 0
+    count = _Count(len(samples), progress)
     for number, first in enumerate(range(0, len(samples), shard_samples)):
+        if _passed(until):
+            break
         shard = shard_dir / f"feat-{number:05d}.pt" if shard_dir is not None else None
         chunk = samples[first : first + shard_samples]
         made: list[dict] = (
@@ -69,28 +83,48 @@ def extract_features(
         )
         made = made[: _matching(made, chunk, layers)]  # a shard of other samples is redone
         todo = chunk[len(made) :]  # a shard saved under a smaller budget is extended
+        count(made)
         if todo:
             kept = {i: s for i, s in enumerate(todo) if s.hidden is not None}  # from generation
             for i, sample in kept.items():
                 made_item = _from_generation(sample)
                 kept[i] = {"ids": made_item.ids, "start": sample.start, "hidden": made_item.hidden}
             forward = [i for i in range(len(todo)) if i not in kept]
-            computed = dict(
-                zip(
-                    forward,
-                    _forward_all(model, [todo[i] for i in forward], batch_tokens, pad, layers),
-                    strict=True,
-                )
+            count(list(kept.values()))
+            found = _forward_all(
+                model, [todo[i] for i in forward], batch_tokens, pad, layers, until, count
             )
-            made += [kept[i] if i in kept else computed[i] for i in range(len(todo))]
-            if shard is not None:
+            computed = {forward[j]: item for j, item in found.items()}
+            whole = 0  # the samples of `todo` before the first one left without features
+            while whole < len(todo) and (whole in kept or whole in computed):
+                whole += 1
+            fresh = [kept[i] if i in kept else computed[i] for i in range(whole)]
+            made += fresh
+            if shard is not None and fresh:
                 save_atomic(shard, made)
+            if whole < len(todo):  # out of time: what is done is a prefix of the samples
+                out.extend(Featured(**item) for item in made)
+                break
         out.extend(Featured(**item) for item in made[: len(chunk)])
-        if progress is not None:
-            progress(
-                min(first + shard_samples, len(samples)), len(samples), sum(len(f.ids) for f in out)
-            )
     return out
+
+
+class _Count:
+    """Samples and tokens featured so far, told to `progress` as they grow."""
+
+    def __init__(self, total: int, progress) -> None:
+        self.total, self.progress = total, progress
+        self.samples = self.tokens = 0
+
+    def __call__(self, items: list[dict]) -> None:
+        self.samples += len(items)
+        self.tokens += sum(len(item["ids"]) for item in items)
+        if self.progress is not None and items:
+            self.progress(self.samples, self.total, self.tokens)
+
+
+def _passed(until: float | None) -> bool:
+    return until is not None and time.monotonic() >= until
 
 
 def _matching(made: list[dict], chunk: list[Sample], layers: tuple[int, ...]) -> int:
@@ -110,10 +144,19 @@ def _matching(made: list[dict], chunk: list[Sample], layers: tuple[int, ...]) ->
 
 
 def _forward_all(
-    model, samples: list[Sample], batch_tokens: int, pad: int, layers: tuple[int, ...]
-) -> list[dict]:
-    """Features of `samples` (in their order), batched by length."""
-    order = sorted(range(len(samples)), key=lambda i: len(samples[i].ids))
+    model,
+    samples: list[Sample],
+    batch_tokens: int,
+    pad: int,
+    layers: tuple[int, ...],
+    until: float | None = None,
+    done: Callable[[list[dict]], None] | None = None,
+) -> dict[int, dict]:
+    """Index -> features of `samples`, batched by length (in their order with `until`, after
+    which no forward starts); `done(items)` after each forward."""
+    order = list(range(len(samples)))
+    if until is None:
+        order.sort(key=lambda i: len(samples[i].ids))
     results: dict[int, dict] = {}
     batch: list[int] = []
     for i in [*order, None]:
@@ -122,11 +165,14 @@ def _forward_all(
             batch.append(i)
             continue
         if batch:
-            results.update(
-                zip(batch, _forward(model, [samples[j] for j in batch], pad, layers), strict=True)
-            )
+            if _passed(until):
+                break
+            items = _forward(model, [samples[j] for j in batch], pad, layers)
+            results.update(zip(batch, items, strict=True))
+            if done is not None:
+                done(items)
         batch = [i] if i is not None else []
-    return [results[i] for i in range(len(samples))]
+    return results
 
 
 def _from_generation(sample: Sample) -> Featured:

@@ -1,13 +1,18 @@
 """The training loop: epochs of shuffled length-grouped batches, checkpointed and resumable.
 
-AdamW (0.9, 0.95), linear warm-up then cosine decay; bf16 autocast. Checkpoints
+AdamW (0.9, 0.95), linear warm-up then cosine decay; bf16 autocast where bf16 is native (CUDA,
+a CPU with AVX-512 BF16 / AMX; elsewhere torch emulates it many times slower than float32, so
+the step stays in float32). Checkpoints
 (`OUT/checkpoint.pt`: the trained weights, the optimiser, the batch order's generator at the
 epoch's start and the input-feature noise's random state) are written every `save_every` steps
 and after each epoch; a rerun with the same OUT resumes at the step saved and ends with exactly
 the weights of a run that was never cut off. A checkpoint of other data or batches is refused.
-With a time budget (`seconds`, e.g. a GPU held for minutes) the cosine schedule runs over
-whichever ends first, the epochs or the time, and training stops at the budget (then validates
-and saves as after an epoch). Each epoch ends with the caller's validation.
+With a time budget (`seconds`: this run's training time, e.g. a GPU held for minutes) the
+cosine schedule runs over whichever ends first, the epochs or the time (a resumed run's earlier
+training time added to both), and training stops at the budget: no batch starts that would end
+after it by the batches' mean time so far (then it validates and saves as after an epoch). Each
+epoch ends with the caller's validation. While a batch runs, `on_tick` hears where training is
+every few seconds (time_budget.py), so a batch that takes minutes never looks stuck.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import json
 import math
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -28,12 +34,26 @@ from specdec_core.training.card import EpochRecord, Validation
 from specdec_core.training.features import Featured
 from specdec_core.training.objective import Objective, collate
 from specdec_core.training.starting_model import trainable
+from specdec_core.training.time_budget import HEARTBEAT_S, Budget, Heartbeat, StageClock
 from specdec_core.training.train_config import TrainConfig
 
 # `validate(objective)` -> the validation the epoch's record holds
 Validate = Callable[[Objective], Validation]
 # `on_step(step, steps, steps_per_epoch, history)`
 OnStep = Callable[[int, int, int, list[EpochRecord]], None]
+# `on_tick(clock)`: where training is, every few seconds and after every batch
+OnTick = Callable[[StageClock], None]
+
+
+def autocast_dtype(device: torch.device) -> torch.dtype | None:
+    """bf16 where it is native (CUDA, a CPU with AVX-512 BF16 / AMX), else None (float32)."""
+    if device.type == "cuda":
+        return torch.bfloat16
+    if device.type == "cpu":
+        from specdec_core.prepacked_linear import native_bf16
+
+        return torch.bfloat16 if native_bf16() else None
+    return None
 
 
 def batches(data: list[Featured], batch_tokens: int, generator: torch.Generator):
@@ -56,7 +76,8 @@ def train_step(objective: Objective, items, optimizer, params, ce_weight: float)
     """One optimiser step on a batch of `items` -> (feature loss, ce, top-1 agreement)."""
     device = objective.lm_rows.device  # the target's device: data moves there batch by batch
     ids, hidden, mask, fused = collate(items, device)
-    with torch.autocast(device.type, dtype=torch.bfloat16):
+    dtype = autocast_dtype(device)
+    with torch.autocast(device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
         pred, true = objective(ids, hidden, mask, fused)
         feature, ce, agree = objective.losses(pred.float(), true.float())
     optimizer.zero_grad(set_to_none=True)
@@ -165,11 +186,23 @@ def train(
     out: Path,
     validate: Validate | None = None,
     on_step: OnStep | None = None,
+    on_tick: OnTick | None = None,
 ) -> list[EpochRecord]:
     """Run the epochs (resuming from OUT/checkpoint.pt); return the per-epoch history.
     `on_step(step, steps, steps_per_epoch, history)`, when given, is called after every
-    optimiser step and after each epoch's validation."""
-    return TrainingRun(objective, data, config, out, validate, on_step).run()
+    optimiser step and after each epoch's validation; `on_tick(clock)` after every batch and
+    every few seconds while one runs."""
+    return TrainingRun(objective, data, config, out, validate, on_step, on_tick).run()
+
+
+def saved_plan(directory: Path) -> dict | None:
+    """The plan (sequences, tokens, batch tokens) of the run whose checkpoint is in
+    `directory`, or None without one: a resumed run trains on exactly that data."""
+    path = directory / "checkpoint.pt"
+    if not path.is_file():
+        return None
+    saved = torch.load(path, weights_only=True, map_location="cpu")
+    return saved["state"].get("plan")
 
 
 class TrainingRun:
@@ -185,9 +218,10 @@ class TrainingRun:
         out: Path,
         validate: Validate | None,
         on_step: OnStep | None,
+        on_tick: OnTick | None = None,
     ) -> None:
         self.objective, self.data, self.config = objective, data, config
-        self.validate, self.on_step = validate, on_step
+        self.validate, self.on_step, self.on_tick = validate, on_step, on_tick
         self.params = trainable(objective.model, config.trains)
         for p in objective.model.parameters():
             p.requires_grad_(False)
@@ -209,14 +243,43 @@ class TrainingRun:
         resumed = self.checkpoint.resume(objective.model, self.optimizer, self.generator)
         self.state = resumed or {"epoch": 0, "step": 0, "history": [], "plan": plan}
         self.epoch_start = self.generator.get_state()
-        self.schedule = Schedule(config, self.total, self.state.get("seconds", 0.0))
+        before = self.state.get("seconds", 0.0)  # a resumed run's earlier training time
+        timed = replace(config, seconds=before + config.seconds) if config.seconds else config
+        self.schedule = Schedule(timed, self.total, before)
+        self.deadline = time.monotonic() + config.seconds if config.seconds else None
+        self.batch_seconds: list[float] = []  # this run's batches
+        tokens_per_epoch = plan["tokens"]
+        self.tokens_per_step = tokens_per_epoch / max(1, self.steps_per_epoch)
+        self.clock = StageClock(
+            "training",
+            round(tokens_per_epoch * config.epochs),
+            Budget(config.seconds or None),
+            done=round(self.state["step"] * self.tokens_per_step),  # a resumed run's steps
+        )
 
     def run(self) -> list[EpochRecord]:
         state = self.state
-        while state["epoch"] < self.config.epochs and not state.get("out_of_time"):
-            self.epoch()
-            self.end_epoch()
+        with Heartbeat(self.tick, HEARTBEAT_S):
+            while state["epoch"] < self.config.epochs and not state.get("out_of_time"):
+                self.epoch()
+                self.end_epoch()
         return self.history()
+
+    def tick(self) -> None:
+        if self.on_tick is not None:
+            self.on_tick(self.clock)
+
+    def _out_of_time(self) -> bool:
+        """No time for the next batch: the schedule is done, or the batch would end after this
+        run's budget by the mean batch time so far (the first batch always runs)."""
+        if not self.config.seconds:
+            return False
+        if self.schedule.done(self.state["step"]) >= 1.0:
+            return True
+        if self.deadline is None or not self.batch_seconds:
+            return False
+        mean = sum(self.batch_seconds) / len(self.batch_seconds)
+        return time.monotonic() + mean > self.deadline
 
     def history(self) -> list[EpochRecord]:
         return [EpochRecord.from_record(record) for record in self.state["history"]]
@@ -235,15 +298,24 @@ class TrainingRun:
             dynamic_ncols=True,
         )
         for items in bar:
-            if config.seconds and self.schedule.done(state["step"]) >= 1.0:
+            if self._out_of_time():
                 state["out_of_time"] = True
                 break
             for group in self.optimizer.param_groups:
                 group["lr"] = self.schedule.rate(state["step"])
+            epoch_step = state["step"] - state["epoch"] * self.steps_per_epoch
+            self.clock.begin_unit(
+                f"epoch {state['epoch'] + 1}, batch {epoch_step + 1}/{self.steps_per_epoch}"
+            )
+            began = time.monotonic()
             feature, ce, agree = train_step(
                 self.objective, items, self.optimizer, self.params, config.ce_weight
             )
+            self.batch_seconds.append(time.monotonic() - began)
             state["step"] += 1
+            self.clock.advance(round(state["step"] * self.tokens_per_step))
+            self.clock.note = ""
+            self.tick()
             bar.set_postfix(
                 feat=f"{feature.item():.3f}", ce=f"{ce.item():.2f}", acc=f"{agree.item():.2f}"
             )
@@ -267,7 +339,9 @@ class TrainingRun:
         validation = Validation()
         if self.validate is not None:
             self.objective.eval()
+            self.clock.begin_unit("validation")
             validation = self.validate(self.objective)
+            self.clock.note = ""
         record = EpochRecord(epoch, state["step"], ended, validation, stopped).to_record()
         state["history"].append(record)
         print(json.dumps(record), flush=True)

@@ -1,0 +1,163 @@
+"""A training run's one time budget, and where each stage is while it runs.
+
+`specdec train --seconds`, the Train tab's minutes and `scripts/gpu_distill.py` give one
+budget; every stage of the run shares it: collecting (or generating) data, the target's
+features, training, validation and saving.
+
+- `Budget(seconds)`: the clock starts when it is made (or at `started`); `left()`, `over()`,
+  `until(share)` (an instant a share of what is left from now). `Budget(None)` never ends.
+- `StageClock(stage, total, budget)`: units (tokens) done of a stage's total, counted as the
+  stage goes (`advance`), and what that means now (`progress()`): a `StageProgress` with the
+  rate, the ETA (by the rate, never past the budget's end) and a note (e.g. the batch that
+  is running and for how long).
+- `Heartbeat(tick, every)`: calls `tick()` every few seconds from a daemon thread while a stage
+  runs (`with Heartbeat(...):`), so a stage whose units take minutes still says where it is;
+  the stage's own code reports as each unit ends too.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from specdec_core.files import format_duration
+
+HEARTBEAT_S = 5.0  # the longest a stage goes without a progress line
+
+
+class Budget:
+    """`seconds` of wall-clock time from `started` (time.monotonic(), default now); None: no
+    budget (`left()` is None and it is never over)."""
+
+    def __init__(self, seconds: float | None, started: float | None = None) -> None:
+        self.seconds = seconds
+        self.started = time.monotonic() if started is None else started
+
+    @property
+    def end(self) -> float | None:
+        return None if self.seconds is None else self.started + self.seconds
+
+    def spent(self) -> float:
+        return time.monotonic() - self.started
+
+    def left(self) -> float | None:
+        end = self.end
+        return None if end is None else max(0.0, end - time.monotonic())
+
+    def over(self) -> bool:
+        left = self.left()
+        return left is not None and left <= 0.0
+
+    def until(self, share: float) -> float | None:
+        """The instant `share` of the time left from now has passed (None without a budget)."""
+        left = self.left()
+        return None if left is None else time.monotonic() + share * left
+
+    def words(self) -> str:
+        """'budget 1m10s left' (empty without a budget)."""
+        left = self.left()
+        return "" if left is None else f"budget {format_duration(left)} left"
+
+
+@dataclass(frozen=True)
+class StageProgress:
+    """Where a stage is: `done` of `total` units (tokens) after `seconds`; `rate` (units per
+    second, None until a unit has ended), `eta_s` (None while unknown), `budget_left_s` (None
+    without a budget) and a `note` on the unit in progress."""
+
+    stage: str  # "features" | "training"
+    done: int
+    total: int
+    seconds: float
+    rate: float | None
+    eta_s: float | None
+    budget_left_s: float | None
+    note: str = ""
+
+    def line(self) -> str:
+        """'features: 3,200 / 20,000 tokens, 152 tokens/s, ETA 1m50s; budget 1m10s left'."""
+        rate = f"{self.rate:,.0f} tokens/s" if self.rate else "no rate yet"
+        parts = [f"{self.stage}: {self.done:,} / {self.total:,} tokens, {rate}"]
+        parts.append(f"ETA {format_duration(self.eta_s)}")
+        line = ", ".join(parts)
+        if self.note:
+            line += f" ({self.note})"
+        if self.budget_left_s is not None:
+            line += f"; budget {format_duration(self.budget_left_s)} left"
+        return line
+
+
+class StageClock:
+    """Counts a stage's units as they end; `progress()` is where it stands now. `until`: the
+    instant the stage must end by (its share of the budget), which caps the ETA; `done`: units
+    done before this clock started (a resumed run's; the rate counts only its own)."""
+
+    def __init__(
+        self,
+        stage: str,
+        total: int,
+        budget: Budget,
+        until: float | None = None,
+        done: int = 0,
+    ) -> None:
+        self.stage, self.total, self.budget = stage, total, budget
+        self.until = until if until is not None else budget.end
+        self.started = time.monotonic()
+        self.before = self.done = done
+        self.unit_started = self.started  # when the unit in progress began
+        self.note = ""
+
+    def begin_unit(self, note: str = "") -> None:
+        self.unit_started, self.note = time.monotonic(), note
+
+    def advance(self, done: int) -> None:
+        """`done` units so far (they include the unit that just ended)."""
+        self.done = done
+        self.unit_started = time.monotonic()
+
+    def running(self) -> float:
+        """Seconds the unit in progress has run."""
+        return time.monotonic() - self.unit_started
+
+    def progress(self) -> StageProgress:
+        now = time.monotonic()
+        seconds = now - self.started
+        own = self.done - self.before
+        rate = own / seconds if own > 0 and seconds > 0 else None
+        eta = (self.total - self.done) / rate if rate else None
+        if self.until is not None:
+            cap = max(0.0, self.until - now)
+            eta = cap if eta is None else min(eta, cap)
+        note = self.note
+        if note:
+            note = f"{note} running {format_duration(self.running())}"
+        return StageProgress(
+            self.stage, self.done, self.total, seconds, rate, eta, self.budget.left(), note
+        )
+
+
+class Heartbeat:
+    """`tick()` every `every` seconds from a daemon thread while the `with` block runs (an
+    exception in `tick` ends the heartbeat, never the stage)."""
+
+    def __init__(self, tick: Callable[[], None], every: float = HEARTBEAT_S) -> None:
+        self.tick, self.every = tick, every
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="heartbeat", daemon=True)
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.every):
+            try:
+                self.tick()
+            except Exception:  # a progress line is not worth the run
+                return
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self.every)

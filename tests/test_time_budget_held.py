@@ -1,0 +1,69 @@
+"""Under a time budget the held-out samples still validate: when the training features take
+their whole share, the held-out features are the first samples cut to a small part of the
+training tokens, and every epoch's record has its teacher-forced top-1."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from specdec_core.eagle.data import Sample
+from specdec_core.models import load_model
+from specdec_core.training import driver, features
+from specdec_core.training.data_sources import Collected
+from specdec_core.training.driver import held_within, train_on_samples
+from specdec_core.training.request import TrainRequest
+from tests.tiny import VOCAB, tiny_model, tiny_tokenizer
+
+
+def _samples(count: int, length: int, seed: int) -> list[Sample]:
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    return [
+        Sample(torch.randint(3, VOCAB, (length,), generator=generator).tolist(), 4)
+        for _ in range(count)
+    ]
+
+
+def test_held_out_samples_are_cut_to_a_share_of_the_training_tokens():
+    held = _samples(6, 40, seed=1)
+    taken = held_within(held, 1000)  # room: a tenth, 100 tokens
+    assert [len(s.ids) for s in taken] == [40, 40, 20]
+    assert [s.ids for s in taken] == [held[0].ids, held[1].ids, held[2].ids[:20]]
+    assert all(s.start == 4 for s in taken)
+    assert sum(len(s.ids) for s in held_within(held, 10)) == 64  # never under 64 tokens
+
+
+def test_no_held_out_sample_without_an_answer_token():
+    assert held_within([Sample(list(range(3, 80)), 70)], 100) == []  # the cut leaves none
+
+
+@pytest.mark.slow
+def test_a_budget_spent_on_features_still_validates_on_held_out_samples(tmp_path, monkeypatch):
+    tiny_model(1).save_pretrained(tmp_path / "target")
+    tiny_tokenizer().save_pretrained(tmp_path / "target")
+    target = load_model(str(tmp_path / "target"), "cpu", "float32")
+    forward = features._forward
+
+    def slow_forward(*args, **kwargs):  # the training features outlast their share
+        time.sleep(0.4)
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(features, "_forward", slow_forward)
+    monkeypatch.setattr(driver, "_log", lambda message: None)
+    (tmp_path / "tiny.jsonl").write_text("")  # the request checks its source is there
+    data = str(tmp_path / "tiny.jsonl")
+    source = Collected(data, _samples(60, 30, seed=0), _samples(16, 30, seed=1))
+    request = TrainRequest(
+        "eagle", str(tmp_path / "head"), target=str(tmp_path / "target"), data=(data,),
+        tokens=(1800,), epochs=1000, draft_vocab=16, batch_tokens=128, feature_batch_tokens=64,
+        feature_dtype="float32", seconds=12.0, val_prompts=0, val_kinds=0,
+    )  # fmt: skip
+    began = time.monotonic()
+    card = train_on_samples(request, target, [source])
+    assert time.monotonic() - began < 12.0 + 0.4 + 3.0
+    assert 0 < card.sequences < 60  # the features' share ended them
+    assert card.validation is not None and card.validation.stopped == "time"
+    assert card.validation.validation.teacher_forced_top1 is not None
