@@ -2,20 +2,33 @@
 window (never in its process), follows their files with a QTimer, and hands the finished head
 to the Head picker.
 
-Stop sends the child SIGINT (both commands then stop cleanly: the job after writing its
-status, training after its last checkpoint) and kills it if it has not ended in a while;
-Resume starts the step again on the same work folder, which resumes.
+Stop (the tab's button, or Esc in the tab) sends the child SIGINT (both commands then stop
+within a batch: the job after writing its status, training after its last checkpoint) and
+kills it if it has not ended in a while; Resume starts the step again on the same work folder,
+which resumes.
+
+The tab's minutes are one time budget for each Start or Resume (training_plan.py): generation
+may take its share, after which the window stops the job once it has a finished batch and
+training goes on with what it made and the time left, less what a child takes to start (its
+imports and the target's load, timed on the generation child: the training command's own
+budget starts only once it runs). The progress lines are redrawn every
+poll, so they always say how long the step has run, its ETA (never past the budget) and, while
+a batch or the first status is awaited, what runs and for how long.
 """
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import signal
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from PySide6.QtCore import QObject, QProcess, QTimer, Signal
+from PySide6.QtCore import QObject, QProcess, Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QKeySequence
 
 from app.training_plan import (
     TrainingPlan,
@@ -46,12 +59,23 @@ class TrainController(QObject):
         self.step = ""  # "generation" | "training" while a child runs
         self.child: QProcess | None = None
         self.stopping = False
+        self.budget_cut = False  # the window ended generation at its share of the budget
+        self.began = 0.0  # time.monotonic() of this Start or Resume (the budget's clock)
+        self.step_began = 0.0  # of the child running
+        self.startup = 0.0  # seconds a child took to start (the generation's, to its status)
+        self.launched = 0.0  # time.time() of the child's launch
         self.timer = QTimer(self)
         self.timer.setInterval(POLL_MS)
         self.timer.timeout.connect(self.poll)
         view.start_button.clicked.connect(self.start)
         view.stop_button.clicked.connect(self.stop)
         view.resume_button.clicked.connect(self.resume)
+        self.stop_action = QAction("Stop training", view)  # Esc while the tab has the focus
+        self.stop_action.setShortcut(QKeySequence(Qt.Key.Key_Escape))
+        self.stop_action.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+        self.stop_action.setEnabled(False)
+        self.stop_action.triggered.connect(self.stop)
+        view.addAction(self.stop_action)
 
     @property
     def running(self) -> bool:
@@ -81,15 +105,32 @@ class TrainController(QObject):
             seconds=minutes * 60 if minutes else None,
         )
 
+    # -- the budget ------------------------------------------------------------------------------
+    def left(self) -> float | None:
+        """Seconds left of this Start's or Resume's time budget (None: no budget)."""
+        plan = self.plan
+        if plan is None or not plan.seconds:
+            return None
+        return max(0.0, plan.seconds - (time.monotonic() - self.began))
+
+    def generation_left(self) -> float | None:
+        """Seconds left of generation's share of the budget (None: no budget)."""
+        plan = self.plan
+        share = plan.generation_seconds() if plan is not None else None
+        return None if share is None else max(0.0, share - (time.monotonic() - self.began))
+
     # -- start, stop, resume -------------------------------------------------------------------
     def start(self) -> None:
         plan = self.plan_from_view()
         if plan is not None and not self.running:
             self.plan = plan
+            plan.budget_mark.unlink(missing_ok=True)  # Start generates again: its share
+            self.began = time.monotonic()
             self._next()
 
     def resume(self) -> None:
         if self.plan is not None and not self.running:
+            self.began = time.monotonic()
             self._next()
 
     def stop(self) -> None:
@@ -97,10 +138,16 @@ class TrainController(QObject):
             return
         self.stopping = True
         self.view.state.setText(f"stopping the {self.step}…")
-        pid = self.child.processId()
+        self._interrupt()
+
+    def _interrupt(self) -> None:
+        """SIGINT to the child; killed if it has not ended in a while."""
+        child = self.child
+        if child is None:
+            return
+        pid = child.processId()
         if pid:
             os.kill(pid, signal.SIGINT)
-        child = self.child
         QTimer.singleShot(KILL_AFTER_MS, lambda: child.kill() if self.child is child else None)
 
     def shutdown(self, wait_ms: int = 5000) -> None:
@@ -116,11 +163,13 @@ class TrainController(QObject):
         """Start the step the work folder needs: generation, then training."""
         plan = self.plan
         assert plan is not None
-        self.view.work.setText(str(plan.work))
+        self.view.show_work(str(plan.work))
         if not generation_done(plan):
             self._launch("generation", plan.generation_argv())
         elif finished_head(plan) is None:
-            self._launch("training", plan.training_argv())
+            left = self.left()
+            seconds = None if left is None else max(1.0, left - self.startup)
+            self._launch("training", plan.training_argv(seconds))
         else:
             self._finished()
 
@@ -134,10 +183,12 @@ class TrainController(QObject):
         child.setStandardOutputFile(str(log), QProcess.OpenModeFlag.Append)
         child.setStandardErrorFile(str(log), QProcess.OpenModeFlag.Append)
         child.finished.connect(lambda code, _status: self._ended(child, code))
-        self.child, self.step, self.stopping = child, step, False
+        self.child, self.step, self.stopping, self.budget_cut = child, step, False, False
+        self.step_began, self.launched = time.monotonic(), time.time()
         child.start(argv[0], argv[1:])
-        self.view.state.setText(f"{step} running beside the window (log: {log})")
+        self.view.state.setText(f"{step} running beside the window (log: {log.name} there)")
         self.view.set_running(True, can_resume=False, head_ready=False)
+        self.stop_action.setEnabled(True)
         self.timer.start()
 
     def _ended(self, child: QProcess, code: int) -> None:
@@ -146,19 +197,22 @@ class TrainController(QObject):
         plan, step = self.plan, self.step
         assert plan is not None
         self.child, self.step = None, ""
+        self.stop_action.setEnabled(False)
         child.deleteLater()
         self.poll()
-        if self.stopping:
+        if self.stopping:  # the user's Stop wins over the budget's
             self.timer.stop()
             self.view.state.setText(f"{step} stopped; Resume continues from {plan.work}")
             self.view.set_running(False, can_resume=True, head_ready=False)
+        elif self.budget_cut:  # the window ended generation at its share: training goes on
+            plan.budget_mark.write_text("generation ended at its share of the time budget\n")
+            self._next()
         elif code == 0:
             self._next()
         else:
             self.timer.stop()
-            self.view.state.setText(
-                f"{step} failed: {_last_line(plan.work / f'{step}.log')} — fix it and press Resume"
-            )
+            line = _in_minutes(_last_line(plan.work / f"{step}.log"))
+            self.view.state.setText(f"{step} failed: {line} — fix it and press Resume")
             self.view.set_running(False, can_resume=True, head_ready=False)
 
     def _finished(self) -> None:
@@ -175,28 +229,102 @@ class TrainController(QObject):
         plan = self.plan
         if plan is None:
             return
-        generation = read_generation(plan.work)
-        if generation is not None:
-            self.view.generation_bar.setValue(round(generation.fraction * 1000))
-            rate = f"{generation.tokens_per_s:.0f}" if generation.tokens_per_s else "-"
-            eta = "done" if generation.state == "finished" else format_duration(generation.eta_s)
-            self.view.generation_text.setText(
-                f"{generation.answer_tokens:,} / {generation.budget:,} answer tokens, "
-                f"{generation.batches} batches; {rate} tokens/s; ETA {eta} ({generation.state})"
-            )
-        training = read_training(plan)
-        if training is not None:
-            self.view.training_bar.setValue(round(1000 * training.step / max(1, training.steps)))
-            rate = f"{training.tokens_per_s:.0f}" if training.tokens_per_s else "-"
-            eta = "done" if training.finished else format_duration(training.eta_s)
-            self.view.training_text.setText(
-                f"epoch {training.epoch:.2f}, step {training.step} / {training.steps}; "
-                f"{rate} tokens/s; ETA {eta}"
-            )
-            self.view.show_validation(training.validation)
+        self._show_generation(plan)
+        self._show_training(plan)
         by_kind = finished_head(plan)
         if by_kind is not None:
             self.view.show_by_kind(by_kind)
+
+    def _running_for(self, step: str) -> str:
+        """', 0m34s in' while `step` runs (empty otherwise)."""
+        if self.step != step:
+            return ""
+        return f", {format_duration(time.monotonic() - self.step_began)} in"
+
+    def _budget_words(self) -> str:
+        left = self.left()
+        return "" if left is None else f"; budget {format_duration(left)} left"
+
+    def _show_generation(self, plan: TrainingPlan) -> None:
+        generation = read_generation(plan.work)
+        share = self.generation_left() if self.step == "generation" else None
+        if self.step == "generation" and generation is not None and not self.startup:
+            self._time_startup(plan.work / "data" / "status.json")
+        if generation is None:
+            if self.step == "generation":
+                self.view.generation_text.setText(
+                    f"starting: loading the target{self._running_for('generation')}"
+                    f"{self._budget_words()}"
+                )
+            return
+        self.view.generation_bar.setValue(round(generation.fraction * 1000))
+        rate = f"{generation.tokens_per_s:.0f}" if generation.tokens_per_s else "-"
+        eta_s = generation.eta_s
+        if share is not None:  # never past the budget's share for generation
+            eta_s = share if eta_s is None else min(eta_s, share)
+        eta = "done" if generation.state == "finished" else format_duration(eta_s)
+        line = (
+            f"{generation.answer_tokens:,} / {generation.budget:,} answer tokens, "
+            f"{generation.batches} batches; {rate} tokens/s; ETA {eta} ({generation.state}"
+            f"{self._running_for('generation')})"
+        )
+        if self.step == "generation" and generation.batches == 0:
+            line += "; the first batch is running"
+        self.view.generation_text.setText(line + self._budget_words())
+        if self.step == "generation" and share is not None and share <= 0:
+            self._end_generation_at_budget(generation.batches)
+
+    def _time_startup(self, status: Path) -> None:
+        """The job's first status of this launch: its imports and the target's load are done."""
+        try:
+            written = status.stat().st_mtime
+        except OSError:
+            return
+        if written >= self.launched:  # not a status left by an earlier launch
+            self.startup = written - self.launched
+
+    def _end_generation_at_budget(self, batches: int) -> None:
+        """Generation's share is spent: stop the job once it has a finished batch (training
+        needs data), and go on with training."""
+        if self.budget_cut or self.stopping:
+            return
+        if batches == 0:
+            self.view.state.setText(
+                "generation's share of the time budget is spent; waiting for its first batch"
+            )
+            return
+        self.budget_cut = True
+        self.view.state.setText("generation's share of the time budget is spent; training next")
+        self._interrupt()
+
+    def _show_training(self, plan: TrainingPlan) -> None:
+        training = read_training(plan)
+        if training is None:
+            if self.step == "training":
+                self.view.training_text.setText(
+                    f"starting: loading the target and the data{self._running_for('training')}"
+                    f"{self._budget_words()}"
+                )
+            return
+        rate = f"{training.tokens_per_s:.0f}" if training.tokens_per_s else "-"
+        eta = "done" if training.finished else format_duration(training.eta_s)
+        note = f" ({training.note})" if training.note and not training.finished else ""
+        budget = ""
+        if training.budget_left_s is not None and not training.finished:
+            budget = f"; budget {format_duration(training.budget_left_s)} left"
+        if training.stage == "features" and not training.finished:
+            done, total = training.tokens or 0, training.tokens_total or 0
+            self.view.training_bar.setValue(round(1000 * done / max(1, total)))
+            self.view.training_text.setText(
+                f"features: {done:,} / {total:,} tokens; {rate} tokens/s; ETA {eta}{note}{budget}"
+            )
+            return
+        self.view.training_bar.setValue(round(1000 * training.step / max(1, training.steps)))
+        where = f"epoch {training.epoch:.2f}, step {training.step} / {training.steps}"
+        if not training.steps:  # the first batch runs: no step counted yet
+            where = f"training: {training.tokens or 0:,} / {training.tokens_total or 0:,} tokens"
+        self.view.training_text.setText(f"{where}; {rate} tokens/s; ETA {eta}{note}{budget}")
+        self.view.show_validation(training.validation)
 
 
 def _last_line(log: Path) -> str:
@@ -205,3 +333,12 @@ def _last_line(log: Path) -> str:
     except OSError:
         return "no log"
     return lines[-1] if lines else "no output"
+
+
+def _in_minutes(line: str) -> str:
+    """A command's '--seconds N' advice in the tab's own words (its budget is in minutes)."""
+    found = re.search(r"give --seconds (\d+) or more", line)
+    if found is None:
+        return line
+    minutes = math.ceil(int(found.group(1)) / 6) / 10
+    return line.replace(found.group(0), f"set the time budget to {minutes:g} min or more")

@@ -5,15 +5,22 @@ The window never trains in its own process: both steps run as child processes on
 folder, WORK/data (the generation job: job.json, shards, status.json) and WORK/head (the head,
 its checkpoint and `progress.json`). Both resume from their folder, so Stop then Resume
 continues where the child was.
+
+A time budget (`seconds`, the tab's minutes) is one budget for both steps of a Start or a
+Resume: generation may take `GENERATION_SHARE` of it (the window stops the job there, once it
+has finished a batch, and training takes what it made), training gets what is left
+(`training_argv(seconds)`, which covers its features too). A job's batches are sized to its
+token budget (`sized`), so a small budget's first batch ends in seconds, not after 128 answers.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from specdec_core.training.progress_file import TrainProgress, read_progress
@@ -22,6 +29,8 @@ SOURCES = ("magpie", "sharegpt-first", "sharegpt-later", "long", "code")  # requ
 DEFAULT_SHARES = {"magpie": 3.0, "sharegpt-first": 2.0, "sharegpt-later": 1.5, "long": 1.5,
                   "code": 2.0}  # fmt: skip
 LAYOUTS = ("eagle1", "eagle3")
+GENERATION_SHARE = 0.5  # of a time budget, the most generation may take
+BUDGET_MARK = "generation-ended-by-budget"  # in WORK: training goes on with what was made
 
 
 def training_root() -> Path:
@@ -74,22 +83,45 @@ class TrainingPlan:
     def progress_file(self) -> Path:
         return self.head / "progress.json"
 
+    @property
+    def budget_mark(self) -> Path:
+        return self.work / BUDGET_MARK
+
     def mix(self) -> str:
         return ",".join(f"{s}={DEFAULT_SHARES[s]:g}" for s in self.sources)
 
+    def sized(self) -> TrainingPlan:
+        """Batches no larger than the smallest source's share of `tokens` needs (answers of
+        about half `max_new_tokens`): a small budget's batches end in seconds."""
+        shares = [DEFAULT_SHARES[s] for s in self.sources] or [1.0]
+        smallest = self.tokens * min(shares) / sum(shares)
+        fits = max(1, math.floor(smallest / max(1, self.max_new_tokens // 2)))
+        batch, long_batch = min(self.batch, fits), min(self.long_batch, fits)
+        return replace(self, batch=batch, long_batch=long_batch, rows=min(self.rows, batch))
+
+    def generation_seconds(self) -> float | None:
+        """The most of the time budget generation may take (None: no budget)."""
+        return GENERATION_SHARE * self.seconds if self.seconds else None
+
     def generation_argv(self) -> list[str]:
+        """`specdec data run` on WORK/data; a job already there keeps its batch sizes (only its
+        tokens and rows may change when it resumes)."""
+        plan = self.sized()
         argv = [
-            sys.executable, "-m", "specdec_core.cli", "data", "run", "--work", str(self.data),
-            "--target", self.target, "--device", self.device, "--dtype", self.dtype,
-            "--tokens", str(self.tokens), "--mix", self.mix(), "--batch", str(self.batch),
-            "--long-batch", str(self.long_batch), "--rows", str(self.rows),
-            "--max-new-tokens", str(self.max_new_tokens),
+            sys.executable, "-m", "specdec_core.cli", "data", "run", "--work", str(plan.data),
+            "--target", plan.target, "--device", plan.device, "--dtype", plan.dtype,
+            "--tokens", str(plan.tokens), "--mix", plan.mix(), "--rows", str(plan.rows),
+            "--max-new-tokens", str(plan.max_new_tokens),
         ]  # fmt: skip
-        if self.conversations:
-            argv += ["--conversations", self.conversations]
+        if not (plan.data / "job.json").is_file():
+            argv += ["--batch", str(plan.batch), "--long-batch", str(plan.long_batch)]
+        if plan.conversations:
+            argv += ["--conversations", plan.conversations]
         return argv
 
-    def training_argv(self) -> list[str]:
+    def training_argv(self, seconds: float | None = None) -> list[str]:
+        """`specdec train eagle` on WORK/data into WORK/head; `seconds`: its time budget (what
+        is left of the plan's; default the plan's own)."""
         feature_dtype = "float32" if self.dtype == "float32" else "bfloat16"
         argv = [
             sys.executable, "-m", "specdec_core.cli", "train", "eagle", "--target", self.target,
@@ -100,8 +132,9 @@ class TrainingPlan:
             "--device", self.device, "--feature-dtype", feature_dtype,
             "--progress-file", str(self.progress_file),
         ]  # fmt: skip
-        if self.seconds:
-            argv += ["--seconds", f"{self.seconds:g}"]
+        seconds = seconds if seconds is not None else self.seconds
+        if seconds is not None:
+            argv += ["--seconds", f"{max(1, math.floor(seconds))}"]
         return argv
 
 
@@ -166,5 +199,8 @@ def finished_head(plan: TrainingPlan) -> tuple[KindValidation, ...] | None:
 
 
 def generation_done(plan: TrainingPlan) -> bool:
+    """The job finished, or a time budget ended it (`BUDGET_MARK`: training takes what it
+    made, and a Resume goes on with training)."""
     progress = read_generation(plan.work)
-    return progress is not None and progress.state == "finished"
+    finished = progress is not None and progress.state == "finished"
+    return finished or plan.budget_mark.is_file()

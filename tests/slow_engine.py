@@ -4,13 +4,17 @@ loop, the measurement of sweeps and Tune) on a tiny random target whose every fo
 checked without a busy machine.
 
 `Pace` also says when a slow forward has begun (`begun`), so a test presses Stop in the middle
-of a step, and records how long each forward took."""
+of a step. `train_tab` points the window's Train tab at a tiny target (the `train_target`
+fixture) with its children made slow (tests/slow_child.py)."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from dataclasses import dataclass, field
+
+import pytest
 
 from app.engine import SpecdecEngine
 from app.engine_api import LoadSettings, Progress, StopFlag, TargetInfo
@@ -74,3 +78,73 @@ class SlowEngine(SpecdecEngine):
     ) -> TargetInfo:
         self.loads.append(spec)
         return TargetInfo(spec, "cpu", "float32", 50_000, {})
+
+
+# -- the Train tab's children, slowed ----------------------------------------------------------
+@pytest.fixture(name="train_target", scope="module")
+def train_target_fixture(tmp_path_factory):
+    """A tiny target with a chat template and ShareGPT-like conversations for the data job."""
+    import random
+
+    from tests.test_generation_job import TEMPLATE as JOB_TEMPLATE
+    from tests.test_generation_job import tiny_conversation
+    from tests.tiny import tiny_model, tiny_tokenizer
+
+    root = tmp_path_factory.mktemp("train-stop")
+    tokenizer = tiny_tokenizer()
+    tokenizer.chat_template = JOB_TEMPLATE
+    tiny_model(1).save_pretrained(root / "target")
+    tokenizer.save_pretrained(root / "target")
+    rng = random.Random(0)
+    (root / "chats.json").write_text(json.dumps([tiny_conversation(rng, i) for i in range(200)]))
+    return root / "target", root / "chats.json"
+
+
+def train_tab(window, train_target, monkeypatch, generation: float, training: float):
+    """The window's Train tab on the tiny target, its children slowed: each answer batch of
+    the data job takes `generation` seconds more, each training step `training`."""
+    from dataclasses import replace
+
+    from app.training_plan import TrainingPlan
+    from tests.slow_child import slow_argv
+
+    target, chats = train_target
+    controller = window.training
+    controller.target = lambda: str(target)
+    controller.template = replace(
+        controller.template, batch=4, long_batch=2, rows=4, max_new_tokens=12, dtype="float32",
+        conversations=str(chats), draft_vocab=16, batch_tokens=256, val_kinds=0, epochs=50,
+        save_every=1,
+    )  # fmt: skip
+    controller.view.tokens.setValue(1)  # 1k answer tokens
+    generation_argv, training_argv = TrainingPlan.generation_argv, TrainingPlan.training_argv
+    monkeypatch.setattr(
+        TrainingPlan, "generation_argv", lambda plan: slow_argv(generation_argv(plan), generation)
+    )
+    monkeypatch.setattr(
+        TrainingPlan,
+        "training_argv",
+        lambda plan, seconds=None: slow_argv(training_argv(plan, seconds), training),
+    )
+    window.tabs.setCurrentWidget(controller.view)
+    return controller
+
+
+def with_held_out_answers(train_target, layout: str = "eagle1") -> None:
+    """Put the tiny target's answers to the held-out prompts of every kind where the Train
+    tab's training will look for them (its work folder), as an earlier run leaves them:
+    `specdec train --data JOB` answers them before its budget can say anything (a minute on a
+    busy machine, even for a tiny target), and the test is about the budget after that."""
+    import shutil
+
+    from app.training_plan import default_work
+    from specdec_core.models import load_model
+    from specdec_core.training.validation import held_out_by_kind
+
+    target, _ = train_target
+    cache = target.parent / "held"
+    if not (cache / "kinds-heldout").is_dir():
+        loaded = load_model(str(target), "cpu", "float32")
+        held_out_by_kind(loaded, cache, 3)
+    work = default_work(str(target), layout) / "head" / "work"
+    shutil.copytree(cache / "kinds-heldout", work / "kinds-heldout", dirs_exist_ok=True)

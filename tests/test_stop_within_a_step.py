@@ -17,7 +17,14 @@ from specdec_core.config import DecodeConfig
 from specdec_core.measure import MeasurementStopped, run_one
 from specdec_core.sweep import BenchMeasure, Grid, interrupted_point, run_sweep
 from tests.gui_window import make_window_fixture  # noqa: F401 (a fixture)
-from tests.slow_engine import SETTINGS, Pace, SlowEngine, slow_target
+from tests.slow_engine import (
+    SETTINGS,
+    Pace,
+    SlowEngine,
+    slow_target,
+    train_tab,
+    train_target_fixture,  # noqa: F401 (a fixture)
+)
 from tests.tiny import prompt
 
 STEP = 1.5  # seconds per forward once slow: "a step takes seconds"
@@ -179,3 +186,64 @@ def test_a_sweep_stops_within_a_step_and_marks_the_point_cut_short(qtbot, slow_w
     cut = (0, measured)  # the next column after the measured ones
     assert view.labels[cut].textItem.toPlainText() == "stopped"
     assert "short" in view.status.text()
+
+
+# -- the Train tab's children: the data job and training --------------------------------------
+UNIT = 3.0  # seconds a slowed answer batch or training step takes
+EXIT = 6.0  # a child's own exit after Stop: a busy machine's interpreter teardown of torch
+
+
+def _esc_in_the_tab(qtbot, controller) -> float:
+    """Esc while the Train tab has the focus; -> seconds until no child runs."""
+    from PySide6.QtCore import Qt
+
+    view = controller.view
+    assert view.stop_button.isEnabled() and controller.stop_action.isEnabled()
+    view.window().activateWindow()
+    view.stop_button.setFocus()
+    qtbot.waitUntil(view.stop_button.hasFocus, timeout=5000)
+    pressed = time.monotonic()
+    qtbot.keyClick(view.stop_button, Qt.Key.Key_Escape)
+    qtbot.waitUntil(lambda: not controller.running, timeout=60_000)
+    return time.monotonic() - pressed
+
+
+@pytest.mark.slow
+def test_the_data_job_stops_within_a_batch_on_esc(qtbot, make_window, train_target, monkeypatch):
+    from app.training_plan import read_generation
+
+    window = make_window()
+    controller = train_tab(window, train_target, monkeypatch, generation=UNIT, training=0)
+    controller.view.start_button.click()
+    qtbot.waitUntil(lambda: read_generation(controller.plan.work) is not None, timeout=120_000)
+    qtbot.wait(int(UNIT * 1000 / 2))  # inside an answer batch
+    seconds = _esc_in_the_tab(qtbot, controller)
+    print(f"\nstop to idle, data (window): {seconds:.2f} s with {UNIT} s answer batches")
+    assert seconds < UNIT + EXIT + SLACK  # within the batch, then the child's own exit
+    assert read_generation(controller.plan.work).state == "stopped"
+    assert controller.view.resume_button.isEnabled()
+
+
+@pytest.mark.slow
+def test_training_stops_within_a_batch_on_esc(qtbot, make_window, train_target, monkeypatch):
+    from app.training_plan import read_training
+
+    window = make_window()
+    controller = train_tab(window, train_target, monkeypatch, generation=0, training=UNIT)
+    controller.view.start_button.click()
+
+    def in_a_batch() -> bool:
+        progress = read_training(controller.plan) if controller.plan else None
+        return (
+            progress is not None
+            and progress.stage == "training"
+            and "running" in (progress.note or "")
+        )
+
+    qtbot.waitUntil(lambda: controller.step == "training", timeout=300_000)
+    qtbot.waitUntil(in_a_batch, timeout=120_000)
+    seconds = _esc_in_the_tab(qtbot, controller)
+    print(f"\nstop to idle, train (window): {seconds:.2f} s with {UNIT} s training steps")
+    assert seconds < UNIT + EXIT + SLACK
+    assert "stopped" in controller.view.state.text()
+    assert "batch" in controller.view.training_text.text()  # progress inside the batch

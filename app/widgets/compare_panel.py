@@ -1,4 +1,9 @@
-"""Compare tab: pick methods, run them one after another, see columns and the table, export."""
+"""Compare tab: pick methods, run them one after another, see columns and the table, export.
+
+The table fits the tab of a 1280-pixel window without scrolling sideways: the numbers keep
+their width (the longer headers on two lines), the method's name takes what they leave and is
+cut with "…" where it must (whole in its tooltip; its colour swatch stays), and the Policy
+column shows only when some run is lossy (the Method header then says "all lossless")."""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QHBoxLayout,
+    QHeaderView,
     QLabel,
     QMenu,
     QPushButton,
@@ -16,9 +22,32 @@ from PySide6.QtWidgets import (
 from app.engine_api import Registries
 from app.export import CompareResult
 from app.widgets.compare_columns import CompareColumns
-from app.widgets.compare_table import CompareTable
+from app.widgets.compare_table import HEADERS, CompareTable
 from app.widgets.flow_layout import FlowLayout
 from app.widgets.legend import Legend
+
+TWO_LINES = {"Speedup vs AR": "Speedup\nvs AR", "Identical to AR": "Identical\nto AR"}
+POLICY = HEADERS.index("Policy")
+ALL_LOSSLESS = "Method\n(all lossless)"
+
+
+def fit_table(table: CompareTable) -> None:
+    """Headers on two lines where they are longer than their cells; the name column takes
+    the width the numbers leave (cut with "…" when narrow) instead of the last column."""
+    header = table.horizontalHeader()
+    metrics = header.fontMetrics()
+    for column, text in enumerate(HEADERS):
+        if text in TWO_LINES:
+            table.horizontalHeaderItem(column).setText(TWO_LINES[text])
+        if text == "Identical to AR":  # its cells ("yes") are narrower than its header
+            lines = TWO_LINES[text].splitlines()
+            header.setSectionResizeMode(column, QHeaderView.ResizeMode.Fixed)
+            width = max(map(metrics.horizontalAdvance, lines))
+            header.resizeSection(column, max(width + 28, header.sectionSizeHint(column)))
+    header.setStretchLastSection(False)
+    header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+    header.setTextElideMode(Qt.TextElideMode.ElideNone)  # it would elide two lines as one
+    table.setTextElideMode(Qt.TextElideMode.ElideRight)
 
 
 class ComparePanel(QWidget):
@@ -51,6 +80,8 @@ class ComparePanel(QWidget):
         second.addWidget(self.export_button)
         self.columns = CompareColumns()
         self.table = CompareTable()
+        fit_table(self.table)
+        self._show_policy(False)
         self.table.setFixedHeight(self.table.fitted_height())
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
@@ -100,13 +131,22 @@ class ComparePanel(QWidget):
         self.results.clear()
         self.columns.clear()
         self.table.show_results([])
+        self._show_policy(False)
         self.export_button.setEnabled(False)
 
     def add_result(self, result: CompareResult) -> None:
         self.results.append(result)
         self.columns.columns[result.method].finish(result.summary)
         self.table.show_results(self.results)
+        for row, shown in enumerate(self.results):  # a name cut with "…" is whole here
+            self.table.item(row, 0).setToolTip(shown.label)
+        self._show_policy(any(shown.summary.lossy for shown in self.results))
         self.export_button.setEnabled(True)
+
+    def _show_policy(self, shown: bool) -> None:
+        """The Policy column only when some run is lossy; else the Method header says so."""
+        self.table.setColumnHidden(POLICY, not shown)
+        self.table.horizontalHeaderItem(0).setText(HEADERS[0] if shown else ALL_LOSSLESS)
 
     def fail(self, method: str, message: str) -> None:
         column = self.columns.columns.get(method)

@@ -1,5 +1,9 @@
 """The Train tab: the target, the data mix and budget, the layout and a time budget; Start,
-Stop and Resume; progress of generation and training; validation per epoch, plotted."""
+Stop and Resume; progress of generation and training; validation per epoch, plotted.
+
+The progress lines wrap (however long a line gets, the tab never widens the window past a
+1280-pixel screen); the plot's axis says only "top-1, τ" and its legend sits above it, outside
+the data, so neither is clipped nor hidden behind a curve at 1280×800."""
 
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QProgressBar,
     QPushButton,
+    QSizePolicy,
     QSpinBox,
     QVBoxLayout,
     QWidget,
@@ -25,6 +30,11 @@ from app.widgets.flow_layout import FlowLayout
 from specdec_core.training.progress_file import EpochValidation
 
 TOP1_COLOR, TAU_COLOR = "#1f77b4", "#d62728"
+PLOT_MIN_HEIGHT = 150  # readable: a few grid lines and both curves
+LEGEND = (
+    f'<span style="color:{TOP1_COLOR}">●</span> top-1: teacher-forced agreement with the '
+    f'target &nbsp;&nbsp; <span style="color:{TAU_COLOR}">■</span> τ: mean accepted length'
+)
 
 
 class TrainView(QWidget):
@@ -55,7 +65,10 @@ class TrainView(QWidget):
         self.minutes.setDecimals(1)
         self.minutes.setSuffix(" min")
         self.minutes.setSpecialValueText("no limit")
-        self.minutes.setToolTip("training's time budget (0: the epochs decide)")
+        self.minutes.setToolTip(
+            "one time budget for each Start or Resume: generation takes at most half, training "
+            "(with its features) the rest; 0: no limit, the token budget and epochs decide"
+        )
         self.start_button = QPushButton("Start")
         self.start_button.setToolTip("generate the data, then train the head (children)")
         self.stop_button = QPushButton("Stop")
@@ -72,12 +85,18 @@ class TrainView(QWidget):
         buttons.addStretch(1)
         buttons.addWidget(self.compare_button)
 
+        target_row = QHBoxLayout()  # rows kept few: the plot needs the height at 1280×800
+        target_row.addWidget(self.target, 1)
+        target_row.addWidget(QLabel("Layout"))
+        target_row.addWidget(self.layout_box)
+        budgets = QHBoxLayout()
+        budgets.addWidget(self.tokens, 1)
+        budgets.addWidget(QLabel("Time budget"))
+        budgets.addWidget(self.minutes, 1)
         form = QFormLayout()
-        form.addRow("Target", self.target)
+        form.addRow("Target", target_row)
         form.addRow("Data mix", mix)
-        form.addRow("Token budget", self.tokens)
-        form.addRow("Layout", self.layout_box)
-        form.addRow("Time budget", self.minutes)
+        form.addRow("Token budget", budgets)
         settings = QGroupBox("Train an EAGLE head for the loaded target")
         settings_layout = QVBoxLayout(settings)
         settings_layout.addLayout(form)
@@ -85,11 +104,15 @@ class TrainView(QWidget):
 
         self.work = QLabel("")
         self.work.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        # a long path is cut at the tab's edge (whole in the tooltip), never widening the window
+        self.work.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.generation_bar, self.generation_text = QProgressBar(), QLabel("not started")
         self.training_bar, self.training_text = QProgressBar(), QLabel("not started")
         for bar in (self.generation_bar, self.training_bar):
             bar.setRange(0, 1000)
             bar.setValue(0)
+        for line in (self.generation_text, self.training_text):
+            line.setWordWrap(True)
         self.state = QLabel("")
         self.state.setWordWrap(True)
         progress = QGroupBox("Progress")
@@ -104,23 +127,30 @@ class TrainView(QWidget):
         self.plot = pg.PlotWidget()
         self.plot.setTitle("Validation after each epoch", size="10pt")
         self.plot.setLabel("bottom", "epoch")
-        self.plot.setLabel("left", "top-1 (teacher-forced), τ")
+        self.plot.setLabel("left", "top-1, τ")
         self.plot.showGrid(x=True, y=True, alpha=0.25)
         self.plot.setMouseEnabled(x=False, y=False)
-        self.plot.addLegend(offset=(10, 10))
+        self.plot.setMinimumHeight(PLOT_MIN_HEIGHT)
         self.top1_line = self.plot.plot(
             pen=pg.mkPen(TOP1_COLOR, width=2), symbol="o", symbolBrush=TOP1_COLOR, name="top-1"
         )
         self.tau_line = self.plot.plot(
             pen=pg.mkPen(TAU_COLOR, width=2), symbol="s", symbolBrush=TAU_COLOR, name="τ"
         )
+        self.legend = QLabel(LEGEND)  # above the plot: never behind a curve, never clipped
+        self.legend.setWordWrap(True)
         self.by_kind = QLabel("validation by kind: after training")
         self.by_kind.setWordWrap(True)
 
+        for group in (settings, progress):  # tighter than the style's default spacing
+            group.layout().setContentsMargins(6, 4, 6, 4)
+        grid.setVerticalSpacing(4)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
+        layout.setSpacing(4)
         layout.addWidget(settings)
         layout.addWidget(progress)
+        layout.addWidget(self.legend)
         layout.addWidget(self.plot, 1)
         layout.addWidget(self.by_kind)
         self.set_running(False, can_resume=False, head_ready=False)
@@ -135,6 +165,11 @@ class TrainView(QWidget):
         self.stop_button.setEnabled(running)
         self.resume_button.setEnabled(not running and can_resume)
         self.compare_button.setEnabled(not running and head_ready)
+
+    def show_work(self, work: str) -> None:
+        """The work folder (cut at the tab's edge; whole in the tooltip)."""
+        self.work.setText(work)
+        self.work.setToolTip(work)
 
     def show_validation(self, epochs: tuple[EpochValidation, ...]) -> None:
         top1 = [v for v in epochs if v.teacher_forced_top1 is not None]

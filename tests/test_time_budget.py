@@ -1,0 +1,203 @@
+"""`specdec train --seconds` is one budget for the whole run, on a tiny target whose training
+steps (or features) are made to take seconds: the run ends by the budget plus one batch with
+the head it has, prints where it is at least every few seconds (inside a batch too), takes
+features only for the share of the budget that leaves training its time, and a budget that
+cannot cover one batch is refused at the start with what would."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import pytest
+
+from app.training_plan import read_generation
+from specdec_core.cli import main
+from specdec_core.training import driver, features, loop, time_budget
+from specdec_core.training.progress_file import read_progress
+from tests.gui_window import make_window_fixture  # noqa: F401 (a fixture)
+from tests.slow_engine import (
+    train_tab,
+    train_target_fixture,  # noqa: F401 (a fixture)
+    with_held_out_answers,
+)
+from tests.tiny import training_dir
+
+BATCH = 1.0  # seconds a slowed training step takes
+SLACK = 3.0  # loading, saving and a busy machine, beyond the budget plus one batch
+EXIT = 10.0  # a child's own exit and the next one's start (torch's imports) on a busy machine
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return training_dir(tmp_path_factory.mktemp("budget"))
+
+
+def _argv(tiny_dir, out, seconds: float, *extra: str) -> list[str]:
+    return [
+        *("train", "eagle", "--target", str(tiny_dir / "target")),
+        *("--data", str(tiny_dir / "data.jsonl"), "--tokens", "800", "--epochs", "1000"),
+        *("--draft-vocab", "16", "--batch-tokens", "256", "--feature-dtype", "float32"),
+        *("--seconds", f"{seconds:g}", "--out", str(out), *extra),
+    ]
+
+
+def _slow_steps(monkeypatch, seconds: float, probe_too: bool = False) -> list[float]:
+    """Every training step (and with `probe_too` the probe's) takes `seconds` more; -> the
+    instants each began."""
+    began: list[float] = []
+    step = loop.train_step
+
+    def slow(*args, **kwargs):
+        began.append(time.monotonic())
+        time.sleep(seconds)
+        return step(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "train_step", slow)
+    if probe_too:
+        monkeypatch.setattr(driver, "train_step", slow)
+    return began
+
+
+def _beat(monkeypatch, seconds: float) -> None:
+    """Progress lines every `seconds` (the product says one at least every few seconds)."""
+    for module in (time_budget, loop, driver):
+        monkeypatch.setattr(module, "HEARTBEAT_S", seconds)
+
+
+def _gaps(lines: list[str]) -> list[float]:
+    """Seconds between the progress lines (each stamped by `_stamped`)."""
+    times = [float(line.split(" ", 1)[0]) for line in lines]
+    return [b - a for a, b in zip(times, times[1:], strict=False)]
+
+
+@pytest.fixture
+def stamped(monkeypatch):
+    """The run's progress lines on stderr, each with the instant it was printed."""
+    lines: list[str] = []
+
+    def log(message: str) -> None:
+        lines.append(f"{time.monotonic():.3f} {message}")
+
+    monkeypatch.setattr(driver, "_log", log)
+    return lines
+
+
+@pytest.mark.slow
+def test_training_ends_by_the_budget_plus_one_batch_with_progress_inside_batches(
+    tiny_dir, tmp_path, monkeypatch, stamped
+):
+    _beat(monkeypatch, 0.5)
+    steps = _slow_steps(monkeypatch, 2.5)  # a batch outlasts several progress lines
+    seconds = 8.0
+    out = tmp_path / "head"
+    progress_file = tmp_path / "progress.json"
+    began = time.monotonic()
+    assert main(_argv(tiny_dir, out, seconds, "--progress-file", str(progress_file))) == 0
+    took = time.monotonic() - began
+    print(f"\n--seconds {seconds:g} with 2.5 s batches: {took:.1f} s, {len(steps)} batches")
+    assert took < seconds + 2.5 + SLACK
+    card = json.loads((out / "specdec_card.json").read_text())
+    assert card["history"][-1]["stopped"] == "time" and card["epochs"] < 1000
+    training = [line for line in stamped if " training: " in line]
+    assert training and all("tokens/s" in line or "no rate yet" in line for line in training)
+    assert any("running" in line and "batch" in line for line in training)  # inside a batch
+    assert any("budget" in line and "left" in line for line in training)
+    assert max(_gaps(training)) < 2.0  # never a batch without a line
+    done = read_progress(progress_file)
+    assert done is not None and done.finished
+
+
+@pytest.mark.slow
+def test_a_budget_that_cannot_cover_one_batch_is_refused_at_the_start(
+    tiny_dir, tmp_path, monkeypatch, capsys
+):
+    _slow_steps(monkeypatch, 1.5, probe_too=True)  # the probe sees the slow step too
+    out = tmp_path / "head"
+    began = time.monotonic()
+    assert main(_argv(tiny_dir, out, 4.0)) == 2
+    took = time.monotonic() - began
+    error = capsys.readouterr().err
+    assert "cannot cover one training batch" in error
+    needed = int(re.search(r"give --seconds (\d+) or more", error).group(1))
+    assert needed > 4
+    assert took < 4.0 + 2 * 1.5 + SLACK  # said before any feature or batch, not at the end
+    assert not (out / "checkpoint.pt").exists()
+
+
+@pytest.mark.slow
+def test_features_take_only_their_share_and_training_trains_on_what_they_made(
+    tiny_dir, tmp_path, monkeypatch, stamped
+):
+    _beat(monkeypatch, 0.5)
+    forward, featured_by = features._forward, driver._featured
+
+    def slow_forward(*args, **kwargs):
+        time.sleep(0.3)
+        return forward(*args, **kwargs)
+
+    def small_batches(*args, **kwargs):  # two sequences per forward
+        return featured_by(*args, **{**kwargs, "batch_tokens": 64})
+
+    monkeypatch.setattr(features, "_forward", slow_forward)
+    monkeypatch.setattr(driver, "_featured", small_batches)
+    seconds = 10.0
+    out = tmp_path / "head"
+    began = time.monotonic()
+    assert main(_argv(tiny_dir, out, seconds)) == 0
+    took = time.monotonic() - began
+    assert took < seconds + 0.3 + SLACK
+    card = json.loads((out / "specdec_card.json").read_text())
+    featured = [line for line in stamped if " features: " in line]
+    assert featured and all("ETA" in line for line in featured)
+    collected = next(line for line in stamped if " sequences, " in line and "data:" in line)
+    offered = int(re.search(r"data: (\d+) sequences", collected).group(1))
+    assert any("in time" in line for line in stamped)  # features of some sequences only
+    assert 0 < card["sequences"] < offered
+    assert card["history"][-1]["step"] >= 1  # and training had its share
+
+
+# -- the Train tab: one budget for generation and training ------------------------------------
+@pytest.mark.slow
+def test_the_train_tab_shares_its_minutes_between_generation_and_training(
+    qtbot, make_window, monkeypatch, train_target
+):
+    window = make_window()
+    with_held_out_answers(train_target)
+    controller = train_tab(window, train_target, monkeypatch, generation=2.0, training=1.0)
+    controller.view.tokens.setValue(50)  # far more than the budget can generate
+    controller.view.minutes.setValue(1.5)
+    budget = 90.0
+    lines: list[str] = []
+    first_batch: list[float] = []
+    began = time.monotonic()
+    controller.view.start_button.click()
+
+    def seen() -> bool:
+        lines.append(controller.view.generation_text.text())
+        done = read_generation(controller.plan.work)
+        if not first_batch and done is not None and done.batches:
+            first_batch.append(time.monotonic() - began)
+        return controller.step == "training"
+
+    qtbot.waitUntil(seen, timeout=int(3 * budget * 1000))
+    generation_ended = time.monotonic() - began
+    qtbot.waitUntil(
+        lambda: not controller.running and controller.step == "", timeout=int(budget * 1000)
+    )
+    took = time.monotonic() - began
+    print(
+        f"\nTrain tab, {budget:g} s: first batch {first_batch[0]:.0f} s, generation "
+        f"{generation_ended:.0f} s, all {took:.0f} s"
+    )
+    # generation: its share, or its first batch when that came later; then the child's exit
+    assert generation_ended < max(budget / 2, first_batch[0]) + EXIT
+    if first_batch[0] < budget / 2:  # the budget, one training step, and what no budget
+        assert took < budget + 1.0 + 2 * EXIT  # in a child sees: its start and exit
+    assert controller.plan.budget_mark.is_file()
+    assert any("budget" in line and "ETA 0m" in line for line in lines)  # an ETA, not "?"
+    log = (controller.plan.work / "training.log").read_text()
+    assert "training for at most" in log or "cannot cover one training batch" in log
+    if "cannot cover" not in log:
+        assert controller.view.compare_button.isEnabled()  # the head is ready
