@@ -3,6 +3,9 @@
 The method and policy lists come from `Registries` at runtime (only what the engine has);
 until the engine is imported they show the saved choice, disabled. Lossy policies carry a
 visible LOSSY badge. Tree settings appear for tree methods (EAGLE-2); 0 means "auto".
+
+While a lossy policy is chosen the panel shows the runs so far as τ against their distance from
+the target's distribution (`PolicyPlot`), fed with each finished run (`add_run`).
 """
 
 from __future__ import annotations
@@ -24,7 +27,10 @@ from PySide6.QtWidgets import (
 from superqt import QLabeledDoubleSlider, QLabeledSlider
 
 from app.engine_api import Registries
+from app.widgets.policy_plot import PolicyPlot
 from specdec_core.config import DecodeConfig
+from specdec_core.events import RunSummary
+from specdec_core.run_distance import RunDistance
 
 MAX_NEW_TOKENS = 4096
 NEEDS = {"draft": "uses the Draft model", "head": "uses the EAGLE head"}
@@ -105,6 +111,7 @@ class DecodingPanel(QGroupBox):
         self.tree_depth = _spin(0, 16, auto=True)
         self.tree_topk = _spin(0, 32, auto=True)
         self.tree_tokens = _spin(0, 256, auto=True)
+        self.policy_plot = PolicyPlot()
 
         policy_row = QHBoxLayout()
         policy_row.addWidget(self.policy, 1)
@@ -117,6 +124,7 @@ class DecodingPanel(QGroupBox):
         self.form.addRow("Method", self.method)
         self.form.addRow("Policy", policy_row)
         self.form.addRow("Policy params", self.params_box)
+        self.form.addRow(self.policy_plot)
         self.form.addRow("Draft length k", self.k)
         self.form.addRow("Temperature", self.temperature)
         self.form.addRow("Top-p", numbers)
@@ -142,6 +150,7 @@ class DecodingPanel(QGroupBox):
         self._show_tree(False)
         self.form.setRowVisible(self.params_box, False)
         self.form.setRowVisible(self.max_note, False)
+        self.form.setRowVisible(self.policy_plot, False)
 
     # -- registries -------------------------------------------------------------------------
     def set_registries(self, registries: Registries) -> None:
@@ -263,8 +272,14 @@ class DecodingPanel(QGroupBox):
             self._pending["method"] = name
             self.method_changed.emit(name)
 
+    def add_run(self, summary: RunSummary, distance: RunDistance | None = None) -> None:
+        """A finished run for the τ-against-distance plot (`distance`: measured for a lossy
+        run; a lossless one is at 0)."""
+        self.policy_plot.add_run(summary, distance)
+
     def _on_policy(self) -> None:
         self.lossy_badge.setVisible(self.is_lossy())
+        self.form.setRowVisible(self.policy_plot, self.is_lossy())
         self._build_params()
         if self.policy.currentData():
             self._pending["policy"] = self.policy_name()
