@@ -23,8 +23,9 @@ PROMPTS = ["w3 w4 w5 w6 w3 w4 w5", "w7 w8 w7 w8 w7 w8"]
 def bench(tiny_target, methods, temperature, tmp_path):
     config = DecodeConfig(max_new_tokens=10, k=3, temperature=temperature)
     result = run_bench(tiny_target, methods, PROMPTS, config, {}, raw=True)
-    out = tmp_path / "bench.json"
-    write_outputs(result, str(out), None)
+    out, table = tmp_path / "bench.json", tmp_path / "bench.csv"
+    write_outputs(result, str(out), str(table))
+    assert "total_variation" in table.read_text().splitlines()[0]  # every row has the fields
     return result, json.loads(out.read_text())
 
 

@@ -16,6 +16,7 @@ from specdec_core.cli.options import (
     load_options,
     load_progress,
     model_specs,
+    resolve_auto_k,
 )
 from specdec_core.errors import SpecdecError
 
@@ -87,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
         args.target, args.device, args.dtype, load_progress(), options=load_options(args, texts)
     )
     extra = load_extra(args.method, target, model_specs(args))
+    config = resolve_auto_k(args, config, target, [args.method], extra)
     profile = tune(
         target, args.method, prompts, config, grid, args.max_distance, extra, args.raw,
         progress=stderr_progress,
