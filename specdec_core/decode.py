@@ -13,6 +13,8 @@ The caller owns randomness (a `torch.Generator`) and cancellation (`stop`, anyth
 `is_set()`, checked between steps). Timings synchronise CUDA before reading the clock
 (step_clock.py); each `Step` carries its `StepPhases` (draft, target forward, acceptance,
 cache keep, commit, loop), which add up to the step's wall time, and the summary their sums.
+A drafter that sizes its tree by forward costs (`forward_costs.TimedForwards`) is handed each
+step's timed target forward before its `commit`, so its sizing follows the machine.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from specdec_core.events import (
     Token,
 )
 from specdec_core.events import TokenKind as Kind
+from specdec_core.forward_costs import TimedForwards
 from specdec_core.models import LoadedModel
 from specdec_core.prefix_cache import PrefixCache
 from specdec_core.sampling import probs
@@ -77,6 +80,7 @@ def generate(
             f"{target.context_length}; shorten the prompt"
         )
     verifier = verifier or make_verifier(config.policy, **config.policy_params)
+    timed = drafter if isinstance(drafter, TimedForwards) else None  # sizes by forward costs
     drafter = apply_schedule(drafter, config)  # a fixed k, or a wrapper that adapts it
     generator = generator or make_generator(config.seed, target.device)
     runner = Target(target.model, drafter.feature_layers)
@@ -110,10 +114,10 @@ def generate(
                 break
             laps.lap("loop")
             proposal = drafter.propose(ids, config, generator)
-            laps.lap("draft")
+            forward_start = laps.lap("draft")
             start = runner.length
             out = runner.forward([ids[-1], *proposal.tokens], proposal.parents)
-            laps.lap("target")
+            forward_end = laps.lap("target")
             if greedy:  # the lossless rule at T = 0 on the argmax ids (verifiers/greedy.py)
                 path, next_token = verify_greedy(proposal, argmax_ids(out.logits))
                 p_target = [1.0] * (len(path) + 1)  # every emitted token is its row's argmax
@@ -129,6 +133,8 @@ def generate(
             emitted = [proposal.tokens[node] for node in path] + [next_token]
             ids.extend(emitted)
             rows = select_rows(out, [0, *(node + 1 for node in path)])
+            if timed is not None:  # the step's own timing: the sizing follows the machine
+                timed.target_forward_timed(1 + len(proposal.tokens), forward_end - forward_start)
             drafter.observe(out, path)
             drafter.commit(ids, len(path), rows)
             kept.add(rows)

@@ -1,47 +1,134 @@
-"""Forward costs measured on this device, for sizing EAGLE-2 trees (`tree_sizing`).
+"""Forward costs on this device that follow the machine, for sizing draft trees (`tree_sizing`).
 
-`ForwardCosts` measures each model's costs once and keeps them for whoever owns it (a run, a
-benchmark, an engine: it is handed to the drafters that size trees with it): `target(model)`,
-seconds per target forward over n tree tokens after a cached prefix; `head(key, step)`, seconds
-per head step over k beam rows. A fresh `ForwardCosts` measures again, so what it returns never
-depends on what ran before it elsewhere in the process. `fastest` keeps the fastest of several
-rounds (a busy shared CPU only ever adds time) and `monotone` makes costs never fall with size.
+`ForwardCosts` keeps each model's and head's costs for whoever owns it (a run, a benchmark, an
+engine: it is handed to the drafters that size trees with it): `target(model)`, seconds per
+target forward over n tree tokens after a cached prefix; `head(key, step)`, seconds per head
+step over k beam rows; `for_sizing(...)` both as the `tree_sizing.Costs` a sizer chooses with.
+A fresh `ForwardCosts` measures again, so what it returns never depends on what ran before it
+elsewhere in the process.
+
+Measured when first asked: each size is timed REPEATS times, the rounds going round all the
+sizes in turn (a burst of load inflates one round of every size, not every run of the sizes it
+falls on), and each size costs the `typical` of its timings: the mean of those within OUTLIER×
+of their median, so a repeat far above it (another process's time slice) or far below it
+counts for nothing. `monotone` then makes costs never fall with size.
+
+Followed as runs go: every decode step already times its one target forward over n tokens
+(`StepPhases.target`, decode.py), and a drafter that sizes with these costs (`TimedForwards`)
+hands each (n, seconds) to `observe_target`, at no cost of its own. `TargetTable` keeps the
+step's time as a ratio to the measured cost at n, in the window of the measured size nearest
+to n (log scale): the latest WINDOW ratios, which start as PRIOR ratios of 1 (the weight of
+the measurement). A size's ratio is the `typical` of its window, so one outlier step (a page
+fault, another process) moves nothing while a lasting change (a busier machine, a longer
+context) takes over within a few steps; a size no step has timed takes the ratio interpolated
+(in log n) between the timed ones, the nearest one's beyond them, 1 before any. The table in
+use is measured × ratio, made monotone; the same measurement and the same step timings give
+the same table, so two sizings fed them choose the same tree. `target(model)` returns it (the
+same object until a step timing changes it); `Costs.describe()` / `Costs.text()` report it in
+the run's config (the bench JSON's `tree_sizing`, the window's hover). Head costs are measured
+once (the same rounds and `typical`); a step's head passes are not one size.
 """
 
 from __future__ import annotations
 
+import math
+import statistics
 import time
+from collections import deque
 from collections.abc import Callable
+from typing import Protocol, runtime_checkable
 
 import torch
 
 from specdec_core.target import Target
+from specdec_core.tree_sizing import Costs, interpolate
 
 TARGET_SIZES = (1, 2, 4, 8, 16, 32, 60)  # tokens per measured target forward
 HEAD_ROWS = (1, 2, 4, 7, 10)  # beam widths per measured head step
 PREFIX = 128  # cached tokens under the measured forwards (a short chat prompt)
+REPEATS = 5  # timed rounds over all sizes when first measured
+OUTLIER = 1.5  # a timing beyond 1.5x (or below 1/1.5x) its size's median is another cause's
+WINDOW = 32  # latest step ratios kept per measured size
+PRIOR = 4  # ratios of 1 each window starts with: the measurement's weight against steps
+
+
+@runtime_checkable
+class TimedForwards(Protocol):
+    """A drafter whose tree size reads `ForwardCosts`: the decode loop hands it the time of
+    each step's target forward (over `tokens` tokens: the pending one and the proposal)."""
+
+    def target_forward_timed(self, tokens: int, seconds: float) -> None: ...
+
+
+class TargetTable:
+    """One model's target forward costs: `measured` once, then following step timings."""
+
+    def __init__(self, measured: dict[int, float]) -> None:
+        self.measured = monotone(measured)
+        self.steps = 0  # step timings fed in (outliers included: they are trimmed on reading)
+        self._ratios: dict[int, deque[float]] = {}  # measured size -> latest step ratios
+        self._costs: dict[int, float] | None = self.measured
+
+    def observe(self, tokens: int, seconds: float) -> None:
+        """One step's target forward over `tokens` tokens took `seconds`."""
+        if tokens < 1 or not math.isfinite(seconds) or seconds <= 0:
+            return
+        size = min(self.measured, key=lambda n: (abs(math.log(n / tokens)), n))
+        window = self._ratios.setdefault(size, deque([1.0] * PRIOR, maxlen=WINDOW))
+        window.append(seconds / interpolate(self.measured, tokens))
+        self.steps += 1
+        self._costs = None
+
+    def costs(self) -> dict[int, float]:
+        """Seconds per forward by size: measured x each size's step ratio, monotone."""
+        if self._costs is None:
+            timed = {n: typical(list(window)) for n, window in sorted(self._ratios.items())}
+            self._costs = monotone(
+                {n: cost * _ratio_at(timed, n) for n, cost in self.measured.items()}
+            )
+        return self._costs
 
 
 class ForwardCosts:
-    """Costs measured once per model (the target) or head key, then reused."""
+    """Target costs measured once per model and followed by its steps; head costs measured
+    once per head key."""
 
     def __init__(self) -> None:
-        self._target: dict[tuple, dict[int, float]] = {}
+        self._target: dict[tuple, TargetTable] = {}
         self._head: dict[tuple, dict[int, float]] = {}
 
     def target(self, model) -> dict[int, float]:
-        """Seconds per target forward over n tree tokens after a cached prefix."""
+        """Seconds per target forward over n tree tokens after a cached prefix (the table in
+        use: measured at the first call, then following `observe_target`)."""
         key = _model_key(model)
         if key not in self._target:
-            self._target[key] = _measure_target(model)
-        return self._target[key]
+            self._target[key] = TargetTable(_measure_target(model))
+        return self._target[key].costs()
+
+    def observe_target(self, model, tokens: int, seconds: float) -> None:
+        """A run's target forward over `tokens` tokens took `seconds` (ignored for a model
+        not measured yet: only a table in use is followed)."""
+        table = self._target.get(_model_key(model))
+        if table is not None:
+            table.observe(tokens, seconds)
+
+    def target_steps(self, model) -> int:
+        """Step timings the model's table has taken in (0 before it is measured)."""
+        table = self._target.get(_model_key(model))
+        return table.steps if table is not None else 0
 
     def head(self, key: tuple, step: Callable[[int], None]) -> dict[int, float]:
         """Seconds per head step over k rows; `step(k)` runs one (measured once per `key`)."""
         if key not in self._head:
             runs = {k: (lambda k=k: step(k)) for k in HEAD_ROWS}
-            self._head[key] = monotone(fastest(runs))
+            self._head[key] = monotone(typical_costs(runs))
         return self._head[key]
+
+    def for_sizing(self, model, head_key: tuple, step: Callable[[int], None]) -> Costs:
+        """The tables a sizer chooses with now: the model's target table in use and the
+        head's step costs, with how many step timings the target table follows."""
+        target = self.target(model)
+        return Costs(target=target, head=self.head(head_key, step), steps=self.target_steps(model))
 
 
 @torch.inference_mode()
@@ -57,28 +144,50 @@ def _measure_target(model) -> dict[int, float]:
         runner.forward([7 % vocab] * n, chain if n > 1 else None)
         runner.keep(prefix, [])
 
-    return monotone(fastest({n: (lambda n=n: forward(n)) for n in sizes}))
+    return monotone(typical_costs({n: (lambda n=n: forward(n)) for n in sizes}))
 
 
-def fastest(
-    runs: dict[int, Callable[[], None]], repeats: int = 4, clock=time.perf_counter
-) -> dict[int, float]:
-    """Seconds of the fastest of `repeats` runs of each of `runs`: other processes only ever
-    add time (a busy shared CPU). The repeats go round all the sizes in turn, so a burst of
-    load inflates one round of every size, not every run of the sizes it falls on. (Timed
-    size by size, such a burst once made a benchmark run choose trees several times larger
-    than the fastest size; docs/benchmarks.md.)"""
+def rounds(
+    runs: dict[int, Callable[[], None]], repeats: int = REPEATS, clock=time.perf_counter
+) -> dict[int, list[float]]:
+    """Seconds of each of `repeats` runs of each of `runs`, after one warm-up run each. The
+    repeats go round all the sizes in turn, so a burst of load inflates one round of every
+    size, not every run of the sizes it falls on. (Timed size by size, such a burst once made
+    a benchmark run choose trees several times larger than the fastest size;
+    docs/benchmarks.md.)"""
     for run in runs.values():
         run()  # warm-up
-    best = dict.fromkeys(runs, float("inf"))
+    seconds: dict[int, list[float]] = {n: [] for n in runs}
     for _ in range(repeats):
         for n, run in runs.items():
             _sync()
             start = clock()
             run()
             _sync()
-            best[n] = min(best[n], clock() - start)
-    return best
+            seconds[n].append(clock() - start)
+    return seconds
+
+
+def typical_costs(
+    runs: dict[int, Callable[[], None]], repeats: int = REPEATS, clock=time.perf_counter
+) -> dict[int, float]:
+    """The `typical` seconds of each of `runs` over `repeats` `rounds`."""
+    return {n: typical(times) for n, times in rounds(runs, repeats, clock).items()}
+
+
+def fastest(
+    runs: dict[int, Callable[[], None]], repeats: int = 4, clock=time.perf_counter
+) -> dict[int, float]:
+    """Seconds of the fastest of `repeats` `rounds` of each of `runs`."""
+    return {n: min(times) for n, times in rounds(runs, repeats, clock).items()}
+
+
+def typical(samples: list[float]) -> float:
+    """The mean of the samples within OUTLIER x of their median (above and below): what one
+    run typically takes, one disturbed run or a few left out."""
+    middle = statistics.median(samples)
+    kept = [s for s in samples if middle / OUTLIER <= s <= middle * OUTLIER]
+    return statistics.fmean(kept)
 
 
 def monotone(costs: dict[int, float]) -> dict[int, float]:
@@ -89,6 +198,22 @@ def monotone(costs: dict[int, float]) -> dict[int, float]:
         lowest = min(lowest, costs[n])
         out[n] = lowest
     return dict(sorted(out.items()))
+
+
+def _ratio_at(timed: dict[int, float], n: int) -> float:
+    """The step ratio at size `n`: its own, else interpolated in log n between the nearest
+    timed sizes around it, the nearest one's beyond them, 1 when no size was timed."""
+    if n in timed:
+        return timed[n]
+    below = [m for m in timed if m < n]
+    above = [m for m in timed if m > n]
+    if not below and not above:
+        return 1.0
+    if not below or not above:
+        return timed[min(above) if above else max(below)]
+    low, high = max(below), min(above)
+    share = math.log(n / low) / math.log(high / low)
+    return timed[low] + share * (timed[high] - timed[low])
 
 
 def _sync() -> None:

@@ -1,18 +1,20 @@
 """EAGLE-2 tree size for this device: `--tree-tokens auto` (docs/architecture.md).
 
-A tree step costs one target forward over the tree, `depth` head steps over the top-k beam and one
-head step over the accepted path (the commit), and gains the expected number of accepted tokens.
-Both costs are measured on this device, once per model by their owner
-(`forward_costs.ForwardCosts`); the gain comes from an acceptance prior: the head's rank-r token is
-the target's with probability π_r, where the chance that one of its top-k is right is
-α(k) = 1 − (1 − α₁)·k^(−1/2) (α₁ = top-1 acceptance). Under that prior `expected_tau` runs the
-same beam search the drafter runs (drafters/eagle2_growth.py: top-k by cumulative probability,
-best `total_tokens − 1` nodes) and sums the nodes' path probabilities: E[τ] = 1 + Σ P(node on the
-accepted path). `choose` takes the shape with the most tokens per second. The prior α₁ = 0.6 is
-only the start: `observe` counts how often the target accepted the head's top-1 child at each
-verified tree level (measured directly, whatever the tree shape, so a small tree does not lock
-itself in), blended with what was known before and kept per head by its owner
-(`AcceptanceEstimates`: a run, a benchmark, an engine), so the size follows the head in use.
+A tree step costs one target forward over the tree, `depth` head steps over the top-k beam and
+one head step over the accepted path (the commit), and gains the expected number of accepted
+tokens. Both costs are measured on this device by their owner (`forward_costs.ForwardCosts`:
+once per model and head, the target's then following the decode steps' own timings; the table in
+use is `Costs.text()`, at the end of the reason); the gain comes from an acceptance prior: the
+head's rank-r token is the target's with probability π_r, where the chance that one of its top-k
+is right is α(k) = 1 − (1 − α₁)·k^(−1/2) (α₁ = top-1 acceptance). Under that prior
+`expected_tau` runs the same beam search the drafter runs (drafters/eagle2_growth.py: top-k by
+cumulative probability, best `total_tokens − 1` nodes) and sums the nodes' path probabilities:
+E[τ] = 1 + Σ P(node on the accepted path). `choose` takes the shape with the most tokens per
+second. The prior α₁ = 0.6 is only the start: `observe` counts how often the target accepted the
+head's top-1 child at each verified tree level (measured directly, whatever the tree shape, so a
+small tree does not lock itself in), blended with what was known before and kept per head by its
+owner (`AcceptanceEstimates`: a run, a benchmark, an engine), so the size follows the head in
+use.
 
 On a GPU a forward over 60 tokens costs about as much as over one, so this lands on EAGLE's
 defaults (60 tokens, depth 6, top-k 10); on a CPU every verified token adds to the forward
@@ -50,12 +52,27 @@ class TreeShape:
 class Costs:
     target: dict[int, float]  # tokens -> seconds per target forward
     head: dict[int, float]  # rows -> seconds per head step (layer + lm_head + top-k)
+    steps: int = 0  # decode steps' timings the target table follows (forward_costs.py)
 
     def target_seconds(self, n: int) -> float:
-        return _interpolate(self.target, n)
+        return interpolate(self.target, n)
 
     def head_seconds(self, k: int) -> float:
-        return _interpolate(self.head, k)
+        return interpolate(self.head, k)
+
+    def describe(self) -> dict:
+        """The tables in use, in milliseconds, for the run's config."""
+        return {
+            "target_ms": {n: round(1000 * s, 3) for n, s in sorted(self.target.items())},
+            "head_ms": {k: round(1000 * s, 3) for k, s in sorted(self.head.items())},
+            "target_steps": self.steps,
+        }
+
+    def text(self) -> str:
+        """The target table in use in one line (the reason's last part: bench JSON, hover)."""
+        table = ", ".join(f"{n}: {1000 * s:.2f}" for n, s in sorted(self.target.items()))
+        since = f", followed over {self.steps} steps" if self.steps else ""
+        return f"target ms by tokens {table} (timed at load{since})"
 
 
 @dataclass(frozen=True)
@@ -73,7 +90,13 @@ class Choice:
             "tree_topk": self.shape.topk,
             "tree_tokens": self.shape.total_tokens,
             "tree_sizing": self.reason,
+            **({"forward_costs": self.costs.describe()} if self.sized else {}),
         }
+
+    @property
+    def sized(self) -> bool:
+        """Sized from measured costs (not given)."""
+        return self.costs is not None and self.step_seconds is not None
 
 
 def capped(shape: TreeShape) -> TreeShape:
@@ -118,7 +141,8 @@ def choose(
         f"{1000 * seconds:.1f} ms = target over {shape.total_tokens} tokens "
         f"{1000 * costs.target_seconds(shape.total_tokens):.1f} ms (1 token "
         f"{1000 * costs.target_seconds(1):.1f} ms) + {shape.depth} head steps x{shape.topk} "
-        f"of {1000 * costs.head_seconds(shape.topk):.2f} ms + commit {1000 * commit:.2f} ms"
+        f"of {1000 * costs.head_seconds(shape.topk):.2f} ms + commit {1000 * commit:.2f} ms; "
+        f"{costs.text()}"
     )
     return Choice(shape, tau, seconds, reason, costs)
 
@@ -161,7 +185,7 @@ def _rank_probs(k: int, alpha1: float) -> torch.Tensor:
     return torch.diff(alpha, prepend=torch.zeros(1, dtype=torch.float64))
 
 
-def _interpolate(table: dict[int, float], x: int) -> float:
+def interpolate(table: dict[int, float], x: float) -> float:
     """Linear between measured points; linear extrapolation past the largest."""
     points = sorted(table.items())
     if x <= points[0][0]:

@@ -49,9 +49,10 @@ def summary_text(label: str, summary: RunSummary) -> str:
 
 
 def summary_details(summary: RunSummary) -> str:
-    """What the summary leaves out: how the tree was sized ('' for chains)."""
+    """What the summary leaves out: how the tree was sized ('' for chains), a part per line:
+    the expected gain, the step's modelled time and the forward costs it was sized with."""
     sizing = summary.config.get("tree_sizing")
-    return f"tree sizing: {sizing}" if sizing else ""
+    return "tree sizing: " + str(sizing).replace("; ", "\n") if sizing else ""
 
 
 class OutputPanel(QWidget):

@@ -4,9 +4,10 @@ The drafter composes three parts and owns the state between them:
 
 - the tree size (`TreeSizer`, drafters/eagle2_sizing.py): the shape for a `DecodeConfig`,
   given or sized for this device, re-sized from how often the target takes the head's top-1;
-  the measured costs (`costs`) and the learned acceptance (`acceptance`) are the caller's to
-  own and share between its drafters (a run, a benchmark, an engine); a drafter given none
-  has a pair of its own;
+  the measured costs (`costs`, which follow the timed target forwards the decode loop hands
+  over: `target_forward_timed`, forward_costs.TimedForwards) and the learned acceptance
+  (`acceptance`) are the caller's to own and share between its drafters (a run, a benchmark,
+  an engine); a drafter given none has a pair of its own;
 - the growth (pure functions): greedy beam search and rerank at temperature 0
   (drafters/eagle2_growth.py), i.i.d. draws at T > 0 for the verifier's recursive rejection
   sampling (drafters/eagle2_sampled.py);
@@ -72,6 +73,10 @@ class Eagle2Drafter(Drafter):
 
     def describe(self, config: DecodeConfig) -> dict:
         return self.sizer.choice(config).describe()
+
+    def target_forward_timed(self, tokens: int, seconds: float) -> None:
+        """Each step's timed target forward, for the costs the tree is sized with."""
+        self.sizer.forward_timed(tokens, seconds)
 
     def begin(self, ids: list[int], features: TargetOutput) -> None:
         self.cache = self.head.new_cache()

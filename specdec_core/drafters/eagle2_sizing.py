@@ -5,10 +5,12 @@ parents, the head's own nodes first) and what the target accepted (`observe`). O
 `choice(config)`, a `tree_sizing.Choice` (shape, expected τ, why). Where `DecodeConfig` gives
 all three dimensions (depth, top-k, tokens) the shape is that one, capped at what its beam can
 yield; where any is None the rest is sized by `tree_sizing.choose` from the measured costs of
-this device (the target's forwards, and `time_head_step`: the head's beam step as growth runs
-it; measured once by `costs`, a `forward_costs.ForwardCosts`) and the head's top-1 acceptance
-α₁, refitted from the tallied tree levels every RESIZE_STEPS steps (kept per head and sampling
-settings by `acceptance`, a `tree_sizing.AcceptanceEstimates`). Both belong to whoever built
+this device (the target's forwards, measured once by `costs`, a `forward_costs.ForwardCosts`,
+then following the steps' own forward timings, `forward_timed`; and `time_head_step`: the
+head's beam step as growth runs it, measured once) and the head's top-1 acceptance α₁,
+refitted (with the target table as it then is) from the tallied tree levels every RESIZE_STEPS
+steps (kept per head and sampling settings by `acceptance`, a
+`tree_sizing.AcceptanceEstimates`). Both belong to whoever built
 the sizer (a run, a benchmark, an engine), so a size never depends on what else ran in the
 process. Invariant: the choice for a config changes only at a refit; a given shape never
 changes. The cost model itself is in tree_sizing.py; the decode loop: docs/architecture.md.
@@ -39,7 +41,7 @@ class TreeSizer:
     ) -> None:
         self.head = head
         self.target_model = target_model
-        self.costs = costs  # the device's forward and head-step costs, measured once
+        self.costs = costs  # the device's forward and head-step costs (the target's followed)
         self.acceptance = acceptance  # each head's learned top-1 acceptance
         self.timing_cache = None  # head cache of a dummy prefix, for `time_head_step`
         self._choices: dict[tuple, Choice] = {}  # (depth, top-k, tokens) asked -> chosen
@@ -61,12 +63,8 @@ class TreeSizer:
                     )
                 self._choices[key] = Choice(shape, tree_sizing.expected_tau(shape), None, reason)
             else:
-                costs = tree_sizing.Costs(
-                    target=self.costs.target(self.target_model),
-                    head=self.costs.head(self.head_key(), self.time_head_step),
-                )
                 alpha1 = self.acceptance.acceptance(self.acceptance_key(config))
-                self._choices[key] = tree_sizing.choose(costs, alpha1, *key)
+                self._choices[key] = tree_sizing.choose(self.sizing_costs(), alpha1, *key)
         self._config = config
         return self._choices[key]
 
@@ -85,8 +83,17 @@ class TreeSizer:
         if self._tally[0] < RESIZE_STEPS or not self._tally[1]:
             return
         alpha1 = self.acceptance.observe(self.acceptance_key(config), *self._tally[1:])
-        self._choices[key] = tree_sizing.choose(self._choices[key].costs, alpha1, *key)
+        self._choices[key] = tree_sizing.choose(self.sizing_costs(), alpha1, *key)
         self._tally = (0, 0, 0)
+
+    def forward_timed(self, tokens: int, seconds: float) -> None:
+        """A step's target forward over `tokens` tokens took `seconds`: the target table the
+        next refit (or the owner's next run) sizes with follows it."""
+        self.costs.observe_target(self.target_model, tokens, seconds)
+
+    def sizing_costs(self) -> tree_sizing.Costs:
+        """The costs in use now: the target table as the steps so far left it, the head's."""
+        return self.costs.for_sizing(self.target_model, self.head_key(), self.time_head_step)
 
     def head_key(self) -> tuple:
         """The head's identity in the cost and acceptance owners' tables."""

@@ -16,7 +16,8 @@ those the heads can fill (depth at most K and `tree_depth`, ranks below TOPK and
 Every prefix of it holds its paths' parents. `tree_tokens` (nodes + the pending token) takes
 the first `tree_tokens − 1`; left unset (auto), the size is the one with the most expected
 tokens per second on this device: the target's forward costs and the heads' step measured
-once by `costs` (forward_costs.ForwardCosts, the caller's), and E[τ] = 1 + Σ over the paths of
+once by `costs` (forward_costs.ForwardCosts, the caller's; the target's then follow the steps'
+timed forwards, `target_forward_timed`), and E[τ] = 1 + Σ over the paths of
 Π_d π_{r_d}(α_d), where head d's rank-r token is the target's with probability π_r(α_d) under
 the rank prior of tree_sizing.py (α(r) = 1 − (1 − α)·r^(−1/2)) and α_d is head d's top-1
 acceptance given the path before it was accepted, the prior until tallied from verified steps
@@ -30,7 +31,7 @@ Typical acceptance (lossy) on the same tree: specdec_core/medusa/typical.py.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -117,6 +118,7 @@ class MedusaChoice:
     paths: tuple[Path, ...]  # the tree's paths, a prefix of the usable choices
     expected_tau: float
     reason: str
+    costs: Costs | None = field(default=None, repr=False)  # what sized it (None: given)
 
     def describe(self) -> dict:
         """The chosen size for the Started event, the CLI and the benchmark JSON."""
@@ -125,6 +127,7 @@ class MedusaChoice:
             "tree_topk": 1 + max((max(path) for path in self.paths), default=-1),
             "tree_tokens": len(self.paths) + 1,
             "tree_sizing": self.reason,
+            **({"forward_costs": self.costs.describe()} if self.costs is not None else {}),
         }
 
 
@@ -203,10 +206,7 @@ class MedusaSizer:
                     f"{len(paths)} paths of the Medusa tree"
                 )
             return MedusaChoice(tuple(paths[:n]), taus[n], reason)
-        costs = Costs(
-            target=self.costs.target(self.target_model),
-            head=self.costs.head(self._key(config, -1)[:3], self.time_heads),
-        )
+        costs = self.costs.for_sizing(self.target_model, self._key(config, -1)[:3], self.time_heads)
         draft = costs.head_seconds(1)
         best, rate = 0, 0.0
         for n in range(1, len(paths) + 1):  # the smallest tree unless a larger is faster
@@ -218,9 +218,15 @@ class MedusaSizer:
             f"auto: E[tau] {taus[best]:.2f} at top-1 acceptance "
             f"{'/'.join(f'{a:.2f}' for a in alphas)} by head; step {1000 * seconds:.1f} ms = "
             f"target over {best + 1} tokens {1000 * costs.target_seconds(best + 1):.1f} ms "
-            f"(1 token {1000 * costs.target_seconds(1):.1f} ms) + heads {1000 * draft:.2f} ms"
+            f"(1 token {1000 * costs.target_seconds(1):.1f} ms) + heads {1000 * draft:.2f} ms; "
+            f"{costs.text()}"
         )
-        return MedusaChoice(tuple(paths[:best]), taus[best], reason)
+        return MedusaChoice(tuple(paths[:best]), taus[best], reason, costs)
+
+    def forward_timed(self, tokens: int, seconds: float) -> None:
+        """A step's target forward over `tokens` tokens took `seconds`: the target table the
+        next refit (or the owner's next run) sizes with follows it."""
+        self.costs.observe_target(self.target_model, tokens, seconds)
 
     @torch.inference_mode()
     def time_heads(self, k: int) -> None:
@@ -254,6 +260,10 @@ class MedusaDrafter(Drafter):
 
     def describe(self, config: DecodeConfig) -> dict:
         return self.sizer.choice(config).describe()
+
+    def target_forward_timed(self, tokens: int, seconds: float) -> None:
+        """Each step's timed target forward, for the costs the tree is sized with."""
+        self.sizer.forward_timed(tokens, seconds)
 
     def draft_parts(self) -> dict[str, float]:
         """The latest propose's head passes ("heads") and tree building ("tree")."""
