@@ -1,0 +1,150 @@
+"""Forward costs that follow the machine: measured robustly, then fed by the decode steps' own
+timed forwards, outliers left out, the table monotone; the same data sizes the same tree."""
+
+from __future__ import annotations
+
+import pytest
+
+from specdec_core.forward_costs import (
+    OUTLIER,
+    PRIOR,
+    WINDOW,
+    TargetTable,
+    typical,
+    typical_costs,
+)
+from specdec_core.tree_sizing import Costs, choose
+
+# SmolLM2-135M fp32 on a 2-core CPU (docs/benchmarks.md): every verified token adds time
+CPU = {1: 0.040, 2: 0.046, 4: 0.055, 8: 0.061, 16: 0.070, 32: 0.090, 60: 0.130}
+HEAD = {1: 0.0021, 4: 0.0036, 10: 0.0066}
+
+
+def _shape(table: TargetTable, alpha1: float = 0.6):
+    return choose(Costs(table.costs(), HEAD, table.steps), alpha1).shape
+
+
+def test_a_repeat_far_from_the_median_counts_for_nothing():
+    assert typical([0.010, 0.011, 0.009, 0.010, 0.090]) == pytest.approx(0.010)
+    assert typical([0.010, 0.011, 0.009, 0.010, 0.001]) == pytest.approx(0.010)
+    near = [0.010, 0.011, 0.012]  # within OUTLIER of the median: all kept
+    assert typical(near) == pytest.approx(0.011)
+
+
+def test_a_burst_during_the_measurement_slows_one_round_and_is_left_out():
+    """A simulated clock: every run takes 1 ms, 20 ms in a burst (the second timed round)."""
+    now, runs = [0.0], [0]
+    sizes = (1, 4, 8, 16)
+
+    def clock() -> float:
+        return now[0]
+
+    def run() -> None:
+        runs[0] += 1
+        burst = 2 * len(sizes) < runs[0] <= 3 * len(sizes)  # warm-up, round 1, then the burst
+        now[0] += 0.020 if burst else 0.001
+
+    timed = typical_costs({n: run for n in sizes}, repeats=5, clock=clock)
+    assert timed == pytest.approx(dict.fromkeys(sizes, 0.001))
+
+
+def test_the_table_follows_the_step_timings_fed_to_it():
+    table = TargetTable(CPU)
+    assert table.costs() == CPU and table.steps == 0
+    for _ in range(WINDOW):  # the machine got twice as slow for 8-token forwards
+        table.observe(8, 2 * CPU[8])
+    assert table.steps == WINDOW
+    followed = table.costs()
+    assert followed[8] == pytest.approx(2 * CPU[8])
+    # sizes no step timed take the nearest timed size's ratio
+    assert followed == pytest.approx({n: 2 * c for n, c in CPU.items()})
+    for _ in range(WINDOW):  # one-token forwards as measured
+        table.observe(1, CPU[1])
+    mixed = table.costs()
+    assert mixed[1] == pytest.approx(CPU[1]) and mixed[8] == pytest.approx(2 * CPU[8])
+    assert CPU[4] < mixed[4] < 2 * CPU[4]  # between, in log tokens: 1 + 2/3
+    assert mixed[4] == pytest.approx(CPU[4] * (1 + 2 / 3))
+
+
+def test_a_step_between_measured_sizes_is_compared_with_the_interpolated_cost():
+    table = TargetTable(CPU)
+    for _ in range(WINDOW):
+        table.observe(3, (CPU[2] + CPU[4]) / 2 * 1.2)  # 3 tokens, 20 % above the table
+    assert table.costs()[4] == pytest.approx(1.2 * CPU[4])  # 3 is nearest 4 in log tokens
+
+
+def test_the_followed_table_never_falls_with_size():
+    table = TargetTable(CPU)
+    for _ in range(WINDOW):
+        table.observe(1, 3 * CPU[1])  # small forwards slowed, large ones as measured
+        table.observe(60, CPU[60])
+    costs = table.costs()
+    seconds = [costs[n] for n in sorted(costs)]
+    assert seconds == sorted(seconds)
+    assert costs[1] <= CPU[60]
+
+
+def test_one_outlier_step_moves_neither_the_table_nor_the_tree():
+    table = TargetTable(CPU)
+    for _ in range(12):
+        table.observe(4, 1.1 * CPU[4])
+    before, shape = dict(table.costs()), _shape(table)
+    table.observe(4, 20 * CPU[4])  # a page fault, another process's time slice
+    assert table.steps == 13
+    assert table.costs() == pytest.approx(before)
+    assert _shape(table) == shape
+
+
+def test_a_lasting_change_takes_over_within_a_few_steps():
+    table = TargetTable(CPU)
+    for _ in range(PRIOR + 1):  # more steps than the measurement's weight
+        table.observe(16, OUTLIER * 2 * CPU[16])
+    assert table.costs()[16] == pytest.approx(OUTLIER * 2 * CPU[16])
+
+
+def test_the_tree_follows_a_machine_whose_large_forwards_got_slower():
+    table = TargetTable({n: 0.040 + 0.0001 * n for n in CPU})  # nearly flat: a large tree
+    measured = _shape(table)
+    for _ in range(WINDOW):
+        table.observe(1, 0.040)
+        table.observe(measured.total_tokens, 3 * 0.040)
+    followed = _shape(table)
+    assert followed.total_tokens < measured.total_tokens
+
+
+def test_two_sizings_fed_the_same_steps_choose_the_same_tree():
+    tokens = [1, 4, 8, 5, 3] * 9
+    steps = [(n, (0.040 + 0.003 * n) * (1.0 + 0.05 * (i % 7))) for i, n in enumerate(tokens)]
+    steps[10] = (8, 30 * CPU[8])  # an outlier among them
+    tables = [TargetTable(CPU), TargetTable(dict(CPU))]
+    for table in tables:
+        for n, seconds in steps:
+            table.observe(n, seconds)
+    assert tables[0].costs() == tables[1].costs()
+    assert _shape(tables[0]) == _shape(tables[1])
+    choices = [choose(Costs(t.costs(), HEAD, t.steps), 0.6) for t in tables]
+    assert choices[0].describe() == choices[1].describe()
+
+
+def test_timings_that_are_no_timing_are_ignored():
+    table = TargetTable(CPU)
+    for tokens, seconds in ((0, 0.05), (4, 0.0), (4, -1.0), (4, float("nan"))):
+        table.observe(tokens, seconds)
+    assert table.steps == 0 and table.costs() is table.costs()
+
+
+def test_the_table_in_use_is_described_in_the_run_config_and_the_reason():
+    table = TargetTable(CPU)
+    for _ in range(5):
+        table.observe(8, CPU[8])
+    choice = choose(Costs(table.costs(), HEAD, table.steps), 0.6)
+    described = choice.describe()
+    assert described["forward_costs"]["target_ms"] == {
+        n: pytest.approx(1000 * c) for n, c in CPU.items()
+    }
+    assert described["forward_costs"]["target_steps"] == 5
+    assert described["forward_costs"]["head_ms"][10] == pytest.approx(6.6)
+    assert described["tree_sizing"].endswith(
+        "target ms by tokens 1: 40.00, 2: 46.00, 4: 55.00, 8: 61.00, 16: 70.00, 32: 90.00, "
+        "60: 130.00 (timed at load, followed over 5 steps)"
+    )
