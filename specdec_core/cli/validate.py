@@ -12,6 +12,7 @@ import argparse
 import json
 import re
 
+from specdec_core.cli.training_options import add_device_options
 from specdec_core.errors import SpecdecError
 
 
@@ -35,12 +36,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="cache of the target's answers and features (default: in the user cache, per "
         "target); a training run's --work holds the same files",
     )
-    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"])
-    parser.add_argument(
-        "--dtype",
-        default="bfloat16",
-        choices=["auto", "float32", "float16", "bfloat16"],
-        help="the target's dtype for answers and features (default bfloat16, as training)",
+    add_device_options(
+        parser,
+        device="auto",
+        dtype_flag="--dtype",
+        dtype_help="the target's dtype for answers and features (default bfloat16, as training)",
     )
     parser.add_argument(
         "--no-tau", action="store_true", help="top-1 only: skip decoding (seconds, not minutes)"
