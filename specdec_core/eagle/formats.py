@@ -39,11 +39,9 @@ import pickle
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file
 from transformers import LlamaConfig
 
 from specdec_core import hub
-from specdec_core.checkpoint import check_weights
 from specdec_core.control import Progress, StopFlag
 from specdec_core.eagle.head import OFFICIAL, Eagle3Variant, EagleHead
 from specdec_core.eagle.layouts import TOKEN_MAP, declared_kind, flat_config, layout_of
@@ -51,6 +49,7 @@ from specdec_core.errors import SpecdecError
 from specdec_core.files import save_tensors_atomic, write_atomic
 from specdec_core.models import LoadedModel, fast_cpu_paths
 from specdec_core.prepacked_linear import fast_bf16
+from specdec_core.weights_file import listed, read_weights
 
 CARD = "specdec_card.json"
 
@@ -122,8 +121,7 @@ def _check_keys(head: EagleHead, state: dict[str, torch.Tensor], speculators: bo
     expected = head.state_dict()
 
     def names(keys: list[str]) -> str:  # as the file spells them (speculators: layers.0.*)
-        shown = [k.replace("midlayer.", "layers.0.", 1) if speculators else k for k in keys]
-        return ", ".join(shown[:6]) + (f" and {len(shown) - 6} more" if len(shown) > 6 else "")
+        return listed(k.replace("midlayer.", "layers.0.", 1) if speculators else k for k in keys)
 
     unread = sorted(set(state) - set(expected))
     if unread:
@@ -231,7 +229,7 @@ def load_head(
     `dtype` (default `head_dtype(target)`; training asks for float32)."""
     directory = _resolve(spec, progress, stop)
     config = _read_config(directory, spec)
-    state = _with_token_map(directory, _read_state(directory, spec), config)
+    state = _with_token_map(directory, read_weights(directory, spec), config)
     model = target.model
     head = head_from_state(
         config, state, model.config.hidden_size, model.get_output_embeddings().weight.shape[0]
@@ -248,7 +246,7 @@ def read_head(
     checks it but bound to no target: for writing it out again (specdec_core/head_export.py)."""
     directory = _resolve(spec, progress, stop)
     config = _read_config(directory, spec)
-    state = _with_token_map(directory, _read_state(directory, spec), config)
+    state = _with_token_map(directory, read_weights(directory, spec), config)
     t2d = next((v for k, v in state.items() if k.removeprefix("model.") == "t2d"), None)
     stated = config.to_dict().get("target_vocab_size") or config.vocab_size
     vocab = len(t2d) if t2d is not None else int(stated)
@@ -356,17 +354,6 @@ def _with_token_map(
     t2d = torch.zeros(vocab, dtype=torch.bool)
     t2d[ids] = True
     return {**state, "d2t": d2t, "t2d": t2d}
-
-
-def _read_state(directory: Path, spec: str) -> dict[str, torch.Tensor]:
-    """Every weight file of the head (sharded or not), checked whole before it is read."""
-    state: dict[str, torch.Tensor] = {}
-    for path in check_weights(directory, spec):
-        if path.suffix == ".safetensors":
-            state.update(load_file(str(path)))
-        else:
-            state.update(torch.load(path, map_location="cpu", weights_only=True))
-    return state
 
 
 def check_head_spec(spec: str) -> None:

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 from specdec_core import hub
 from specdec_core.checkpoint import check_weights
@@ -43,6 +43,7 @@ from specdec_core.errors import SpecdecError
 from specdec_core.medusa.head import MedusaConfig, MedusaHeads
 from specdec_core.models import LoadedModel
 from specdec_core.prepacked_linear import fast_bf16, prepack
+from specdec_core.weights_file import listed, read_weight_file
 
 FASTERDECODING, VLLM = "fasterdecoding", "vllm"
 MEDUSA_FILES = ("medusa_lm_head.safetensors", "medusa_lm_head.pt")  # FasterDecoding's names
@@ -220,15 +221,15 @@ def _loaded(
     weight read and every one the module needs present, each of its shape."""
     unread = sorted(set(state) - set(ours))
     if unread:
-        shown = ", ".join(unread[:6]) + (f" and {len(unread) - 6} more" if len(unread) > 6 else "")
         raise SpecdecError(
             f"the Medusa heads hold weights their config.json ({names}) does not read: "
-            f"{shown}; dropping them would draft wrongly, so fix the config or convert the heads"
+            f"{listed(unread)}; dropping them would draft wrongly, so fix the config or convert "
+            "the heads"
         )
     missing = sorted(set(ours) - set(state))
     if missing:
         raise SpecdecError(
-            f"the Medusa heads lack {', '.join(missing[:6])}, which their config.json ({names}) "
+            f"the Medusa heads lack {listed(missing)}, which their config.json ({names}) "
             "needs; the config and the weights belong to different heads"
         )
     expected = medusa.state_dict()
@@ -258,10 +259,7 @@ def read_state(directory: Path, spec: str) -> dict[str, torch.Tensor]:
     state: dict[str, torch.Tensor] = {}
     for path in files:
         try:
-            if path.suffix == ".safetensors":
-                state.update(load_file(str(path)))
-            else:
-                state.update(torch.load(path, map_location="cpu", weights_only=True))
+            state.update(read_weight_file(path))
         except (
             OSError,
             RuntimeError,

@@ -26,15 +26,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 from specdec_core import hub
-from specdec_core.checkpoint import check_weights
 from specdec_core.control import Progress, StopFlag
 from specdec_core.errors import SpecdecError
 from specdec_core.mlp_speculator.head import MODEL_TYPE, MLPSpeculator, SpeculatorConfig
 from specdec_core.models import LoadedModel
 from specdec_core.resources import resource_path
+from specdec_core.weights_file import listed, read_weights
 
 CONFIG, WEIGHTS, CARD = "config.json", "model.safetensors", "specdec_card.json"
 BUNDLED = "mlp-speculator"  # resources/mlp-speculator: `embedded`
@@ -69,11 +69,6 @@ def config_from_json(values: dict, spec: str = "the MLP speculator") -> Speculat
     )
 
 
-def _names(keys) -> str:
-    keys = sorted(keys)
-    return ", ".join(keys[:6]) + (f" and {len(keys) - 6} more" if len(keys) > 6 else "")
-
-
 def _shared_name(key: str, config: SpeculatorConfig) -> str | None:
     """The stored name of the shared weight `key` copies in a tied layout (None: not a copy)."""
     parts = key.split(".")
@@ -98,7 +93,7 @@ def speculator_from_state(
     state = {key.removeprefix(PREFIX): value for key, value in state.items()}
     model = MLPSpeculator(config)
     expected = {name: param.shape for name, param in model.weights().items()}
-    unread = [key for key in state if key not in expected]
+    unread = sorted(key for key in state if key not in expected)
     if config.tie_weights:  # a stage's copy of a shared weight is taken if it is equal
         copies, differing = [], []
         for key in unread:
@@ -108,21 +103,21 @@ def speculator_from_state(
                 (copies if same else differing).append(key)
         if differing:
             raise SpecdecError(
-                f"{spec} ties its stages' weights (tie_weights) but stores {_names(differing)} "
+                f"{spec} ties its stages' weights (tie_weights) but stores {listed(differing)} "
                 "unlike the first stage's; set tie_weights false in its config.json if it was "
                 "trained untied"
             )
         unread = [key for key in unread if key not in copies]
     if unread:
         raise SpecdecError(
-            f"{spec} holds weights the MLP speculator layout does not read: {_names(unread)}; "
+            f"{spec} holds weights the MLP speculator layout does not read: {listed(unread)}; "
             "it is another kind of model, or its config.json (n_predict, tie_weights, "
             "scale_input) belongs to other weights"
         )
-    missing = [key for key in expected if key not in state]
+    missing = sorted(key for key in expected if key not in state)
     if missing:
         raise SpecdecError(
-            f"{spec} lacks {_names(missing)}, which its config.json (n_predict "
+            f"{spec} lacks {listed(missing)}, which its config.json (n_predict "
             f"{config.n_predict}, tie_weights {str(config.tie_weights).lower()}) needs; the "
             f"config and the weights belong to different speculators{hint}"
         )
@@ -166,7 +161,7 @@ def load_speculator(
     values = _read_json(directory, name)
     config = config_from_json(values, name)
     check_fits(config, target.model.config.hidden_size, target.vocab_size, name)
-    state = _read_state(directory, name)
+    state = read_weights(directory, name)
     speculator = speculator_from_state(config, state, name, _tie_hint(values))
     return speculator.to(device=target.device, dtype=dtype or target.dtype).eval()
 
@@ -176,7 +171,7 @@ def read_speculator(spec: str, progress: Progress | None = None) -> MLPSpeculato
     directory, name = _resolve(spec, progress, None)
     values = _read_json(directory, name)
     config = config_from_json(values, name)
-    return speculator_from_state(config, _read_state(directory, name), name, _tie_hint(values))
+    return speculator_from_state(config, read_weights(directory, name), name, _tie_hint(values))
 
 
 def _tie_hint(values: dict) -> str:
@@ -271,17 +266,6 @@ def _read_json(directory: Path, spec: str) -> dict:
     if not isinstance(values, dict):
         raise SpecdecError(f"{path} is not a JSON object; copy the speculator again")
     return values
-
-
-def _read_state(directory: Path, spec: str) -> dict[str, torch.Tensor]:
-    """Every weight file (sharded or not), checked whole before it is read."""
-    state: dict[str, torch.Tensor] = {}
-    for path in check_weights(directory, spec):
-        if path.suffix == ".safetensors":
-            state.update(load_file(str(path)))
-        else:
-            state.update(torch.load(path, map_location="cpu", weights_only=True))
-    return state
 
 
 def check_speculator_spec(spec: str) -> None:

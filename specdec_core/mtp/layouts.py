@@ -34,15 +34,16 @@ class MtpLayout:
     name: str
     families: str  # the published models in this layout, for messages
     block_prefix: str  # where MTP layer {k}'s block lives; {index} = offset + k
-    offset_by_target: bool  # {index} = num_hidden_layers + k (else k)
-    wrapper_prefix: str  # where the wrapper's weights live ("" = under the block's prefix)
     parts: tuple[tuple[str, str], ...]  # (checkpoint name, module part) of the wrapper
-    stored_copies: tuple[str, ...]  # names under the block prefix that copy the target's
+    # The defaults below are the usual case; each layout states where it departs from it.
+    offset_by_target: bool = False  # {index} = num_hidden_layers + k (else k)
+    wrapper_prefix: str = ""  # where the wrapper's weights live ("" = under the block's prefix)
+    stored_copies: tuple[str, ...] = ()  # names under the block prefix that copy the target's
     # weights (DeepSeek's `embed_tokens`): recognised, not read; the target's is used
-    hidden_first: bool  # the projection reads cat(hidden, embedding), not cat(embedding, hidden)
-    normed_output: bool  # the state fed back (and drafted from) is after the output norm
-    zero_first_position: bool  # the embedding of the row at position 0 is zeroed
-    prenorm_feature: bool  # h_prev is the target's last hidden state before its final norm
+    hidden_first: bool = False  # the projection reads cat(hidden, embedding), not the reverse
+    normed_output: bool = True  # the state fed back (and drafted from) is after the output norm
+    zero_first_position: bool = True  # the embedding of the row at position 0 is zeroed
+    prenorm_feature: bool = False  # h_prev is the target's last hidden state before its final norm
 
     def block_index(self, target_layers: int, k: int) -> int:
         return target_layers * self.offset_by_target + k
@@ -81,66 +82,48 @@ class MtpLayout:
         return k, f"{BLOCK}.{rest}"
 
 
+def wrapper_parts(
+    embedding_norm: str, hidden_norm: str, projection: str, output_norm: str, head: str = ""
+) -> tuple[tuple[str, str], ...]:
+    """A layout's checkpoint names of the wrapper's parts, paired with the module's parts."""
+    named = zip(
+        (embedding_norm, hidden_norm, projection, output_norm, head),
+        (EMBEDDING_NORM, HIDDEN_NORM, PROJECTION, OUTPUT_NORM, HEAD),
+        strict=True,
+    )
+    return tuple((name, part) for name, part in named if name)
+
+
 DEEPSEEK = MtpLayout(
     name="deepseek",
     families="DeepSeek-V3, GLM-4.5",
     block_prefix="model.layers.{index}.",
+    parts=wrapper_parts("enorm", "hnorm", "eh_proj", "shared_head.norm", "shared_head.head"),
     offset_by_target=True,
-    wrapper_prefix="",
-    parts=(
-        ("enorm", EMBEDDING_NORM),
-        ("hnorm", HIDDEN_NORM),
-        ("eh_proj", PROJECTION),
-        ("shared_head.norm", OUTPUT_NORM),
-        ("shared_head.head", HEAD),
-    ),
     stored_copies=("embed_tokens",),
-    hidden_first=False,
     normed_output=False,
-    zero_first_position=True,
-    prenorm_feature=False,
 )
 QWEN3_NEXT = MtpLayout(
     name="qwen3_next",
     families="Qwen3-Next, Qwen3.5",
     block_prefix="mtp.layers.{index}.",
-    offset_by_target=False,
+    parts=wrapper_parts("pre_fc_norm_embedding", "pre_fc_norm_hidden", "fc", "norm"),
     wrapper_prefix="mtp.",
-    parts=(
-        ("pre_fc_norm_embedding", EMBEDDING_NORM),
-        ("pre_fc_norm_hidden", HIDDEN_NORM),
-        ("fc", PROJECTION),
-        ("norm", OUTPUT_NORM),
-    ),
-    stored_copies=(),
-    hidden_first=False,
-    normed_output=True,
     zero_first_position=False,
-    prenorm_feature=False,
 )
 MIMO = MtpLayout(
     name="mimo",
     families="MiMo",
     block_prefix="model.mtp_layers.{index}.",
-    offset_by_target=False,
-    wrapper_prefix="",
-    parts=(
-        ("token_layernorm", EMBEDDING_NORM),
-        ("hidden_layernorm", HIDDEN_NORM),
-        ("input_proj", PROJECTION),
-        ("final_layernorm", OUTPUT_NORM),
-    ),
-    stored_copies=(),
+    parts=wrapper_parts("token_layernorm", "hidden_layernorm", "input_proj", "final_layernorm"),
     hidden_first=True,
-    normed_output=True,
-    zero_first_position=True,
     prenorm_feature=True,
 )
 LAYOUTS = (DEEPSEEK, QWEN3_NEXT, MIMO)
+# each layout's block prefix as a pattern: the {index} matched and captured
 _BLOCK = {
-    "deepseek": re.compile(r"^model\.layers\.(\d+)\."),
-    "qwen3_next": re.compile(r"^mtp\.layers\.(\d+)\."),
-    "mimo": re.compile(r"^model\.mtp_layers\.(\d+)\."),
+    layout.name: re.compile("^" + re.escape(layout.block_prefix).replace(r"\{index\}", r"(\d+)"))
+    for layout in LAYOUTS
 }
 
 
