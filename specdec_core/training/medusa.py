@@ -40,10 +40,11 @@ from specdec_core.medusa.head import MedusaConfig, MedusaHeads
 from specdec_core.models import LoadedModel, load_model
 from specdec_core.prepacked_linear import fast_bf16
 from specdec_core.training.card import EpochRecord, ModelCard, Validation, trained_epochs
-from specdec_core.training.data_sources import check_source, collect
+from specdec_core.training.common_request import TrainingData
+from specdec_core.training.data_sources import collect
 from specdec_core.training.features import Featured, extract_features, feature_shards
 from specdec_core.training.loop import Checkpoint, OnStep, Schedule, batches
-from specdec_core.training.magpie import evaluation_prompts, prompt_files
+from specdec_core.training.magpie import evaluation_prompts
 from specdec_core.training.objective import collate
 from specdec_core.training.progress_file import ProgressFile
 from specdec_core.training.starting_model import frequent_tokens
@@ -56,7 +57,7 @@ LM_HEADS = ("own", "target")  # each head's own trained lm head | the target's r
 
 
 @dataclass(frozen=True)
-class MedusaTrainRequest:
+class MedusaTrainRequest(TrainingData):
     """What to train and how; the defaults are `specdec train medusa`'s. Checked when made."""
 
     out: str  # the trained heads and their card; the checkpoint too
@@ -86,11 +87,7 @@ class MedusaTrainRequest:
     progress_file: str | None = None  # progress as JSON, rewritten as training goes
 
     def __post_init__(self) -> None:
-        if not self.data:
-            raise SpecdecError("--data names no source; use self, sharegpt, magpie, FILE or a job")
-        for source in self.data:
-            check_source(source)
-        prompt_files(self.exclude_prompts)
+        self.check_training_data()
         if self.heads < 1:
             raise SpecdecError(f"--heads {self.heads}: Medusa needs at least one head")
         if self.layers < 1:
@@ -99,20 +96,6 @@ class MedusaTrainRequest:
             raise SpecdecError(f"--lm-head {self.lm_head}: use own or target")
         if self.draft_vocab is not None and self.draft_vocab < 0:
             raise SpecdecError(f"--draft-vocab {self.draft_vocab}: give 0 (all) or more tokens")
-        if len(self.tokens) not in (1, len(self.data)):
-            raise SpecdecError("--tokens takes one number, or one per --data source")
-        if self.save_every < 1:
-            raise SpecdecError(f"--save-every {self.save_every}: give 1 or more optimiser steps")
-        if self.seconds is not None and self.seconds <= 0:
-            raise SpecdecError(f"--seconds {self.seconds}: give a time budget above 0")
-
-    @property
-    def budgets(self) -> tuple[int, ...]:
-        return self.tokens * len(self.data) if len(self.tokens) == 1 else self.tokens
-
-    @property
-    def work_dir(self) -> Path:
-        return Path(self.work) if self.work else Path(self.out) / "work"
 
 
 def _log(message: str) -> None:
@@ -204,21 +187,14 @@ def medusa_tau(heads: MedusaHeads, target: LoadedModel, prompts: list[list[int]]
     """Mean acceptance length of greedy decoding of `prompts` (48 new tokens each) with a
     VALIDATION_TREE-token Medusa tree."""
     from specdec_core.config import DecodeConfig
-    from specdec_core.decode import generate
     from specdec_core.drafters.medusa import MedusaDrafter
-    from specdec_core.events import Finished
+    from specdec_core.training.validation import decoded_tau
 
     heads.eval()
-    new = steps = 0
     config = DecodeConfig(max_new_tokens=48, tree_tokens=VALIDATION_TREE)
-    drafter = MedusaDrafter(heads, target.model)
-    for prompt in prompts:
-        for event in generate(target, drafter, prompt, config):
-            if isinstance(event, Finished):
-                new += event.summary.new_tokens
-                steps += event.summary.steps
+    tau = decoded_tau(target, MedusaDrafter(heads, target.model), prompts, config)
     heads.train()
-    return round(new / max(1, steps), 3)
+    return round(tau, 3)
 
 
 @dataclass

@@ -7,15 +7,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specdec_core.errors import SpecdecError
-from specdec_core.training.data_sources import check_source
-from specdec_core.training.magpie import prompt_files
+from specdec_core.training.common_request import TrainingData
 
 TRAINS = ("eagle", "draft")
 ARCHS = ("eagle1", "eagle3")
 
 
 @dataclass(frozen=True)
-class TrainRequest:
+class TrainRequest(TrainingData):
     """What to train and how; the defaults are `specdec train`'s."""
 
     trains: str  # eagle (an EAGLE head) | draft (a token-level draft)
@@ -60,24 +59,7 @@ class TrainRequest:
             raise SpecdecError(
                 "--input-norms belongs to a fresh EAGLE-3 head; add --arch eagle3 (without --init)"
             )
-        if not self.data:
-            raise SpecdecError(
-                "--data names no source; use sharegpt, self, self-long, magpie, FILE.jsonl or "
-                "FILE.npz"
-            )
-        for source in self.data:
-            check_source(source)
-        prompt_files(self.exclude_prompts)  # a pattern that matches no file is refused
-        if self.save_every < 1:
-            raise SpecdecError(f"--save-every {self.save_every}: give 1 or more optimiser steps")
-        if self.seconds is not None and self.seconds <= 0:
-            raise SpecdecError(f"--seconds {self.seconds}: give a time budget above 0")
-        if self.val_kinds < 0:
-            raise SpecdecError(f"--val-kinds {self.val_kinds}: give 0 (none) or more")
-        if len(self.tokens) not in (1, len(self.data)):
-            raise SpecdecError(
-                "--tokens takes one number, or one per --data source (comma-separated)"
-            )
+        self.check_training_data()
         if self.trains == "draft":
             for flag, value, use in (
                 ("--init", self.init, "continues an EAGLE head"),
@@ -90,15 +72,6 @@ class TrainRequest:
             check_depth(self.arch or "eagle1", self.layers)
         if self.arch == "eagle3" and not self.init and self.draft_vocab == 0:
             raise SpecdecError("an EAGLE-3 head needs a reduced draft vocabulary: --draft-vocab N")
-
-    @property
-    def budgets(self) -> tuple[int, ...]:
-        """The token budget of each source."""
-        return self.tokens * len(self.data) if len(self.tokens) == 1 else self.tokens
-
-    @property
-    def work_dir(self) -> Path:
-        return Path(self.work) if self.work else Path(self.out) / "work"
 
     @property
     def checkpoint_dir(self) -> Path:

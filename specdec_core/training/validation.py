@@ -5,6 +5,7 @@ real greedy decoding, and both per kind of request on the held-out prompts of `k
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -12,6 +13,10 @@ from specdec_core.models import LoadedModel
 from specdec_core.training.card import Validation
 from specdec_core.training.features import Featured
 from specdec_core.training.objective import Objective, collate
+
+if TYPE_CHECKING:
+    from specdec_core.config import DecodeConfig
+    from specdec_core.drafters.base import Drafter
 
 
 @torch.no_grad()
@@ -39,25 +44,34 @@ def validation_tau(
 ) -> float:
     """Mean acceptance length of real greedy decoding on held-out prompts."""
     from specdec_core.config import DecodeConfig
-    from specdec_core.decode import generate
     from specdec_core.drafters.classic import ClassicDrafter
     from specdec_core.drafters.eagle import EagleDrafter
-    from specdec_core.events import Finished
 
     model.eval()
     if trains == "eagle":
         drafter = EagleDrafter(model, target.model.config.num_hidden_layers)
     else:
         drafter = ClassicDrafter(model, target.vocab_size)
-    new = steps = 0
     config = DecodeConfig(max_new_tokens=max_new_tokens, k=k)
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=target.device.type == "cpu"):
-        for prompt in prompts:
-            for event in generate(target, drafter, prompt, config):
-                if isinstance(event, Finished):
-                    new += event.summary.new_tokens
-                    steps += event.summary.steps
+        tau = decoded_tau(target, drafter, prompts, config)
     model.train()
+    return tau
+
+
+def decoded_tau(
+    target: LoadedModel, drafter: Drafter, prompts: list[list[int]], config: DecodeConfig
+) -> float:
+    """Mean acceptance length (new tokens per target step) of decoding each of `prompts`."""
+    from specdec_core.decode import generate
+    from specdec_core.events import Finished
+
+    new = steps = 0
+    for prompt in prompts:
+        for event in generate(target, drafter, prompt, config):
+            if isinstance(event, Finished):
+                new += event.summary.new_tokens
+                steps += event.summary.steps
     return new / max(1, steps)
 
 

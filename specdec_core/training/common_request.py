@@ -1,0 +1,57 @@
+"""What every training request shares: its data sources and their token budgets, its work
+folder, and the checks of those settings made when a request is made (before a model loads).
+
+`TrainingData` is a base of the frozen request dataclasses (`TrainRequest`, `MedusaTrainRequest`):
+they declare the fields; it reads them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from specdec_core.errors import SpecdecError
+from specdec_core.training.data_sources import check_source
+from specdec_core.training.magpie import prompt_files
+
+
+class TrainingData:
+    """The settings of a training run's data, budget and checkpoints (the request's fields)."""
+
+    out: str  # the trained model and its card
+    data: tuple[str, ...]  # sources (data_sources.py)
+    tokens: tuple[int, ...]  # token budget: one, or one per source
+    work: str | None  # cache for data and features (default OUT/work)
+    exclude_prompts: tuple[str, ...]  # prompt files / globs generated prompts never match
+    save_every: int  # optimiser steps between checkpoints
+    seconds: float | None  # time budget
+    val_kinds: int  # held-out prompts per kind for the table by kind (0 = none)
+
+    def check_training_data(self) -> None:
+        """Refuse, in one line saying what to give, settings no run could train with."""
+        if not self.data:
+            raise SpecdecError(
+                "--data names no source; use sharegpt, self, self-long, magpie, FILE.jsonl, "
+                "FILE.npz or a `specdec data` job folder"
+            )
+        for source in self.data:
+            check_source(source)
+        prompt_files(self.exclude_prompts)  # a pattern that matches no file is refused
+        if len(self.tokens) not in (1, len(self.data)):
+            raise SpecdecError(
+                "--tokens takes one number, or one per --data source (comma-separated)"
+            )
+        if self.save_every < 1:
+            raise SpecdecError(f"--save-every {self.save_every}: give 1 or more optimiser steps")
+        if self.seconds is not None and self.seconds <= 0:
+            raise SpecdecError(f"--seconds {self.seconds}: give a time budget above 0")
+        if self.val_kinds < 0:
+            raise SpecdecError(f"--val-kinds {self.val_kinds}: give 0 (none) or more")
+
+    @property
+    def budgets(self) -> tuple[int, ...]:
+        """The token budget of each source."""
+        return self.tokens * len(self.data) if len(self.tokens) == 1 else self.tokens
+
+    @property
+    def work_dir(self) -> Path:
+        return Path(self.work) if self.work else Path(self.out) / "work"
