@@ -73,7 +73,7 @@ def grouped_sdpa_forward(
     if is_batched_step(query, attention_mask, dropout, kwargs):
         return batched_step_attention(query, key, value, attention_mask, scaling), None
     grouped = getattr(module, "num_key_value_groups", 1) > 1
-    if attention_mask is None or not grouped or kwargs.get("position_bias") is not None:
+    if attention_mask is None or not grouped or changes_attention(kwargs):
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs
         )
@@ -84,20 +84,35 @@ def grouped_sdpa_forward(
     return out.transpose(1, 2).contiguous(), None  # [B, q, heads, d]
 
 
+def changes_attention(kwargs: dict) -> bool:
+    """Does the call pass an argument that changes what attention computes (CHANGES_ATTENTION)?"""
+    return any(kwargs.get(name) is not None for name in CHANGES_ATTENTION)
+
+
+def reduced_cpu_inference(
+    query: torch.Tensor, mask: torch.Tensor | None, dropout: float, kwargs: dict
+) -> bool:
+    """What every row-by-row fast path asks of a call: reduced precision on the CPU, under a
+    mask, no dropout, no gradients, nothing that changes what attention computes."""
+    return (
+        query.dtype in REDUCED
+        and query.device.type == "cpu"
+        and mask is not None
+        and dropout == 0.0
+        and not changes_attention(kwargs)
+        and not torch.is_grad_enabled()
+    )
+
+
 def is_batched_step(
     query: torch.Tensor, mask: torch.Tensor | None, dropout: float, kwargs: dict
 ) -> bool:
     """A reduced-precision CPU forward of several sequences, one query row each, under a mask
     (a batched `generate` step), with nothing `batched_step_attention` does not do."""
     return (
-        query.dtype in REDUCED
-        and query.device.type == "cpu"
+        reduced_cpu_inference(query, mask, dropout, kwargs)
         and query.shape[0] > 1
         and query.shape[2] == 1
-        and mask is not None
-        and dropout == 0.0
-        and all(kwargs.get(name) is None for name in CHANGES_ATTENTION)
-        and not torch.is_grad_enabled()
     )
 
 
@@ -138,17 +153,11 @@ def path_sdpa_forward(
     """`grouped_sdpa_forward`, but a reduced-precision forward of up to PATH_ROWS rows under
     a mask attends row by row (`path_attention`), with the bits of one-token steps."""
     if (
-        query.dtype in REDUCED
-        and query.device.type == "cpu"
-        and attention_mask is not None
+        reduced_cpu_inference(query, attention_mask, dropout, kwargs)
         and attention_mask.shape[1] == 1
         and tuple(attention_mask.shape[-2:]) == (query.shape[2], key.shape[2])
         and query.shape[2] <= PATH_ROWS
         and query.shape[0] == 1
-        and dropout == 0.0
-        and kwargs.get("position_bias") is None
-        and kwargs.get("softcap") is None
-        and not torch.is_grad_enabled()
     ):
         groups = row_groups(attention_mask)
         if groups is not None:
