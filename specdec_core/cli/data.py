@@ -36,22 +36,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     for name, handler, text in (
         ("start", start, "start (or resume) the job detached and return"),
         ("run", run, "run (or resume) the job in the foreground"),
-    ):
-        parser = actions.add_parser(name, help=text)
-        parser.set_defaults(handler=handler)
-        _work_flag(parser)
-        _plan_flags(parser)
-        parser.add_argument(
-            "--nice", type=int, default=10, help="start: scheduling niceness of the job"
-        )
-    for name, handler, text in (
         ("status", status, "print the job's progress (tokens, tokens/s, ETA per source and kind)"),
         ("stop", stop, "stop the running job (start resumes it)"),
     ):
         parser = actions.add_parser(name, help=text)
         parser.set_defaults(handler=handler)
         _work_flag(parser)
-        if name == "status":
+        if handler in (start, run):
+            _plan_flags(parser)
+            parser.add_argument(
+                "--nice", type=int, default=10, help="start: scheduling niceness of the job"
+            )
+        if handler is status:
             parser.add_argument("--json", action="store_true", help="print status.json as is")
 
 
