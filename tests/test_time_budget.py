@@ -96,11 +96,14 @@ def test_training_ends_by_the_budget_plus_one_batch_with_progress_inside_batches
     began = time.monotonic()
     assert main(_argv(tiny_dir, out, seconds, "--progress-file", str(progress_file))) == 0
     took = time.monotonic() - began
-    print(f"\n--seconds {seconds:g} with 2.5 s batches: {took:.1f} s, {len(steps)} batches")
+    training = [line for line in stamped if " training: " in line]
+    print(
+        f"\n--seconds {seconds:g} with 2.5 s batches: {took:.1f} s, {len(steps)} batches, "
+        f"progress lines at most {max(_gaps(training)):.2f} s apart (heartbeat 0.5 s)"
+    )
     assert took < seconds + 2.5 + SLACK
     card = json.loads((out / "specdec_card.json").read_text())
     assert card["history"][-1]["stopped"] == "time" and card["epochs"] < 1000
-    training = [line for line in stamped if " training: " in line]
     assert training and all("tokens/s" in line or "no rate yet" in line for line in training)
     assert any("running" in line and "batch" in line for line in training)  # inside a batch
     assert any("budget" in line and "left" in line for line in training)
@@ -147,10 +150,15 @@ def test_features_take_only_their_share_and_training_trains_on_what_they_made(
     began = time.monotonic()
     assert main(_argv(tiny_dir, out, seconds)) == 0
     took = time.monotonic() - began
+    featured = [line for line in stamped if " features: " in line]
+    print(
+        f"\n--seconds {seconds:g} with 0.3 s feature forwards: {took:.1f} s, feature lines at "
+        f"most {max(_gaps(featured), default=0):.2f} s apart (heartbeat 0.5 s)"
+    )
     assert took < seconds + 0.3 + SLACK
     card = json.loads((out / "specdec_card.json").read_text())
-    featured = [line for line in stamped if " features: " in line]
     assert featured and all("ETA" in line for line in featured)
+    assert any("a target forward running" in line for line in featured)  # inside a forward
     collected = next(line for line in stamped if " sequences, " in line and "data:" in line)
     offered = int(re.search(r"data: (\d+) sequences", collected).group(1))
     assert any("in time" in line for line in stamped)  # features of some sequences only

@@ -12,13 +12,15 @@ Before the features of the first source, one probe times a target forward and a 
 on a short sample: if what is left cannot cover the features and the training of one batch,
 the run says so at once, with the budget or the batch size that would (a `SpecdecError`);
 otherwise the features take the share of what is left that leaves training time for the
-epochs asked, no later source is collected once that share is spent, and training ends by the
-budget (loop.py), keeping a reserve for the last validation and the save. Under a budget,
-tau is measured only while time is left, and the table by kind only when training ended by its
-epochs with time to spare. A resumed run (a checkpoint in OUT) trains on exactly the data its
-checkpoint was made on. Every stage says where it is at least every few seconds: a line on
-stderr ("[train] features: 3,200 / 20,000 tokens, 152 tokens/s, ETA 1m50s; budget 1m10s
-left") and, with `--progress-file`, the same in the file.
+epochs asked (in forwards of at most a twentieth of the time left), no later source is
+collected once that share is spent, and training ends by the budget (loop.py), keeping a
+reserve for the last validation and the save. Under a budget, the held-out samples get at most
+a tenth of the training tokens, tau is measured only while time is left, and the table by kind
+only when training ended by its epochs with time to spare. A resumed run (a checkpoint in OUT)
+trains on exactly the data its checkpoint was made on. Every stage says where it is at least
+every few seconds: a line on stderr ("[train] features: 3,200 / 20,000 tokens, 152 tokens/s,
+ETA 1m50s (a target forward running 0m04s); budget 1m10s left") and, with `--progress-file`,
+the same in the file.
 
 On a CPU that emulates bfloat16 (no AVX-512 BF16 / AMX), `--feature-dtype bfloat16` takes the
 features in float32: emulated, they run many times slower.
@@ -88,6 +90,7 @@ PROBE_DECODE_TOKENS = 4  # of validation's tau decoding, timed by the probe
 TAU_TOKENS = 48  # what validation_tau decodes per held-out prompt (its default)
 HELD_SHARE = 0.1  # under a budget, held-out tokens featured per training token
 HELD_MIN_TOKENS = 64
+FORWARD_SHARE = 0.05  # under a budget, of the time left, the most one feature forward takes
 
 
 def _log(message: str) -> None:
@@ -447,10 +450,12 @@ def _features_until(
     samples,
     budget: Budget,
     held_prompts: Sequence[list[int]] = (),
-) -> tuple[float, float]:
+) -> tuple[float, float, int]:
     """The instant the features must end by so that training has time for the epochs asked
-    (`Probe`), and the seconds one held-out prompt's tau will take; refuses at once a budget
-    that cannot cover the features and training of one batch, saying what would."""
+    (`Probe`), the seconds one held-out prompt's tau will take, and the tokens of one feature
+    forward (one takes at most `FORWARD_SHARE` of the time left, so the features end near their
+    share); refuses at once a budget that cannot cover the features and training of one batch,
+    saying what would."""
     probe = _probe(request, target, layout, config, samples, held_prompts)
     left = budget.left() - _reserve(budget)
     tokens = sum(len(s.ids) for s in samples)
@@ -474,7 +479,8 @@ def _features_until(
     features = probe.features * (1 + HELD_SHARE)  # the held-out part's features too
     share = probe.features / (features + probe.training * max(1, request.epochs))
     until = time.monotonic() + max(probe.features * batch * 1.2, share * left)
-    return until, probe.decode * TAU_TOKENS
+    forward = max(PROBE_TOKENS, int(FORWARD_SHARE * left / max(probe.features, 1e-9)))
+    return until, probe.decode * TAU_TOKENS, min(request.feature_batch_tokens, forward)
 
 
 def _features(
@@ -495,6 +501,7 @@ def _features(
     plan = saved_plan(request.checkpoint_dir) if budget.seconds is not None else None
     wanted = plan["sequences"] if plan else None
     until = None
+    forward_tokens = request.feature_batch_tokens
     names = list(request.data)
     pending = iter(sources)
     for index in itertools.count():
@@ -512,12 +519,13 @@ def _features(
         if wanted is not None:
             samples = samples[: wanted - len(data.train)]
         elif budget.seconds is not None and until is None and samples:
-            until, data.tau_prompt_seconds = _features_until(
+            until, data.tau_prompt_seconds, forward_tokens = _features_until(
                 request, target, layout, config, samples, budget, source.held_prompts
             )
         tokens = sum(len(s.ids) for s in samples)
         _log(f"{source.name}: {len(samples)} sequences, {tokens} tokens")
         clock = StageClock("features", tokens, budget, until)
+        clock.begin_unit("a target forward")  # the unit in progress, named on every line
 
         def featured(n: int, total: int, made: int, clock: StageClock = clock) -> None:
             clock.advance(made)
@@ -526,9 +534,10 @@ def _features(
         with Heartbeat(lambda clock=clock: report(clock.progress()), HEARTBEAT_S):
             done = _featured(
                 request, target, samples, source.name, fused,
-                batch_tokens=request.feature_batch_tokens, progress=featured,
+                batch_tokens=forward_tokens, progress=featured,
                 until=None if wanted is not None else until,
             )  # fmt: skip
+        clock.note = ""  # no forward runs now
         report(clock.progress(), force=True)
         if len(done) < len(samples):
             _log(f"{source.name}: features of {len(done)} of {len(samples)} sequences in time")
