@@ -111,15 +111,10 @@ class StepPhases:
         return {**self.seconds(), "draft_parts": dict(self.draft_parts)}
 
 
-@dataclass(frozen=True)
-class Step:
-    index: int
-    tokens: tuple[Token, ...]  # emitted tokens, in order (accepted drafts, then correction/bonus)
-    drafted: int  # number of draft tokens the target verified in this step
-    accepted: int  # number of those accepted
-    tree: DraftTree | None = None
-    rejected: tuple[Token, ...] = ()  # REJECTED_DRAFT tokens, display only
-    phases: StepPhases = field(default_factory=StepPhases)  # where the step's time went
+class PhaseTimes:
+    """The draft and verify seconds of anything whose `phases` are a `StepPhases`."""
+
+    phases: StepPhases
 
     @property
     def draft_seconds(self) -> float:
@@ -128,6 +123,17 @@ class Step:
     @property
     def verify_seconds(self) -> float:
         return self.phases.verify_seconds
+
+
+@dataclass(frozen=True)
+class Step(PhaseTimes):
+    index: int
+    tokens: tuple[Token, ...]  # emitted tokens, in order (accepted drafts, then correction/bonus)
+    drafted: int  # number of draft tokens the target verified in this step
+    accepted: int  # number of those accepted
+    tree: DraftTree | None = None
+    rejected: tuple[Token, ...] = ()  # REJECTED_DRAFT tokens, display only
+    phases: StepPhases = field(default_factory=StepPhases)  # where the step's time went
 
 
 class Rates:
@@ -148,7 +154,7 @@ class Rates:
 
 
 @dataclass(frozen=True)
-class RunSummary(Rates):
+class RunSummary(Rates, PhaseTimes):
     method: str
     policy: str
     lossy: bool
@@ -169,14 +175,6 @@ class RunSummary(Rates):
     # every step's phases summed; the loop's tail after the last step counts as `loop`, so
     # prefill_seconds + phases.total == wall_seconds
     phases: StepPhases = field(default_factory=StepPhases)
-
-    @property
-    def draft_seconds(self) -> float:
-        return self.phases.draft_seconds
-
-    @property
-    def verify_seconds(self) -> float:
-        return self.phases.verify_seconds
 
     def to_record(self) -> dict[str, Any]:
         """The JSON form (`specdec generate --json`, the GUI's history): every field, with

@@ -59,50 +59,55 @@ def random_heads(
     return medusa.eval()
 
 
+def _linears(medusa: MedusaHeads):
+    """(head i, block j, its linear layer) of every residual block."""
+    for i, blocks in enumerate(medusa.blocks):
+        for j, block in enumerate(blocks):
+            yield i, j, block.linear
+
+
+def _write(directory, state: dict, fmt: str, names: tuple[str, str], record: dict) -> None:
+    """`state` as safetensors or a pickled state dict (`names`: the two file names), beside
+    `record` as config.json."""
+    directory.mkdir(parents=True, exist_ok=True)
+    if fmt == "safetensors":
+        save_file(state, str(directory / names[0]))
+    else:
+        torch.save(state, directory / names[1])
+    (directory / "config.json").write_text(json.dumps(record))
+
+
 def fasterdecoding_files(medusa: MedusaHeads, directory, fmt: str) -> None:
     """FasterDecoding's published layout, written out key by key (not by our writer)."""
-    directory.mkdir(parents=True, exist_ok=True)
     config = medusa.config
     state = {}
+    for i, j, linear in _linears(medusa):
+        state[f"medusa_head.{i}.{j}.linear.weight"] = linear.weight.detach().clone()
+        state[f"medusa_head.{i}.{j}.linear.bias"] = linear.bias.detach().clone()
     for i in range(config.num_heads):
-        for j in range(config.num_layers):
-            linear = medusa.blocks[i][j].linear
-            state[f"medusa_head.{i}.{j}.linear.weight"] = linear.weight.detach().clone()
-            state[f"medusa_head.{i}.{j}.linear.bias"] = linear.bias.detach().clone()
         state[f"medusa_head.{i}.{config.num_layers}.weight"] = (
             medusa.lm_head(i).weight.detach().clone()
         )
-    if fmt == "safetensors":
-        save_file(state, str(directory / "medusa_lm_head.safetensors"))
-    else:
-        torch.save(state, directory / "medusa_lm_head.pt")
     record = {
         "medusa_num_heads": config.num_heads,
         "medusa_num_layers": config.num_layers,
         "base_model_name_or_path": "tiny",
     }
-    (directory / "config.json").write_text(json.dumps(record))
+    _write(directory, state, fmt, ("medusa_lm_head.safetensors", "medusa_lm_head.pt"), record)
 
 
 def vllm_files(medusa: MedusaHeads, directory, fmt: str, prefix: str = "") -> None:
     """vLLM's published layout, written out key by key (not by our writer)."""
-    directory.mkdir(parents=True, exist_ok=True)
     config = medusa.config
     state = {}
-    for i in range(config.num_heads):
-        for j in range(config.num_layers):
-            linear = medusa.blocks[i][j].linear
-            state[f"{prefix}blocks.{i}.layers.{j}.weight"] = linear.weight.detach().clone()
-            if config.bias:
-                state[f"{prefix}blocks.{i}.layers.{j}.bias"] = linear.bias.detach().clone()
+    for i, j, linear in _linears(medusa):
+        state[f"{prefix}blocks.{i}.layers.{j}.weight"] = linear.weight.detach().clone()
+        if config.bias:
+            state[f"{prefix}blocks.{i}.layers.{j}.bias"] = linear.bias.detach().clone()
     for i, lm_head in enumerate(medusa.lm_heads):
         state[f"{prefix}lm_heads.{i}.weight"] = lm_head.weight.detach().clone()
     if medusa.token_map is not None:
         state[f"{prefix}token_map"] = medusa.token_map.clone()
-    if fmt == "safetensors":
-        save_file(state, str(directory / "model.safetensors"))
-    else:
-        torch.save(state, directory / "pytorch_model.bin")
     record = {
         "model_type": "medusa",
         "hidden_size": config.hidden_size,
@@ -113,7 +118,7 @@ def vllm_files(medusa: MedusaHeads, directory, fmt: str, prefix: str = "") -> No
         "medusa_fc_bias": config.bias,
         "original_lm_head": config.shared_lm_head,
     }
-    (directory / "config.json").write_text(json.dumps(record))
+    _write(directory, state, fmt, ("model.safetensors", "pytorch_model.bin"), record)
 
 
 def _drafts(medusa: MedusaHeads, target, ids: list[int], tokens: int = 40) -> list[int]:

@@ -339,8 +339,6 @@ def save_fasterdecoding(
             "these Medusa heads draft over a reduced vocabulary (a token map), which only "
             "vLLM's layout holds; write them with export_vllm"
         )
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
     state = {}
     for i in range(config.num_heads):
         for j, block in enumerate(heads.blocks[i]):
@@ -351,7 +349,6 @@ def save_fasterdecoding(
             state[f"medusa_head.{i}.{j}.linear.bias"] = _stored(bias, dtype)
         weight = heads.lm_head(i).weight
         state[f"medusa_head.{i}.{config.num_layers}.weight"] = _stored(weight, dtype)
-    save_file(state, str(directory / MEDUSA_FILES[0]))
     record = {
         "medusa_num_heads": config.num_heads,
         "medusa_num_layers": config.num_layers,
@@ -359,6 +356,20 @@ def save_fasterdecoding(
         "hidden_size": config.hidden_size,
         "vocab_size": config.vocab_size,
     }
+    return _write_folder(directory, MEDUSA_FILES[0], state, record, card)
+
+
+def _write_folder(
+    folder: str | Path,
+    weights: str,
+    state: dict[str, torch.Tensor],
+    record: dict,
+    card: dict | None,
+) -> Path:
+    """`state` as `weights` (safetensors), `record` as config.json and the card if given."""
+    directory = Path(folder)
+    directory.mkdir(parents=True, exist_ok=True)
+    save_file(state, str(directory / weights))
     (directory / "config.json").write_text(json.dumps(record, indent=2))
     if card is not None:
         (directory / CARD).write_text(json.dumps(card, indent=2))
@@ -375,8 +386,6 @@ def export_vllm(
     vLLM's Medusa loader takes it: a reduced draft vocabulary as `truncated_vocab_size` and
     `token_map`, a shared lm head as `original_lm_head`, biases as `medusa_fc_bias`."""
     config = heads.config
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     state = {}
     for i in range(config.num_heads):
         for j, block in enumerate(heads.blocks[i]):
@@ -387,7 +396,6 @@ def export_vllm(
         state[f"lm_heads.{i}.weight"] = _stored(lm_head.weight, dtype)
     if heads.token_map is not None:
         state["token_map"] = _stored(heads.token_map, None)
-    save_file(state, str(out / "model.safetensors"))
     record = {
         "model_type": "medusa",
         "architectures": ["MedusaModel"],
@@ -399,7 +407,4 @@ def export_vllm(
         "medusa_fc_bias": config.bias,
         "original_lm_head": config.shared_lm_head,
     }
-    (out / "config.json").write_text(json.dumps(record, indent=2))
-    if card is not None:
-        (out / CARD).write_text(json.dumps(card, indent=2))
-    return out
+    return _write_folder(out_dir, "model.safetensors", state, record, card)
