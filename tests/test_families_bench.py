@@ -29,6 +29,17 @@ def models(tmp_path_factory):
     return root
 
 
+def _on_tiny(models) -> tuple[str, ...]:
+    """The flags that run a command on the fixture's target and prompts."""
+    return ("--target", str(models / "target"), "--prompts", str(models / "prompts.jsonl"))
+
+
+def _written(capsys, out, *argv: str) -> dict:
+    """`specdec ARGV --json-out OUT --raw`, which succeeds: the JSON it wrote to OUT."""
+    assert main([*argv, "--json-out", str(out), "--raw"]) == 0, capsys.readouterr().err
+    return json.loads(out.read_text())
+
+
 # the methods that need no bundled model, or whose model the test gives by flag
 NO_EXTRA = [m.name for m in METHODS.values() if m.needs is None and m.name != "ar"]
 FLAGS = {"medusa": "--medusa", "speculator": "--speculator"}
@@ -37,15 +48,11 @@ GIVEN = [m.name for m in METHODS.values() if m.needs in FLAGS]
 
 @pytest.mark.parametrize("method", NO_EXTRA + GIVEN)
 def test_bench_runs_the_method_identical_to_ar(models, tmp_path, capsys, method):
-    out = tmp_path / "bench.json"
-    argv = [
-        "bench", "--target", str(models / "target"), "--methods", f"ar,{method}",
-        "--prompts", str(models / "prompts.jsonl"), "--max-new-tokens", "16",
-        "--json-out", str(out), "--raw",
+    entry = _written(
+        capsys, tmp_path / "bench.json",
+        "bench", *_on_tiny(models), "--methods", f"ar,{method}", "--max-new-tokens", "16",
         *("--medusa", str(models / "medusa"), "--speculator", str(models / "speculator")),
-    ]  # fmt: skip
-    assert main(argv) == 0, capsys.readouterr().err
-    entry = json.loads(out.read_text())["methods"][method]
+    )["methods"][method]  # fmt: skip
     assert entry["identical_to_ar"] == 1.0
     assert entry["new_tokens"] > 0
 
@@ -56,35 +63,27 @@ def test_bench_drafts_with_the_targets_own_mtp_layer_identical_to_ar(tmp_path, c
     target = write_checkpoint("deepseek_v3", tmp_path / "deepseek", aligned=True).directory
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("\n".join(PROMPTS) + "\n")
-    out = tmp_path / "bench.json"
-    argv = [
+    entry = _written(
+        capsys, tmp_path / "bench.json",
         "bench", "--target", str(target), "--methods", f"ar,{method}", "--prompts", str(prompts),
-        "--max-new-tokens", "16", "--json-out", str(out), "--raw", "--dtype", "float32",
-    ]  # fmt: skip
-    assert main(argv) == 0, capsys.readouterr().err
-    entry = json.loads(out.read_text())["methods"][method]
+        "--max-new-tokens", "16", "--dtype", "float32",
+    )["methods"][method]  # fmt: skip
     assert entry["identical_to_ar"] == 1.0 and entry["mean_accept_length"] > 1.0
 
 
 def test_a_sweep_over_a_method_parameter_runs_each_value(models, tmp_path, capsys):
-    out = tmp_path / "sweep.json"
-    argv = [
-        "sweep", "--target", str(models / "target"), "--method", "lookahead",
-        "--prompts", str(models / "prompts.jsonl"), "--max-new-tokens", "12", "--raw",
-        "--method-param-grid", "window=2,4", "--json-out", str(out),
-    ]  # fmt: skip
-    assert main(argv) == 0, capsys.readouterr().err
-    points = json.loads(out.read_text())["points"]
+    points = _written(
+        capsys, tmp_path / "sweep.json",
+        "sweep", *_on_tiny(models), "--method", "lookahead", "--max-new-tokens", "12",
+        "--method-param-grid", "window=2,4",
+    )["points"]  # fmt: skip
     assert [p["config"]["method_params"]["window"] for p in points] == [2.0, 4.0]
     assert all(p["identical_to_ar"] == 1.0 for p in points)
     assert "window" in capsys.readouterr().out
 
 
 def test_a_method_parameter_no_method_reads_is_refused_before_a_sweep(models, capsys):
-    argv = [
-        "sweep", "--target", str(models / "target"), "--method", "ngram",
-        "--prompts", str(models / "prompts.jsonl"), "--method-param-grid", "window=2,4",
-    ]  # fmt: skip
+    argv = ["sweep", *_on_tiny(models), "--method", "ngram", "--method-param-grid", "window=2,4"]
     assert main(argv) == 2
     assert "--method-param window" in capsys.readouterr().err
 
@@ -111,11 +110,9 @@ def test_the_windows_engine_writes_medusa_heads_for_vllm_and_serves_the_folder(m
 
 
 def test_an_exit_layer_given_as_a_method_parameter_drafts_identical_to_ar(models, tmp_path, capsys):
-    out = tmp_path / "bench.json"
-    argv = [
-        "bench", "--target", str(models / "target"), "--methods", "ar,layer-skip",
-        "--prompts", str(models / "prompts.jsonl"), "--max-new-tokens", "12", "--raw",
-        "--method-param", "exit_layer=2", "--json-out", str(out),
-    ]  # fmt: skip
-    assert main(argv) == 0, capsys.readouterr().err
-    assert json.loads(out.read_text())["methods"]["layer-skip"]["identical_to_ar"] == 1.0
+    written = _written(
+        capsys, tmp_path / "bench.json",
+        "bench", *_on_tiny(models), "--methods", "ar,layer-skip", "--max-new-tokens", "12",
+        "--method-param", "exit_layer=2",
+    )  # fmt: skip
+    assert written["methods"]["layer-skip"]["identical_to_ar"] == 1.0
