@@ -39,11 +39,12 @@ from specdec_core.medusa.formats import MEDUSA_FILES, export_vllm, save_fasterde
 from specdec_core.medusa.head import MedusaConfig, MedusaHeads
 from specdec_core.models import LoadedModel, load_model
 from specdec_core.prepacked_linear import fast_bf16
-from specdec_core.training.card import EpochRecord, ModelCard, Validation, trained_epochs
+from specdec_core.training.card import ModelCard, Validation, trained_epochs
 from specdec_core.training.common_request import TrainingData
+from specdec_core.training.common_training import EpochTraining
 from specdec_core.training.data_sources import collect
 from specdec_core.training.features import Featured, extract_features, feature_shards
-from specdec_core.training.loop import Checkpoint, OnStep, Schedule, batches
+from specdec_core.training.loop import OnStep
 from specdec_core.training.magpie import evaluation_prompts
 from specdec_core.training.objective import collate
 from specdec_core.training.progress_file import ProgressFile
@@ -359,10 +360,12 @@ def _by_kind(
     return table
 
 
-class MedusaTraining:
-    """The epochs over `data` (loop.py's batches, schedule and checkpoint: a rerun with the same
-    OUT resumes at the step saved); each epoch ends with `validate`; `on_step(step, steps,
-    steps_per_epoch, history)` after every optimiser step and validation (loop.OnStep)."""
+class MedusaTraining(EpochTraining):
+    """Medusa heads' epochs (common_training.EpochTraining) on `medusa_losses`; `lm_head`: the
+    target's, whose draft-vocabulary rows are the teacher."""
+
+    kind = "medusa"
+    clip = 0.5
 
     def __init__(
         self,
@@ -374,92 +377,17 @@ class MedusaTraining:
         validate: Callable[[MedusaHeads], Validation] | None = None,
         on_step: OnStep | None = None,
     ) -> None:
-        self.heads, self.data, self.config, self.validate = heads, data, config, validate
-        self.on_step = on_step
         device = lm_head.weight.device
         draft_ids = heads.draft_ids().to(device)
+        self.heads = heads
         self.lm_rows = lm_head.weight[draft_ids].detach().float()  # [Vd, h]
-        self.params = [p for p in heads.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(
-            self.params, lr=config.lr, betas=(0.9, 0.95), weight_decay=0.0
-        )
-        self.generator = torch.Generator().manual_seed(config.seed)
-        first = batches(data, config.batch_tokens, torch.Generator().manual_seed(0))
-        self.steps_per_epoch = len(first)
-        plan = {
-            "sequences": len(data),
-            "tokens": sum(len(item.ids) for item in data),
-            "batch_tokens": config.batch_tokens,
-        }
-        self.checkpoint = Checkpoint(out, plan)
-        resumed = self.checkpoint.resume(heads, self.optimizer, self.generator)
-        self.state = resumed or {"epoch": 0, "step": 0, "history": [], "plan": plan}
-        self.epoch_start = self.generator.get_state()
-        self.total = max(1, self.steps_per_epoch * config.epochs)
-        self.schedule = Schedule(config, self.total, self.state.get("seconds", 0.0))
         self.autocast = device.type == "cuda" or fast_bf16(device)
+        super().__init__(heads, data, config, out, validate, on_step)
 
-    def run(self) -> list[EpochRecord]:
-        state = self.state
-        while state["epoch"] < self.config.epochs and not state.get("out_of_time"):
-            self.epoch()
-            self.end_epoch()
-        return [EpochRecord.from_record(record) for record in state["history"]]
-
-    def epoch(self) -> None:
-        state, config = self.state, self.config
-        self.epoch_start = self.generator.get_state()
-        order = batches(self.data, config.batch_tokens, self.generator)
-        done = state["step"] - state["epoch"] * self.steps_per_epoch
-        self.heads.train()
+    def batch_loss(self, items: list[Featured]) -> tuple[torch.Tensor, str]:
         device = self.lm_rows.device
-        for number, items in enumerate(order[done:], done + 1):
-            if config.seconds and self.schedule.done(state["step"]) >= 1.0:
-                state["out_of_time"] = True
-                break
-            for group in self.optimizer.param_groups:
-                group["lr"] = self.schedule.rate(state["step"])
-            ids, hidden, mask, _ = collate(items, device)
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=self.autocast):
-                loss, ces, agrees = medusa_losses(self.heads, self.lm_rows, ids, hidden, mask)
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(self.params, 0.5)
-            self.optimizer.step()
-            state["step"] += 1
-            state["seconds"] = self.schedule.seconds()
-            if number % 10 == 0 or number == len(order):
-                shown = " ".join(f"{c:.2f}/{a:.2f}" for c, a in zip(ces, agrees, strict=True))
-                _log(
-                    f"epoch {state['epoch'] + 1} batch {number}/{len(order)}: loss "
-                    f"{float(loss.detach()):.3f}; ce/top-1 by head {shown}"
-                )
-            if state["step"] % config.save_every == 0:
-                self.save()
-            self.stepped()
-
-    def end_epoch(self) -> None:
-        state = self.state
-        stopped = "time" if state.get("out_of_time") else None
-        if stopped:
-            epoch = round(state["step"] / self.steps_per_epoch, 2)
-        else:
-            state["epoch"] += 1
-            self.epoch_start = self.generator.get_state()
-            epoch = state["epoch"]
-        ended = time.time()
-        self.heads.eval()
-        validation = self.validate(self.heads) if self.validate is not None else Validation()
-        record = EpochRecord(epoch, state["step"], ended, validation, stopped).to_record()
-        state["history"].append(record)
-        print(json.dumps(record), flush=True)
-        self.save()
-        self.stepped()
-
-    def stepped(self) -> None:
-        if self.on_step is not None:
-            history = [EpochRecord.from_record(record) for record in self.state["history"]]
-            self.on_step(self.state["step"], self.total, self.steps_per_epoch, history)
-
-    def save(self) -> None:
-        self.checkpoint.save(self.heads, "medusa", self.optimizer, self.epoch_start, self.state)
+        ids, hidden, mask, _ = collate(items, device)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=self.autocast):
+            loss, ces, agrees = medusa_losses(self.heads, self.lm_rows, ids, hidden, mask)
+        shown = " ".join(f"{c:.2f}/{a:.2f}" for c, a in zip(ces, agrees, strict=True))
+        return loss, f"ce/top-1 by head {shown}"
