@@ -7,11 +7,16 @@ they declare the fields; it reads them.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from specdec_core.errors import SpecdecError
-from specdec_core.training.data_sources import check_source
-from specdec_core.training.magpie import prompt_files
+from specdec_core.training.data_sources import Collected, check_source, collect
+from specdec_core.training.magpie import evaluation_prompts, prompt_files
+
+if TYPE_CHECKING:
+    from specdec_core.models import LoadedModel
 
 
 class TrainingData:
@@ -25,6 +30,9 @@ class TrainingData:
     save_every: int  # optimiser steps between checkpoints
     seconds: float | None  # time budget
     val_kinds: int  # held-out prompts per kind for the table by kind (0 = none)
+    max_len: int  # tokens per training sequence
+    seed: int
+    cached_only: bool  # self-distillation: only the answers already in `work`
 
     def check_training_data(self) -> None:
         """Refuse, in one line saying what to give, settings no run could train with."""
@@ -55,3 +63,11 @@ class TrainingData:
     @property
     def work_dir(self) -> Path:
         return Path(self.work) if self.work else Path(self.out) / "work"
+
+    def collected(self, target: LoadedModel) -> Iterator[Collected]:
+        """Each source's samples within its budget, collected one by one (lazily: a caller
+        turns each into features before the next is collected)."""
+        exclude = evaluation_prompts(self.exclude_prompts)
+        for source, budget in zip(self.data, self.budgets, strict=True):
+            yield collect(source, target, budget, self.work_dir, self.max_len, self.seed,
+                          self.cached_only, exclude)  # fmt: skip

@@ -42,10 +42,8 @@ from specdec_core.prepacked_linear import fast_bf16
 from specdec_core.training.card import ModelCard, Validation, trained_epochs
 from specdec_core.training.common_request import TrainingData
 from specdec_core.training.common_training import EpochTraining
-from specdec_core.training.data_sources import collect
 from specdec_core.training.features import Featured, extract_features, feature_shards
 from specdec_core.training.loop import OnStep
-from specdec_core.training.magpie import evaluation_prompts
 from specdec_core.training.objective import collate
 from specdec_core.training.progress_file import ProgressFile
 from specdec_core.training.starting_model import frequent_tokens
@@ -235,13 +233,7 @@ def train_medusa(request: MedusaTrainRequest) -> ModelCard:
     started = time.time()
     torch.manual_seed(request.seed)
     target = load_model(request.target, request.device, request.feature_dtype)
-    exclude = evaluation_prompts(request.exclude_prompts)
-    sources = (
-        collect(source, target, budget, request.work_dir, request.max_len, request.seed,
-                request.cached_only, exclude)
-        for source, budget in zip(request.data, request.budgets, strict=True)
-    )  # fmt: skip
-    return train_medusa_on(request, target, sources, started)
+    return train_medusa_on(request, target, request.collected(target), started)
 
 
 def train_medusa_on(
