@@ -44,8 +44,7 @@ from typing import ClassVar
 import torch
 
 from specdec_core.errors import SpecdecError
-from specdec_core.verifiers.base import ChainVerifier, Verdict, one_hot_q
-from specdec_core.verifiers.lossy import check_params, drafted_probs, leading_true, verdict_after
+from specdec_core.verifiers.lossy import ScoringPolicy, drafted_probs, leading_true
 
 ENTROPY_TOP = 3  # FLy's entropy reads the target's three most likely tokens
 
@@ -85,14 +84,12 @@ def deferred(
     return ~native & gate & confirmed
 
 
-class FlyVerifier(ChainVerifier):
+class FlyVerifier(ScoringPolicy):
     name = "fly"
-    lossy = True
-    needs_soft_p: ClassVar[bool] = True
     PARAMS: ClassVar[dict[str, float]] = {"entropy_threshold": 0.3, "window": 6.0}
 
     def __init__(self, **params: float) -> None:
-        self.params = check_params(self.name, self.PARAMS, params)
+        super().__init__(**params)
         window = self.params["window"]
         if window < 0 or window != int(window):
             raise SpecdecError(f"policy 'fly' needs a whole window >= 0 (got {window:g})")
@@ -103,21 +100,16 @@ class FlyVerifier(ChainVerifier):
             )
         self.window = int(window)
 
-    def verify(
+    def accepted(
         self,
-        draft: torch.Tensor,  # [k] long
-        q: torch.Tensor | None,  # [k, V] or None (deterministic drafter)
-        p: torch.Tensor,  # [k+1, V] processed target distributions
+        draft: torch.Tensor,
+        q: torch.Tensor,
+        p: torch.Tensor,
+        pi: torch.Tensor,
         generator: torch.Generator | None,
-        p_soft: torch.Tensor | None = None,  # [k+1, V] π; defaults to p
-    ) -> Verdict:
+    ) -> int:
         k = draft.shape[0]
-        q = q if q is not None else one_hot_q(draft, p.shape[-1])
-        pi = p_soft if p_soft is not None else p
-        n = 0
-        if k:
-            uniforms = torch.rand(k, generator=generator, device=p.device)
-            native = native_accepts(draft, q, p[:k], uniforms)
-            loose = deferred(draft, native, pi[:k], self.params["entropy_threshold"], self.window)
-            n = leading_true(native | loose)
-        return verdict_after(n, q, p, generator)
+        uniforms = torch.rand(k, generator=generator, device=p.device)
+        native = native_accepts(draft, q, p[:k], uniforms)
+        loose = deferred(draft, native, pi[:k], self.params["entropy_threshold"], self.window)
+        return leading_true(native | loose)

@@ -76,7 +76,7 @@ class ScoringPolicy(ChainVerifier):
     """A lossy chain verifier that approves each drafted token by a score of π (and q).
 
     Subclasses set `name`, `PARAMS` (parameter name -> default, the `--policy-param` names) and
-    implement `approve`.
+    implement `approve`, or `accepted` for a rule that reads more than π and q at each row.
     """
 
     name: ClassVar[str] = ""
@@ -99,8 +99,18 @@ class ScoringPolicy(ChainVerifier):
         generator: torch.Generator | None,
         p_soft: torch.Tensor | None = None,  # [k+1, V] π; defaults to p
     ) -> Verdict:
-        k = draft.shape[0]
         q = q if q is not None else one_hot_q(draft, p.shape[-1])
         pi = p_soft if p_soft is not None else p
-        n = leading_true(self.approve(draft, q, pi[:k])) if k else 0
+        n = self.accepted(draft, q, p, pi, generator) if draft.shape[0] else 0
         return verdict_after(n, q, p, generator)
+
+    def accepted(
+        self,
+        draft: torch.Tensor,  # [k] long, k >= 1
+        q: torch.Tensor,  # [k, V]
+        p: torch.Tensor,  # [k+1, V]
+        pi: torch.Tensor,  # [k+1, V]
+        generator: torch.Generator | None,
+    ) -> int:
+        """The length of the accepted prefix: the leading run of tokens `approve` passes."""
+        return leading_true(self.approve(draft, q, pi[: draft.shape[0]]))
