@@ -15,6 +15,8 @@ The caller owns randomness (a `torch.Generator`) and cancellation (`stop`, anyth
 cache keep, commit, loop), which add up to the step's wall time, and the summary their sums.
 A drafter that sizes its tree by forward costs (`forward_costs.TimedForwards`) is handed each
 step's timed target forward before its `commit`, so its sizing follows the machine.
+Each `Step` carries the drafter's `status()` after its `commit` (the drafter's own, also
+under the adaptive-k wrapper), where it publishes one.
 """
 
 from __future__ import annotations
@@ -81,6 +83,7 @@ def generate(
         )
     verifier = verifier or make_verifier(config.policy, **config.policy_params)
     timed = drafter if isinstance(drafter, TimedForwards) else None  # sizes by forward costs
+    reporter = drafter  # publishes its `status()` (the wrapper below does not)
     drafter = apply_schedule(drafter, config)  # a fixed k, or a wrapper that adapts it
     generator = generator or make_generator(config.seed, target.device)
     runner = Target(target.model, drafter.feature_layers)
@@ -157,6 +160,7 @@ def generate(
                 tree=tree,
                 rejected=rejected,
                 phases=phases,
+                status=reporter.status(),
             )
             if done is not None and done < keep:
                 reason = "eos"

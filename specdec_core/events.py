@@ -125,6 +125,59 @@ class PhaseTimes:
         return self.phases.verify_seconds
 
 
+class SearchState(StrEnum):
+    """Where a drafter's search of its own settings stands (SWIFT's layer-set search)."""
+
+    WAITING = "waiting"  # the context is shorter than the scoring window
+    SEARCHING = "searching"
+    REACHED = "reached"  # the best set reached the target score
+    STALLED = "stalled"  # `patience` sets in a row did not improve on the best
+    EXHAUSTED = "exhausted"  # `max_iterations` sets were scored
+
+    @property
+    def done(self) -> bool:
+        return self not in (SearchState.WAITING, SearchState.SEARCHING)
+
+
+@dataclass(frozen=True)
+class SkippedLayers:
+    """The target's layers a self-speculative draft leaves out (layer indices, ascending)."""
+
+    num_layers: int  # the target's decoder layers
+    layers: tuple[int, ...] = ()  # skipped whole (attention and MLP)
+    attention: tuple[int, ...] = ()  # only the attention skipped
+    mlp: tuple[int, ...] = ()  # only the MLP skipped
+
+
+@dataclass(frozen=True)
+class SearchProgress:
+    """A drafter's search as it runs: sets scored so far and their matching rates."""
+
+    state: SearchState
+    iterations: int
+    max_iterations: int
+    best_score: float | None = None  # None: nothing scored yet
+    last_score: float | None = None
+
+
+@dataclass(frozen=True)
+class PoolStatus:
+    """Lookahead decoding's n-gram pool and the window that fills it."""
+
+    window: int  # W: Jacobi columns
+    ngram_size: int  # N
+    ngrams: int  # n-grams in the pool now
+
+
+@dataclass(frozen=True)
+class DrafterStatus:
+    """What a drafter publishes after a step (`Drafter.status`): the parts it has."""
+
+    skipped: SkippedLayers | None = None  # self-speculation: the layers drafting skips
+    search: SearchProgress | None = None  # SWIFT: the layer-set search
+    pool: PoolStatus | None = None  # lookahead: the n-gram pool
+
+
 @dataclass(frozen=True)
 class Step(PhaseTimes):
     index: int
@@ -134,6 +187,7 @@ class Step(PhaseTimes):
     tree: DraftTree | None = None
     rejected: tuple[Token, ...] = ()  # REJECTED_DRAFT tokens, display only
     phases: StepPhases = field(default_factory=StepPhases)  # where the step's time went
+    status: DrafterStatus | None = None  # the drafter's own state after the step, if it has one
 
 
 class Rates:

@@ -9,7 +9,9 @@ and `draft_parts()` (no split), where its latest `propose`'s time went (EAGLE: h
 tree building, merge) for the step's `StepPhases`; `attach(target)` (ignored), the target runner
 of the generation, whose model and cache a self-speculative drafter drafts through; and
 `observe(out, path)` (ignored), every row of the step's target forward, where a drafter reads
-rows it proposed for its own use (lookahead decoding's Jacobi window).
+rows it proposed for its own use (lookahead decoding's Jacobi window); and `status()` (None),
+a small `DrafterStatus` the decode loop puts on each step's `Step` (the layers a
+self-speculative draft skips, SWIFT's search as it runs, lookahead's n-gram pool).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any, Protocol
 import torch
 
 from specdec_core.config import DecodeConfig
+from specdec_core.events import DrafterStatus
 from specdec_core.target import Target, TargetOutput
 
 
@@ -53,6 +56,11 @@ class Drafter(Protocol):
         """Seconds of the latest `propose` by part (e.g. head forwards, tree building), where
         this drafter splits it; empty where it does not."""
         return {}
+
+    def status(self) -> DrafterStatus | None:
+        """This drafter's state after the latest `commit`, for the step's `Step.status`;
+        None where it has nothing to show."""
+        return None
 
     def attach(self, target: Target) -> None:
         """The target runner of this generation, given before `begin`: its model and KV cache

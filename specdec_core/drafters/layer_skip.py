@@ -28,7 +28,7 @@ ends the draft, as SWIFT's drafting loop does. `CONFIDENCE` is the default; 0 ne
 early.
 
 Method parameters (`PARAMS`, `config.method_params`): `exit_layer` (0: the drafter's own
-choice) and `confidence`.
+choice) and `confidence`. `status()` names the skipped layers on every `Step`.
 
 Sampling: at T = 0 the argmax (a deterministic proposal, q = None); at T > 0 each token is
 drawn from q = sampling.probs(draft logits, T, top_p) and the q rows are returned, so the
@@ -48,6 +48,7 @@ import torch
 from specdec_core.config import DecodeConfig
 from specdec_core.drafters.base import EMPTY, Drafter, Proposal
 from specdec_core.errors import SpecdecError
+from specdec_core.events import DrafterStatus, SkippedLayers
 from specdec_core.layer_subset import SkipSet, check, forward_subset, restore
 from specdec_core.models import LoadedModel
 from specdec_core.sampling import probs, sample
@@ -157,6 +158,11 @@ class LayerChoice:
         }
 
 
+def skipped_layers(skip: SkipSet, num_layers: int) -> SkippedLayers:
+    """`skip` as a step's `DrafterStatus` shows it."""
+    return SkippedLayers(num_layers, skip.whole, skip.attention_only, skip.mlp_only)
+
+
 def check_confidence(confidence: float) -> None:
     if not 0.0 <= confidence <= 1.0:
         raise SpecdecError(
@@ -191,6 +197,7 @@ class LayerSkipDrafter(Drafter):
             exit_layer = default_exit(num_layers)
         self.num_layers = num_layers
         self.defaults = LayerChoice(skip, exit_layer, confidence)
+        self.current = self.defaults  # the choice of the latest `propose`
         self.target: Target | None = None
 
     def choice(self, config: DecodeConfig) -> LayerChoice:
@@ -206,6 +213,10 @@ class LayerSkipDrafter(Drafter):
     def describe(self, config: DecodeConfig) -> dict[str, Any]:
         return self.choice(config).record()
 
+    def status(self) -> DrafterStatus:
+        """The layers this generation's drafts skip, for each step's `Step.status`."""
+        return DrafterStatus(skipped=skipped_layers(self.current.skip, self.num_layers))
+
     def attach(self, target: Target) -> None:
         check(target.model, self.defaults.skip)
         self.target = target
@@ -217,7 +228,7 @@ class LayerSkipDrafter(Drafter):
     def propose(self, ids: list[int], config: DecodeConfig, generator: torch.Generator) -> Proposal:
         if config.k <= 0:
             return EMPTY
-        choice = self.choice(config)
+        choice = self.current = self.choice(config)
         return draft_chain(self.target, ids, choice.skip, config, generator, choice.confidence)
 
     def commit(self, ids: list[int], accepted: int, features: TargetOutput) -> None:

@@ -46,7 +46,7 @@ temperature, as in the reference; it only chooses what is proposed, never what i
 The target's rows of the window reach the drafter through `observe(out, path)`; the window
 moves there, before `commit`. W, N, G are the constructor's defaults, overridden per run by
 the method parameters `window`, `ngram_size`, `candidates` and `prompt_pool` (0 or 1) of
-`DecodeConfig.method_params`.
+`DecodeConfig.method_params`. `status()` gives each `Step` the window and the pool's size.
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ from specdec_core.config import DecodeConfig
 from specdec_core.drafters.base import Drafter, Proposal
 from specdec_core.drafters.suffix import History
 from specdec_core.errors import SpecdecError
+from specdec_core.events import DrafterStatus, PoolStatus
 from specdec_core.forward_costs import ForwardCosts
 from specdec_core.models import LoadedModel
 from specdec_core.target import TargetOutput
@@ -150,6 +151,10 @@ class NgramPool:
         """Every n-gram of `ids` that ends at index `start` or later."""
         for end in range(max(start, self.size - 1), len(ids)):
             self.add(ids[end + 1 - self.size : end + 1])
+
+    def __len__(self) -> int:
+        """n-grams held."""
+        return sum(len(kept) for kept in self.entries.values())
 
     def candidates(self, key: int) -> list[tuple[int, ...]]:
         """The continuations of `key`, most recent first."""
@@ -266,6 +271,11 @@ class LookaheadDrafter(Drafter):
             "candidates": chosen.candidates,
             "prompt_pool": chosen.prompt_pool,
         }
+
+    def status(self) -> DrafterStatus:
+        """The window and the pool's size, for each step's `Step.status`."""
+        settings = self.settings
+        return DrafterStatus(pool=PoolStatus(settings.window, settings.ngram_size, len(self.pool)))
 
     def begin(self, ids: list[int], features: TargetOutput) -> None:
         self.prompt = [token for token in ids if token not in self.eos_ids] or list(ids)

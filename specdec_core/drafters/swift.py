@@ -32,22 +32,29 @@ The search (a compact version of SWIFT's layer-set optimisation):
 
 The proposals themselves are `layer_skip.draft_chain`'s: lossless at any temperature, the
 cache left as found. `progress()` is a `SwiftProgress` (state, sets scored, best and latest
-score, the set drafting now, seconds searched); `draft_parts()` splits each propose into
-`search` and `draft` seconds.
+score, the set drafting now, seconds searched) and `status()` its part each `Step` carries
+(`events.DrafterStatus`: the skipped layers and the search); `draft_parts()` splits each
+propose into `search` and `draft` seconds.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 import torch
 
 from specdec_core.config import DecodeConfig
 from specdec_core.drafters.base import EMPTY, Drafter, Proposal
-from specdec_core.drafters.layer_skip import CONFIDENCE, check_confidence, draft_chain, whole
+from specdec_core.drafters.layer_skip import (
+    CONFIDENCE,
+    check_confidence,
+    draft_chain,
+    skipped_layers,
+    whole,
+)
 from specdec_core.errors import SpecdecError
+from specdec_core.events import DrafterStatus, SearchProgress, SearchState
 from specdec_core.layer_subset import SkipSet, check, forward_subset, prefix_view
 from specdec_core.models import LoadedModel
 from specdec_core.step_clock import now
@@ -116,18 +123,6 @@ class SwiftSettings:
                 "least one"
             )
         return count
-
-
-class SearchState(StrEnum):
-    WAITING = "waiting"  # the context is shorter than the window
-    SEARCHING = "searching"
-    REACHED = "reached"  # the best set reached the target score
-    STALLED = "stalled"  # `patience` sets in a row did not improve on the best
-    EXHAUSTED = "exhausted"  # `max_iterations` sets were scored
-
-    @property
-    def done(self) -> bool:
-        return self not in (SearchState.WAITING, SearchState.SEARCHING)
 
 
 @dataclass(frozen=True)
@@ -240,6 +235,17 @@ class SwiftDrafter(Drafter):
             skip=self.skip,
             search_seconds=self.search_seconds,
         )
+
+    def status(self) -> DrafterStatus:
+        """The set drafting now and the search's progress, for each step's `Step.status`."""
+        search = SearchProgress(
+            state=self.state,
+            iterations=self.iterations,
+            max_iterations=self.settings.max_iterations,
+            best_score=self.best_score,
+            last_score=self.last_score,
+        )
+        return DrafterStatus(skipped=skipped_layers(self.skip, self.num_layers), search=search)
 
     def draft_parts(self) -> dict[str, float]:
         return dict(self.parts)
