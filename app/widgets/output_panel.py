@@ -1,12 +1,15 @@
-"""Output tab: colour legend, the token view, and a one-line summary of the finished run."""
+"""Output tab: colour legend, the token view, the drafter's live status (the layers a
+self-speculative draft skips, SWIFT's search, lookahead's pool: app/widgets/drafter_status.py)
+and a one-line summary of the finished run."""
 
 from __future__ import annotations
 
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
+from app.widgets.drafter_status import DrafterStatusLabel
 from app.widgets.legend import Legend
 from app.widgets.token_view import TokenView
-from specdec_core.events import RunSummary
+from specdec_core.events import RunSummary, Step
 
 STOP_REASONS = {
     "eos": "end of text",
@@ -55,10 +58,28 @@ def summary_details(summary: RunSummary) -> str:
     return "tree sizing: " + str(sizing).replace("; ", "\n") if sizing else ""
 
 
+class StatusTokenView(TokenView):
+    """The token view that also feeds every step it shows to the drafter's status line (and
+    empties it with the tokens), so whoever streams steps into the view updates both."""
+
+    def __init__(self, status: DrafterStatusLabel, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.status = status
+
+    def clear_tokens(self) -> None:
+        super().clear_tokens()
+        self.status.clear()
+
+    def add_step(self, step: Step) -> None:
+        super().add_step(step)
+        self.status.add_step(step)
+
+
 class OutputPanel(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.view = TokenView()
+        self.drafter_status = DrafterStatusLabel()
+        self.view = StatusTokenView(self.drafter_status)
         self.show_rejected = QCheckBox("show rejected drafts")
         self.show_rejected.setToolTip("show each step's first rejected draft, struck through")
         self.summary = QLabel("")
@@ -71,11 +92,16 @@ class OutputPanel(QWidget):
         layout.addWidget(Legend())
         layout.addLayout(rejected_row)
         layout.addWidget(self.view, 1)
+        layout.addWidget(self.drafter_status)
         layout.addWidget(self.summary)
 
     def clear(self) -> None:
         self.view.clear_tokens()
         self.summary.setText("")
+
+    def add_step(self, step: Step) -> None:
+        """A step of the run shown: its tokens, and the drafter's status it carries."""
+        self.view.add_step(step)
 
     def show_summary(self, label: str, summary: RunSummary) -> None:
         self.summary.setText(summary_text(label, summary))
