@@ -20,7 +20,7 @@ from app.export import CompareResult
 from app.method_style import MethodStyle
 from app.run_controller import RunController, RunOwner
 from app.run_inputs import RunInputs
-from app.status_controller import RunStatusLine
+from app.status_controller import RunStatusLine, sizes_tree
 from app.widgets.compare_panel import ComparePanel
 from app.widgets.plots_panel import PlotsPanel
 from specdec_core.events import RunSummary, Started, Step
@@ -48,6 +48,13 @@ class CompareController(RunOwner):
         self.show_tab = show_tab
         self.line = RunStatusLine(show_state)
         self.steps: dict[str, list[StepTime]] = {}  # method -> its steps in this Compare
+        self._current: RunRequest | None = None  # the run of this Compare under way
+        runs.progress.connect(self._progress)
+
+    def _progress(self, message: str, fraction: float) -> None:
+        """What the engine reports before a run's prefill (its head or draft loading)."""
+        if self._current is not None and self.runs.current is self._current:
+            self.line.progress(message, fraction)
 
     def run(self) -> bool:
         self.panel.begin()
@@ -64,7 +71,8 @@ class CompareController(RunOwner):
         self.plots.begin_series(label, color)
         self.panel.columns.add_column(request.method, label, color)
         self.steps[request.method] = []
-        self.line.begun(label)
+        self._current = request
+        self.line.begun(label, sizes_tree(self.inputs.session, request))
 
     def started(self, request: RunRequest, started: Started) -> None:
         self.line.started(self.style.label(request.method), started.prompt_token_count)
@@ -77,6 +85,7 @@ class CompareController(RunOwner):
         self.plots.add_step(label, step)
 
     def finished(self, request: RunRequest, summary: RunSummary) -> None:
+        self.line.ended()
         self.plots.redraw()
         history.record(summary, request.prompt)
         self.inputs.remember_extra(summary.method)
@@ -86,4 +95,5 @@ class CompareController(RunOwner):
         self.panel.add_result(CompareResult(method, label, color, summary, steps))
 
     def failed(self, request: RunRequest, message: str, user: bool) -> None:
+        self.line.ended()
         self.panel.fail(request.method, message)

@@ -20,7 +20,7 @@ from app.palette import REFERENCE_COLOR
 from app.reference import OWN_REFERENCE, REFERENCE, reference_request, speedup_text
 from app.run_controller import RunController, RunOwner
 from app.run_inputs import RunInputs
-from app.status_controller import RunStatusLine
+from app.status_controller import RunStatusLine, sizes_tree
 from app.widgets.output_panel import OutputPanel
 from app.widgets.plots_panel import PlotsPanel
 from specdec_core.events import RunSummary, Started, Step
@@ -55,6 +55,12 @@ class SingleRunController(RunOwner):
         self.steps: list[StepTime] = []  # the run's steps, timed
         self.reference_steps: list[StepTime] = []  # its reference's
         self.speedup_line = ""  # the last run's measured speedup
+        runs.progress.connect(self._progress)
+
+    def _progress(self, message: str, fraction: float) -> None:
+        """What the engine reports before the run's prefill (its head or draft loading)."""
+        if self.run is not None and self.runs.current is self.run:
+            self.line.progress(message, fraction)
 
     def generate(self) -> bool:
         """Run the chosen method on the prompt, then its reference right after it."""
@@ -83,7 +89,7 @@ class SingleRunController(RunOwner):
             self.show_state(MEASURING)
             return
         self.plots.begin_series(self._series(request), self.style.color(request.method))
-        self.line.begun(self.style.label(request.method))
+        self.line.begun(self.style.label(request.method), sizes_tree(self.inputs.session, request))
 
     def started(self, request: RunRequest, started: Started) -> None:
         if request is not self.reference:
@@ -98,7 +104,11 @@ class SingleRunController(RunOwner):
             self.output.view.add_step(step)
         self.plots.add_step(self._series(request), step)
 
+    def failed(self, request: RunRequest, message: str, user: bool) -> None:
+        self.line.ended()
+
     def finished(self, request: RunRequest, summary: RunSummary) -> None:
+        self.line.ended()
         self.plots.redraw()
         if request is self.reference:
             if self.measured is not None:

@@ -7,8 +7,10 @@ window runs: a run, a Compare, a chat turn, a sweep, Tune); a reported message b
 status line (a note, cut with "…" to the room the bar has, whole in its tooltip) or an error
 dialog (`ErrorDialog`). Controllers that know more say it with `show(state)`, and with
 `show(state, since)` a line that counts the seconds since `since` until the next line: a run's
-own words come from `RunStatusLine` (starting, prefilling N prompt tokens, both counting, so a
-first run that loads a head or times the device is seen to be alive; then running).
+own words come from `RunStatusLine` (starting, what the engine reports before the prompt:
+loading the method's head or draft, timing forward passes for a tree, then prefilling N prompt
+tokens, each counting, so a first run that loads a head or times the device is seen to be
+alive; then running).
 """
 
 from __future__ import annotations
@@ -16,9 +18,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from PySide6.QtCore import Qt, QTimer
-from PySide6.QtGui import QFontMetrics
+from PySide6.QtCore import QTimer
 
+from app.engine_api import RunRequest
 from app.error_dialog import ErrorDialog
 from app.menus import Actions
 from app.run_controller import RunController
@@ -79,16 +81,9 @@ class StatusController:
 
     def note(self, text: str, ms: int = NOTE_MS) -> None:
         """A note on the status bar for `ms`, cut with "…" to the room the bar leaves it (the
-        whole text in the bar's tooltip), so it never ends mid-word at the window's edge."""
-        room = self.bar.width() - sum(
-            label.sizeHint().width() + 12  # the permanent labels and their spacing
-            for label in (self.bar.state, self.bar.device, self.bar.model, self.bar.memory)
-        )
-        fitted = QFontMetrics(self.bar.font()).elidedText(
-            text, Qt.TextElideMode.ElideRight, max(80, room - 24)
-        )
-        self.bar.setToolTip(text if fitted != text else "")
-        self.bar.showMessage(fitted, ms)
+        whole text in the bar's tooltip) and fitted again as that room changes, so it never
+        ends mid-word at the window's edge (`StatusBar.note`)."""
+        self.bar.note(text, ms)
 
     def words(self) -> str:
         """The state line when nobody has said more: what the session is doing."""
@@ -130,22 +125,53 @@ class StatusController:
         self.bar.set_state(f"{state} {time.monotonic() - since:.0f} s")
 
 
+def sizes_tree(session: Session, request: RunRequest) -> bool:
+    """Whether the request's method chooses its tree's size by timed forward passes: a tree
+    method left on auto size (the engine times them before the prompt, once per model and head)."""
+    info = session.registries.method(request.method) if session.registries is not None else None
+    return info is not None and info.tree and request.config.tree_tokens is None
+
+
 class RunStatusLine:
-    """A run's words on the state line: starting, prefilling N prompt tokens (both counting
-    the seconds, `show(state, since)`), then running from its first token on."""
+    """A run's words on the state line, each counting the seconds (`show(state, since)`) until
+    its first token: starting; what the engine reports meanwhile (loading the method's head or
+    draft, a download); once that is loaded, timing forward passes when the method sizes its
+    tree by them (an auto-sized tree: the engine times them before the prompt, the first time a
+    model or head is used); prefilling N prompt tokens; then running from its first token on."""
 
     def __init__(self, show: Callable[..., None]) -> None:
         self.show = show
         self._waiting = False  # for the first token
+        self._label: str | None = None  # the run's method, until its prefill begins
+        self._sizes_tree = False  # whether that method times forward passes to size its tree
 
-    def begun(self, label: str) -> None:
+    def begun(self, label: str, sizes_tree: bool = False) -> None:
         self._waiting = True
+        self._label, self._sizes_tree = label, sizes_tree
         self.show(f"starting {label}…", time.monotonic())  # its head or draft may load first
 
+    def progress(self, message: str, fraction: float) -> None:
+        """The engine's word before the prefill ("loading head 'embedded'", 0.0), then what
+        follows once it is done (fraction 1.0); ignored once the prefill has begun."""
+        label = self._label
+        if label is None:
+            return
+        if fraction < 1.0:
+            self.show(f"{label}: {message}…", time.monotonic())
+        elif self._sizes_tree:
+            self.show(f"{label}: timing forward passes to size its tree…", time.monotonic())
+        else:
+            self.show(f"starting {label}…", time.monotonic())
+
     def started(self, label: str, prompt_tokens: int) -> None:
+        self._label = None
         self.show(f"{label}: prefilling {prompt_tokens} prompt tokens…", time.monotonic())
 
     def stepped(self, label: str) -> None:
         if self._waiting:  # the first token is out: from here the plots show progress
             self._waiting = False
             self.show(f"running {label}…")
+
+    def ended(self) -> None:
+        """The run finished or failed: later progress is another run's."""
+        self._label, self._waiting = None, False
