@@ -7,7 +7,7 @@ weights, other formats) is read or downloaded. `check_weights` reads only header
 safetensors file shorter than its header says, or a zip-format `pytorch_model.bin` without its
 central directory (both what a cut-off download or copy leaves), is refused with a one-line
 message before any tensor is read. Pickled checkpoints are only ever read with
-`torch.load(..., weights_only=True)` (here, in eagle/formats.py, and inside transformers).
+`torch.load(..., weights_only=True)` (here, in weights_file.py, and inside transformers).
 """
 
 from __future__ import annotations

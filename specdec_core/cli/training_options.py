@@ -65,8 +65,8 @@ def add_training_options(
         "--seconds",
         type=float,
         default=None,
-        help="time budget in seconds, from the features to the end of training; the schedule "
-        "decays over whichever ends first, the epochs or the time",
+        help="one time budget for the whole run (data, features, training, validation), in "
+        "seconds; the schedule decays over whichever ends first, the epochs or the time",
     )
     parser.add_argument(
         "--save-every",

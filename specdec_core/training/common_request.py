@@ -7,6 +7,7 @@ they declare the fields; it reads them.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,6 +34,8 @@ class TrainingData:
     max_len: int  # tokens per training sequence
     seed: int
     cached_only: bool  # self-distillation: only the answers already in `work`
+    device: str
+    feature_dtype: str  # the target's dtype for data generation and features
 
     def check_training_data(self) -> None:
         """Refuse, in one line saying what to give, settings no run could train with."""
@@ -54,6 +57,23 @@ class TrainingData:
             raise SpecdecError(f"--seconds {self.seconds}: give a time budget above 0")
         if self.val_kinds < 0:
             raise SpecdecError(f"--val-kinds {self.val_kinds}: give 0 (none) or more")
+
+    def target_dtype(self) -> str:
+        """The dtype the target loads in: `feature_dtype`, but float32 where bfloat16 would be
+        emulated (a CPU without AVX-512 BF16 / AMX multiplies it many times slower)."""
+        if self.feature_dtype != "bfloat16" or self.device != "cpu":
+            return self.feature_dtype
+        from specdec_core.prepacked_linear import native_bf16
+
+        if native_bf16():
+            return self.feature_dtype
+        print(
+            "[train] this CPU emulates bfloat16 (many times slower than float32): features in "
+            "float32",
+            file=sys.stderr,
+            flush=True,
+        )
+        return "float32"
 
     @property
     def budgets(self) -> tuple[int, ...]:

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
 import sys
 import threading
 import time
@@ -45,21 +44,26 @@ from specdec_core.environment import current_environment
 from specdec_core.errors import SpecdecError
 from specdec_core.models import LoadedModel, load_model
 from specdec_core.training.card import ModelCard, Validation, trained_epochs
-from specdec_core.training.data_sources import Collected, collect
+from specdec_core.training.data_sources import Collected
 from specdec_core.training.features import Featured, extract_features, feature_shards
 from specdec_core.training.layout import Layout, layout_settings, resolve_layout
 from specdec_core.training.loop import saved_plan, train, train_step
-from specdec_core.training.magpie import evaluation_prompts
 from specdec_core.training.objective import Objective
 from specdec_core.training.progress_file import ProgressFile
 from specdec_core.training.request import TrainRequest
 from specdec_core.training.starting_model import head_layers, starting_model, trainable
 from specdec_core.training.time_budget import (
     HEARTBEAT_S,
+    HELD_SHARE,
     Budget,
     Heartbeat,
+    Probe,
     StageClock,
     StageProgress,
+    fastest,
+    features_until,
+    probe_sample,
+    reserve,
 )
 from specdec_core.training.train_config import TrainConfig
 from specdec_core.training.validation import (
@@ -82,33 +86,13 @@ class TrainingData:
     tau_prompt_seconds: float = 0.0  # the probe's estimate of one held-out prompt's tau
 
 
-RESERVE_SHARE = 0.05  # of a time budget, kept for the last validation and the save
-RESERVE_MIN_S = 2.0
-PROBE_TOKENS = 256  # of the first samples, timed through the features and a training step
-PROBE_ROUNDS = 2  # the fastest of them counts (the first pays for allocation)
 PROBE_DECODE_TOKENS = 4  # of validation's tau decoding, timed by the probe
 TAU_TOKENS = 48  # what validation_tau decodes per held-out prompt (its default)
-HELD_SHARE = 0.1  # under a budget, held-out tokens featured per training token
 HELD_MIN_TOKENS = 64
-FORWARD_SHARE = 0.05  # under a budget, of the time left, the most one feature forward takes
 
 
 def _log(message: str) -> None:
     print(f"[train] {message}", file=sys.stderr, flush=True)
-
-
-def feature_dtype(request: TrainRequest) -> str:
-    """The dtype the target loads in for features: the request's, but float32 where bfloat16
-    would be emulated (a CPU without AVX-512 BF16 / AMX multiplies it many times slower)."""
-    wanted = request.feature_dtype
-    if wanted != "bfloat16" or request.device != "cpu":
-        return wanted
-    from specdec_core.prepacked_linear import native_bf16
-
-    if native_bf16():
-        return wanted
-    _log("this CPU emulates bfloat16 (many times slower than float32): features in float32")
-    return "float32"
 
 
 def train_from_request(request: TrainRequest) -> ModelCard:
@@ -117,14 +101,9 @@ def train_from_request(request: TrainRequest) -> ModelCard:
     budget = Budget(request.seconds)
     started = time.time()
     torch.manual_seed(request.seed)
-    target = load_model(request.target, request.device, feature_dtype(request))
+    target = load_model(request.target, request.device, request.target_dtype())
     layout = resolve_layout(request, target)  # a misfit --init is refused before any data
-    exclude = evaluation_prompts(request.exclude_prompts)
-    sources = (  # collected one by one, each turned into features before the next
-        collect(source, target, tokens, request.work_dir, request.max_len, request.seed,
-                request.cached_only, exclude)
-        for source, tokens in zip(request.data, request.budgets, strict=True)
-    )  # fmt: skip
+    sources = request.collected(target)  # each turned into features before the next
     return train_on_samples(request, target, sources, layout=layout, started=started, budget=budget)
 
 
@@ -182,7 +161,7 @@ def train_on_samples(
     request.checkpoint_dir.mkdir(parents=True, exist_ok=True)
     validate = _validation(request, target, data, out, layout.arch, budget)
     if budget.seconds is not None:
-        config.seconds = max(1.0, budget.left() - _reserve(budget))
+        config.seconds = max(1.0, budget.left() - reserve(budget))
         _log(
             f"training for at most {config.seconds:.0f}s of the budget's "
             f"{budget.seconds:.0f}s ({budget.spent():.0f}s spent; at most {config.epochs} epochs)"
@@ -273,17 +252,12 @@ def train_config(request: TrainRequest, layout: Layout) -> TrainConfig:
     )
 
 
-def _reserve(budget: Budget) -> float:
-    """Seconds of a budget kept for the last validation and the save."""
-    return max(RESERVE_MIN_S, RESERVE_SHARE * (budget.seconds or 0.0))
-
-
 def _time_for_by_kind(budget: Budget, history) -> bool:
     """Under a budget, the table by kind (the target answers held-out prompts of every kind)
     only when training ended by its epochs with time to spare; said when skipped."""
     left = budget.left()
     ended_by_time = bool(history) and history[-1].stopped == "time"
-    if left is None or (not ended_by_time and left > 2 * _reserve(budget)):
+    if left is None or (not ended_by_time and left > 2 * reserve(budget)):
         return True
     _log(
         "validation by kind skipped: the time budget is spent (`specdec validate` measures "
@@ -311,7 +285,7 @@ def _validation(
 
     def time_for_tau() -> bool:
         left = budget.left()
-        return left is None or left > _reserve(budget) + tau_seconds[0]
+        return left is None or left > reserve(budget) + tau_seconds[0]
 
     def measured_tau(objective: Objective) -> float | None:
         """Tau on the held-out prompts; under a budget prompt by prompt, while the time left
@@ -381,20 +355,6 @@ class _Reporter:
                 self.progress.stage(stage)
 
 
-@dataclass(frozen=True)
-class Probe:
-    """Seconds per token, timed on a short sample: of the target's features and of a
-    training step (forward and backward)."""
-
-    features: float
-    training: float
-    decode: float = 0.0  # seconds per token of validation's decoding (0: not timed)
-
-    def batch_seconds(self, tokens: int) -> float:
-        """Features and training of one batch of `tokens`."""
-        return (self.features + self.training) * tokens
-
-
 def _probe(
     request: TrainRequest,
     target: LoadedModel,
@@ -404,32 +364,22 @@ def _probe(
     held_prompts: Sequence[list[int]] = (),
 ) -> Probe:
     """Time the features and one training step (no optimiser update: a throwaway model) on
-    the first samples, about `PROBE_TOKENS` tokens (never more than a batch), and with
-    `held_prompts` validation's decoding of a few tokens; the random state is left as it
-    was."""
-    budget = min(PROBE_TOKENS, config.batch_tokens)
-    taken, tokens = [], 0
-    for sample in samples:
-        if taken and tokens + len(sample.ids) > budget:
-            break
-        taken.append(type(sample)(list(sample.ids[:budget]), min(sample.start, budget - 2)))
-        tokens += len(taken[-1].ids)
-    feature_times, train_times = [], []
+    the first samples (`time_budget.probe_sample`), and with `held_prompts` validation's
+    decoding of a few tokens; the random state is left as it was."""
+    taken = probe_sample(samples, config.batch_tokens)
+    made: list[list[Featured]] = []
     with torch.random.fork_rng(devices=[]):
-        for _ in range(PROBE_ROUNDS):
-            began = time.monotonic()
-            items = extract_features(target.model, taken, None, layers=layout.fused)
-            feature_times.append(time.monotonic() - began)
+        features = fastest(
+            lambda: made.append(extract_features(target.model, taken, None, layers=layout.fused))
+        )
+        items = made[-1]
         objective = _starting_objective(request, config, layout, target, items)
         params = trainable(objective.model, request.trains)
         for p in params:
             p.requires_grad_(True)
         still = torch.optim.SGD(params, lr=0.0)
         objective.train()
-        for _ in range(PROBE_ROUNDS):
-            began = time.monotonic()
-            train_step(objective, items, still, params, config.ce_weight)
-            train_times.append(time.monotonic() - began)
+        training = fastest(lambda: train_step(objective, items, still, params, config.ce_weight))
         decode = 0.0
         if held_prompts and request.val_prompts:  # validation's tau decodes: time a few tokens
             began = time.monotonic()
@@ -438,8 +388,8 @@ def _probe(
                 max_new_tokens=PROBE_DECODE_TOKENS,
             )  # fmt: skip
             decode = (time.monotonic() - began) / PROBE_DECODE_TOKENS
-    tokens = max(1, tokens)
-    return Probe(min(feature_times) / tokens, min(train_times) / tokens, decode)
+    tokens = max(1, sum(len(s.ids) for s in taken))
+    return Probe(features / tokens, training / tokens, decode)
 
 
 def _features_until(
@@ -451,36 +401,16 @@ def _features_until(
     budget: Budget,
     held_prompts: Sequence[list[int]] = (),
 ) -> tuple[float, float, int]:
-    """The instant the features must end by so that training has time for the epochs asked
-    (`Probe`), the seconds one held-out prompt's tau will take, and the tokens of one feature
-    forward (one takes at most `FORWARD_SHARE` of the time left, so the features end near their
-    share); refuses at once a budget that cannot cover the features and training of one batch,
-    saying what would."""
+    """The instant the features must end by, the seconds one held-out prompt's tau will take,
+    and the tokens of one feature forward (`time_budget.features_until` on this run's
+    `Probe`, which refuses at once a budget that cannot cover one batch)."""
     probe = _probe(request, target, layout, config, samples, held_prompts)
-    left = budget.left() - _reserve(budget)
     tokens = sum(len(s.ids) for s in samples)
-    batch = min(config.batch_tokens, tokens)
-    one = probe.batch_seconds(batch)
-    _log(
-        f"probe: features {1000 * probe.features:.1f} ms and training "
-        f"{1000 * probe.training:.1f} ms per token here; one batch of {batch:,} tokens about "
-        f"{one:.0f}s; {budget.words()}"
+    _log(f"{probe.words(min(config.batch_tokens, tokens))}; {budget.words()}")
+    until, forward = features_until(
+        probe, budget, tokens, config.batch_tokens, request.epochs, request.feature_batch_tokens
     )
-    if one > left:
-        needed = budget.spent() + 1.5 * one + _reserve(budget)
-        fits = 2 ** int(math.log2(max(1.0, left / (probe.features + probe.training))))
-        smaller = f", or --batch-tokens {fits}" if fits >= 64 else ""
-        raise SpecdecError(
-            f"the time budget of {budget.seconds:.0f}s cannot cover one training batch here: "
-            f"the features and training of {batch:,} tokens take about {one:.0f}s and "
-            f"{max(0.0, left):.0f}s are left after {budget.spent():.0f}s; give --seconds "
-            f"{math.ceil(needed / 10) * 10} or more{smaller}"
-        )
-    features = probe.features * (1 + HELD_SHARE)  # the held-out part's features too
-    share = probe.features / (features + probe.training * max(1, request.epochs))
-    until = time.monotonic() + max(probe.features * batch * 1.2, share * left)
-    forward = max(PROBE_TOKENS, int(FORWARD_SHARE * left / max(probe.features, 1e-9)))
-    return until, probe.decode * TAU_TOKENS, min(request.feature_batch_tokens, forward)
+    return until, probe.decode * TAU_TOKENS, forward
 
 
 def _features(

@@ -232,7 +232,7 @@ def train_medusa(request: MedusaTrainRequest) -> ModelCard:
     """`specdec train medusa`: load the target, collect the data, train, save; -> the card."""
     started = time.time()
     torch.manual_seed(request.seed)
-    target = load_model(request.target, request.device, request.feature_dtype)
+    target = load_model(request.target, request.device, request.target_dtype())
     return train_medusa_on(request, target, request.collected(target), started)
 
 

@@ -10,6 +10,10 @@ features, training, validation and saving.
   stage goes (`advance`), and what that means now (`progress()`): a `StageProgress` with the
   rate, the ETA (by the rate, never past the budget's end) and a note (e.g. the batch that
   is running and for how long).
+- `Probe`: seconds per token of the features and of a training step, timed on a short sample
+  before the features; `features_until(probe, budget, ...)` is the instant the features must end
+  by so that training has time for the epochs asked, and refuses at once a budget that cannot
+  cover the features and training of one batch, saying the budget or batch size that would.
 - `Heartbeat(tick, every)`: calls `tick()` every few seconds from a daemon thread while a stage
   runs (`with Heartbeat(...):`), so a stage whose units take minutes still says where it is;
   the stage's own code reports as each unit ends too.
@@ -17,14 +21,22 @@ features, training, validation and saving.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from specdec_core.errors import SpecdecError
 from specdec_core.files import format_duration
 
 HEARTBEAT_S = 5.0  # the longest a stage goes without a progress line
+RESERVE_SHARE = 0.05  # of a time budget, kept for the last validation and the save
+RESERVE_MIN_S = 2.0
+PROBE_TOKENS = 256  # of the first samples, timed through the features and a training step
+PROBE_ROUNDS = 2  # the fastest of them counts (the first pays for allocation)
+HELD_SHARE = 0.1  # under a budget, held-out tokens featured per training token
+FORWARD_SHARE = 0.05  # under a budget, of the time left, the most one feature forward takes
 
 
 class Budget:
@@ -161,3 +173,79 @@ class Heartbeat:
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join(timeout=self.every)
+
+
+def reserve(budget: Budget) -> float:
+    """Seconds of a budget kept for the last validation and the save."""
+    return max(RESERVE_MIN_S, RESERVE_SHARE * (budget.seconds or 0.0))
+
+
+@dataclass(frozen=True)
+class Probe:
+    """Seconds per token, timed on a short sample: of the target's features and of a
+    training step (forward and backward)."""
+
+    features: float
+    training: float
+    decode: float = 0.0  # seconds per token of validation's decoding (0: not timed)
+
+    def batch_seconds(self, tokens: int) -> float:
+        """Features and training of one batch of `tokens`."""
+        return (self.features + self.training) * tokens
+
+    def words(self, batch: int) -> str:
+        return (
+            f"probe: features {1000 * self.features:.1f} ms and training "
+            f"{1000 * self.training:.1f} ms per token here; one batch of {batch:,} tokens about "
+            f"{self.batch_seconds(batch):.0f}s"
+        )
+
+
+def features_until(
+    probe: Probe, budget: Budget, tokens: int, batch_tokens: int, epochs: int, forward_most: int
+) -> tuple[float, int]:
+    """The instant the features of `tokens` must end by so that training has time for
+    `epochs`, and the tokens of one feature forward (one takes at most `FORWARD_SHARE` of the
+    time left, never more than `forward_most`); refuses a budget that cannot cover the
+    features and training of one batch of `batch_tokens`, saying what would."""
+    left = budget.left() - reserve(budget)
+    batch = min(batch_tokens, tokens)
+    one = probe.batch_seconds(batch)
+    if one > left:
+        needed = budget.spent() + 1.5 * one + reserve(budget)
+        fits = 2 ** int(math.log2(max(1.0, left / (probe.features + probe.training))))
+        smaller = f", or --batch-tokens {fits}" if fits >= 64 else ""
+        raise SpecdecError(
+            f"the time budget of {budget.seconds:.0f}s cannot cover one training batch here: "
+            f"the features and training of {batch:,} tokens take about {one:.0f}s and "
+            f"{max(0.0, left):.0f}s are left after {budget.spent():.0f}s; give --seconds "
+            f"{math.ceil(needed / 10) * 10} or more{smaller}"
+        )
+    features = probe.features * (1 + HELD_SHARE)  # the held-out part's features too
+    share = probe.features / (features + probe.training * max(1, epochs))
+    until = time.monotonic() + max(probe.features * batch * 1.2, share * left)
+    forward = max(PROBE_TOKENS, int(FORWARD_SHARE * left / max(probe.features, 1e-9)))
+    return until, min(forward_most, forward)
+
+
+def probe_sample(samples, batch_tokens: int) -> list:
+    """The first samples, cut to about `PROBE_TOKENS` tokens in all (never more than a batch),
+    that a probe times."""
+    room = min(PROBE_TOKENS, batch_tokens)
+    taken, tokens = [], 0
+    for sample in samples:
+        if taken and tokens + len(sample.ids) > room:
+            break
+        taken.append(type(sample)(list(sample.ids[:room]), min(sample.start, room - 2)))
+        tokens += len(taken[-1].ids)
+    return taken
+
+
+def fastest(run: Callable[[], object]) -> float:
+    """The fastest of `PROBE_ROUNDS` runs of `run()`, in seconds."""
+    times = []
+    for _ in range(PROBE_ROUNDS):
+        began = time.monotonic()
+        run()
+        times.append(time.monotonic() - began)
+    return min(times)
