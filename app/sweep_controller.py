@@ -13,11 +13,19 @@ Stop (the tab's button, Run ▸ Stop, Esc, the prompt box's Stop: all live while
 runs) reaches the runs inside the point being measured, so the job ends within one decode
 step: the points finished before it stay, and the one it cut short is marked on the map
 ("stopped") and named on the status line.
+
+Tune of a method parameter (the Sweep tab's "Tune" row; a method's own parameters are offered
+first): the engine sweeps the parameter's `method_params.NAME` axis on the tuning prompts
+(specdec_core/tuning.py: the values, the short runs and the choice, as Tune k), and the
+chosen value goes into `method_params` (app/method_params.py), which the sweeps and tunings
+after it measure with and a run's config takes from `method_params.applied`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, Slot
@@ -26,23 +34,46 @@ from PySide6.QtWidgets import QMessageBox
 
 from app.engine_api import Engine, SweepRequest, TuneRequest
 from app.jobs import JobRunner
+from app.method_params import MethodParams
 from app.method_style import MethodStyle
 from app.session import Activity, Session
 from app.sweep_worker import SweepWorker
 from app.widgets.decoding_panel import DecodingPanel
-from app.widgets.sweep_view import SweepView, point_words
+from app.widgets.sweep_view import SweepView, param_words, point_words
 from app.worker import Job
+from specdec_core.config import DecodeConfig
 from specdec_core.errors import SpecdecError
 from specdec_core.prompts import read_prompt_file
 from specdec_core.sweep_records import (  # torch-free records
+    METHOD_PREFIX,
     Grid,
     SweepResult,
     TuneResult,
     point_key,
 )
+from specdec_core.tuning import (
+    TUNING_MAX_NEW_TOKENS,
+    TUNING_PROMPTS,
+    num_layers,
+    param_axis,
+    param_candidates,
+    tunable_params,
+    tune_result,
+)
 
 if TYPE_CHECKING:
     from specdec_core.sweep_records import SweepProgress
+
+
+@dataclass(frozen=True)
+class ParamTuning:
+    """A Tune of a method parameter in flight: the sweep that measures it, and what it keeps
+    when Stop cuts it short."""
+
+    method: str
+    param: str
+    grid: Grid
+    given: float | None  # the value before Tune (None: the method's default)
 
 
 class SweepController(QObject):
@@ -65,7 +96,9 @@ class SweepController(QObject):
         self.engine = engine
         self.view = SweepView()
         self.tune_action = QAction("&Tune k", self)
-        self.tune_action.setToolTip("measure k on this device and set the fastest")
+        self.tune_action.setToolTip(
+            "measure k, or what the Sweep tab's Tune row names, on this device and set the fastest"
+        )
         self.tune_action.setShortcut("Ctrl+T")
         self.job: Job | None = None
         self.kind = ""  # "sweep" or "tune" while a job runs
@@ -75,10 +108,14 @@ class SweepController(QObject):
         self.label = ""  # the method measured, as the Method box names it
         self.result_box: QMessageBox | None = None
         self.last_result: SweepResult | TuneResult | None = None
+        self.method_params = MethodParams()  # what Tune chose for a method's own parameters
+        self.tuning: ParamTuning | None = None  # a Tune of a method parameter, while it runs
         self.view.run_requested.connect(self.run_sweep)
         self.view.stop_requested.connect(self.stop)
         self.view.apply_requested.connect(self.apply_settings)
         self.tune_action.triggered.connect(self.tune)
+        decoding.method_changed.connect(self.offer_tuning)
+        self.offer_tuning(decoding.method_name())
 
     @property
     def running(self) -> bool:
@@ -100,6 +137,20 @@ class SweepController(QObject):
         registries = self.session.registries
         info = registries.method(method) if registries is not None else None
         return method, bool(info and info.tree)
+
+    @Slot(str)
+    def offer_tuning(self, method: str) -> None:
+        """The Tune row for `method`: its own parameters first, then its k or tree size."""
+        registries = self.session.registries
+        info = registries.method(method) if registries is not None and method else None
+        if info is None:
+            self.view.set_tunable((), tree=False)
+            return
+        self.view.set_tunable(tunable_params(method, info.params), tree=info.tree, k=info.k)
+
+    def _config(self, method: str) -> DecodeConfig:
+        """The decoding panel's settings with the method parameters chosen for `method`."""
+        return self.method_params.applied(method, self.decoding.config())
 
     def _policy_param(self) -> str | None:
         """The first parameter of the chosen lossy policy (its threshold), if it has one."""
@@ -129,7 +180,7 @@ class SweepController(QObject):
         except SpecdecError as error:
             self.session.report(str(error))
             return False
-        request = SweepRequest(method, grid, self.decoding.config(), tuple(prompts), self.specs())
+        request = SweepRequest(method, grid, self._config(method), tuple(prompts), self.specs())
         engine = self.engine
         self.grid = grid
         self.view.begin(axes)
@@ -147,13 +198,33 @@ class SweepController(QObject):
         except SpecdecError as error:
             self.session.report(str(error))
             return False
-        request = TuneRequest(method, self.decoding.config(), self.specs())
+        param = self.view.tuned_param()
         engine = self.engine
         self.label = self.style.label(method)
-        self.view.show_tuning(self.label, tree)  # a tree has no k: its size is tuned instead
+        if param is not None:
+            try:
+                request = self._param_request(method, param)
+            except SpecdecError as error:
+                self.session.report(str(error))
+                return False
+            task = partial(engine.sweep, request)
+        else:
+            task = partial(engine.tune, TuneRequest(method, self._config(method), self.specs()))
+        self.view.show_tuning(self.label, tree, param)  # a tree has no k: its size instead
         self.session.report(self.view.status.text(), error=False)
-        self._start("tune", lambda on_point, stop: engine.tune(request, on_point, stop))
+        self._start("tune", task)
         return True
+
+    def _param_request(self, method: str, param: str) -> SweepRequest:
+        """The sweep that tunes `method`'s parameter `param`: its candidate values on the
+        tuning prompts, short runs, everything else as set."""
+        target = self.session.target
+        values = param_candidates(method, param, num_layers(target.config) if target else None)
+        grid = Grid({param_axis(param): values})
+        config = self._config(method)
+        short = replace(config, max_new_tokens=min(config.max_new_tokens, TUNING_MAX_NEW_TOKENS))
+        self.tuning = ParamTuning(method, param, grid, config.method_params.get(param))
+        return SweepRequest(method, grid, short, TUNING_PROMPTS, self.specs())
 
     # -- jobs -----------------------------------------------------------------------------------
     def _start(self, kind: str, task) -> None:
@@ -191,6 +262,11 @@ class SweepController(QObject):
     def show_result(self, result: object) -> None:
         """A sweep or Tune result, as the engine sent it back: the map, the line, the k; the
         method named as the Method box names it."""
+        tuning, self.tuning = self.tuning, None
+        if tuning is not None and isinstance(result, SweepResult):  # Tune of a parameter
+            result = tune_result(
+                tuning.method, param_axis(tuning.param), tuning.grid, result.points, tuning.given
+            )
         self.last_result = result
         self.session.keep(self.kind or _kind(result), result)
         if isinstance(result, TuneResult):
@@ -199,6 +275,11 @@ class SweepController(QObject):
             if result.stopped:  # a partial table picks no k; the reason names the value cut
                 self.view.status.setToolTip(result.reason)  # short by Stop
                 self.session.report(self.view.status.text(), error=False)
+            elif result.setting.startswith(METHOD_PREFIX):
+                name = result.setting.removeprefix(METHOD_PREFIX)
+                self.method_params.set(result.method, name, result.k)
+                self.session.report(self.view.status.text(), error=False)
+                self._show_table(result, label)
             else:
                 self.apply_settings({result.setting: result.k})
                 self._show_table(result, label)
@@ -223,6 +304,8 @@ class SweepController(QObject):
     def _show_table(self, result: TuneResult, label: str) -> None:
         line = self.view.status.text()
         tuned = "the tree size" if result.setting == "tree_tokens" else "k"
+        if result.setting.startswith(METHOD_PREFIX):
+            tuned = param_words(result.setting.removeprefix(METHOD_PREFIX))
         self.result_box = QMessageBox(
             QMessageBox.Icon.Information,
             f"Tune {tuned}: {label}",
@@ -234,6 +317,7 @@ class SweepController(QObject):
 
     @Slot(str, bool)
     def _on_error(self, message: str, user: bool) -> None:
+        self.tuning = None
         self.view.status.setText(message)
         self.session.report(message, user=user)
 

@@ -64,6 +64,7 @@ from specdec_core.sweep_records import (  # noqa: F401 (the records, also named 
     read_sweep,
 )
 from specdec_core.tree_sizing import AcceptanceEstimates
+from specdec_core.tuning import interrupted_point as first_missing
 
 
 class Measure(Protocol):
@@ -129,8 +130,7 @@ def run_sweep(
 def interrupted_point(grid: Grid, result: SweepResult) -> Point | None:
     """The first point of `grid` that `result` lacks: the one a Stop cut short (or, when it
     came between points, the next); None when every point was measured."""
-    done = {point_key(p.point) for p in result.points}
-    return next((p for p in grid.points() if point_key(p) not in done), None)
+    return first_missing(grid, result.points)
 
 
 def _baseline(config: DecodeConfig) -> DecodeConfig:

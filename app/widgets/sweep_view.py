@@ -5,6 +5,10 @@ methods); each cell is coloured by its measured speedup and shows it as text. Cl
 emits `apply_requested` with that point's settings, which the window applies to the sliders.
 The view only parses, draws and words; `app/sweep_controller.py` runs the sweep.
 
+The "Tune" row chooses what Run ▸ Tune measures: for a method with parameters of its own
+(layer-skip's exit layer, SWIFT's skip ratio, lookahead's W and N) one of them, first by
+default, else the draft length k (chains) or the tree size (trees).
+
 The colour scale is absolute, the same for every sweep (`speedup_color`, drawn as the colour
 bar beside the map): 1.00× (no gain) is a neutral light grey, a point slower than
 autoregressive decoding is red (darker the slower, full at 0.5×), a faster one blue (darker
@@ -34,7 +38,7 @@ from PySide6.QtWidgets import (
 )
 
 from specdec_core.errors import SpecdecError
-from specdec_core.sweep_records import MeasuredPoint, TuneResult
+from specdec_core.sweep_records import METHOD_PREFIX, MeasuredPoint, TuneResult
 
 PARAM_PREFIX = "policy_params."  # as specdec_core.sweep.PARAM_PREFIX (no torch import here)
 PENDING = QBrush(QColor("#a0a0a0"), Qt.BrushStyle.BDiagPattern)  # hatched: not measured yet
@@ -49,6 +53,12 @@ LEGEND = (
     "blue: faster, darkest at 3× and above; hatched: not measured yet"
 )
 PROMPT_CURRENT, PROMPT_FILE = "current prompt", "JSONL file"
+PARAM_WORDS = {  # a method parameter in words
+    "exit_layer": "the exit layer",
+    "skip_ratio": "the skip ratio",
+    "window": "the lookahead window W",
+    "ngram_size": "the n-gram size N",
+}
 
 
 def speedup_color(speedup: float) -> QColor:
@@ -84,6 +94,8 @@ def setting_words(name: str, value: Any) -> str:
         return "a tree sized automatically" if value is None else f"a tree of {value} tokens"
     if name.startswith(PARAM_PREFIX):
         return f"the policy's {name.removeprefix(PARAM_PREFIX)} at {_value(value)}"
+    if name.startswith(METHOD_PREFIX):
+        return f"{param_words(name.removeprefix(METHOD_PREFIX))} at {_value(value)}"
     return f"{name.replace('_', ' ')} {'auto' if value is None else _value(value)}"
 
 
@@ -126,9 +138,21 @@ def _result_words(measured: list[MeasuredPoint], method: str) -> str:
     return f"{count}; fastest: {speedup_words(speedup)} at {where}; click a cell to use it"
 
 
-def tuning_words(method: str, tree: bool) -> str:
+def param_words(name: str) -> str:
+    """A method parameter in words: 'the exit layer'."""
+    return PARAM_WORDS.get(name, f"its {name.replace('_', ' ')}")
+
+
+def tuned_words(tree: bool, param: str | None = None) -> str:
+    """What Tune measures: a method parameter, the tree size or the draft length k."""
+    if param:
+        return param_words(param)
+    return "the tree size" if tree else "the draft length k"
+
+
+def tuning_words(method: str, tree: bool, param: str | None = None) -> str:
     """The line while Tune measures `method` (as the Method box names it)."""
-    return f"tuning {'the tree size' if tree else 'the draft length k'} for {method}…"
+    return f"tuning {tuned_words(tree, param)} for {method}…"
 
 
 def tune_words(result: TuneResult, method: str) -> str:
@@ -190,6 +214,7 @@ class SweepView(QWidget):
         self.thresholds.setPlaceholderText(
             "lossy policy only: e.g. 0.1,0.3,0.5 — sweeps its first parameter instead of k"
         )
+        self.tune_axis = QComboBox()  # what Run ▸ Tune measures (`set_tunable`)
         self.prompt_source = QComboBox()
         self.prompt_source.addItems([PROMPT_CURRENT, PROMPT_FILE])
         self.prompt_file = QLineEdit()
@@ -206,6 +231,7 @@ class SweepView(QWidget):
             self.temperatures: "temperatures to measure, comma-separated (0 = greedy, 0–2)",
             self.tree_tokens: "EAGLE-2 tree sizes to measure, comma-separated (tokens, 2–256)",
             self.thresholds: "values of a lossy policy's first parameter, comma-separated",
+            self.tune_axis: "what Run ▸ Tune measures for the chosen method, then sets",
             self.prompt_source: "sweep on the current prompt or on the prompts of a JSONL file",
             self.prompt_file: "a JSONL file with one {'prompt': …} or {'turns': […]} per line",
             browse: "choose the JSONL prompt file",
@@ -231,6 +257,7 @@ class SweepView(QWidget):
         form.addRow("Tree sizes", self.tree_tokens)
         form.addRow("Policy thresholds", self.thresholds)
         form.addRow("Prompts", file_row)
+        form.addRow("Tune", self.tune_axis)
 
         self.plot = pg.PlotWidget()
         self.plot.setMenuEnabled(False)
@@ -294,6 +321,20 @@ class SweepView(QWidget):
         if tree:
             return {"temperature": temperatures, "tree_tokens": self._ints(self.tree_tokens)}
         return {"temperature": temperatures, "k": self._ints(self.k_values)}
+
+    def set_tunable(self, params: tuple[str, ...], tree: bool, k: bool = True) -> None:
+        """Offer the method's tunable `params` (the first chosen), then its tree size (`tree`)
+        or its draft length k (`k`)."""
+        self.tune_axis.clear()
+        for name in params:
+            self.tune_axis.addItem(param_words(name), name)
+        if tree or k:
+            self.tune_axis.addItem(tuned_words(tree), "")
+        self.tune_axis.setCurrentIndex(0)
+
+    def tuned_param(self) -> str | None:
+        """The method parameter Tune is to measure (None: k, or the tree size)."""
+        return self.tune_axis.currentData() or None
 
     @staticmethod
     def _ints(edit: QLineEdit) -> list[int]:
@@ -416,9 +457,10 @@ class SweepView(QWidget):
         point a Stop cut short."""
         self.status.setText(result_words(records, method, stopped))
 
-    def show_tuning(self, method: str, tree: bool) -> None:
-        """Tune has started on `method` (as the Method box names it)."""
-        self.status.setText(tuning_words(method, tree))
+    def show_tuning(self, method: str, tree: bool, param: str | None = None) -> None:
+        """Tune has started on `method` (as the Method box names it), measuring its
+        parameter `param` (None: its k or tree size)."""
+        self.status.setText(tuning_words(method, tree, param))
 
     def show_tuned(self, result: TuneResult, method: str) -> None:
         """The line after Tune of `method` (as the Method box names it)."""
