@@ -148,3 +148,31 @@ def test_the_command_trains_resumes_and_continues_a_speculator(tiny_dir, tmp_pat
 def test_settings_that_cannot_work_are_refused_before_a_model_loads(argv, message):
     with pytest.raises(SpecdecError, match=message):
         request_from_args(parse([*argv, "--out", "unused"]))
+
+
+def test_a_time_budget_too_short_for_one_batch_is_refused_with_the_budget_that_would_do(
+    tiny_target, tmp_path
+):
+    samples = answers(tiny_target, 4)
+    request = SpeculatorRequest(
+        out=str(tmp_path / "out"), data=("sharegpt",), n_predict=2, inner_dim=16,
+        batch_tokens=128, val_kinds=0, feature_dtype="float32", seconds=0.5,
+    )  # fmt: skip
+    source = Collected("memory", samples, samples[:1], [])
+    with pytest.raises(SpecdecError, match=r"cannot cover one training batch.*--seconds \d+"):
+        train_on_sources(request, tiny_target, [source])
+    assert not (tmp_path / "out" / "checkpoint.pt").exists()
+
+
+def test_a_time_budget_ends_training_and_the_card_says_so(tiny_target, tmp_path):
+    samples = answers(tiny_target, 8)
+    request = SpeculatorRequest(
+        out=str(tmp_path / "out"), data=("sharegpt",), epochs=100_000, n_predict=2,
+        inner_dim=16, batch_tokens=128, val_prompts=0, val_kinds=0, save_dtype="float32",
+        feature_dtype="float32", seconds=6.0,
+    )  # fmt: skip
+    source = Collected("memory", samples, samples[:1], [])
+    card = train_on_sources(request, tiny_target, [source])
+    assert card.history[-1].stopped == "time"
+    assert 0 < card.epochs < 100_000
+    assert card.train_config.seconds <= 6.0

@@ -68,3 +68,26 @@ def test_specdec_train_refuses_before_loading_the_target(
     assert main(["train", *argv, "--out", str(out)]) == 2
     assert message in capsys.readouterr().err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("request_type", ["eagle", "medusa", "mlp-speculator"])
+def test_bfloat16_features_load_in_float32_on_a_cpu_that_emulates_bfloat16(
+    request_type, monkeypatch
+):
+    from specdec_core import prepacked_linear
+    from specdec_core.training.medusa import MedusaTrainRequest
+    from specdec_core.training.mlp_speculator import SpeculatorRequest
+
+    def made(**settings):
+        if request_type == "medusa":
+            return MedusaTrainRequest(out="out", **settings)
+        if request_type == "mlp-speculator":
+            return SpeculatorRequest(out="out", **settings)
+        return TrainRequest(trains="eagle", out="out", **settings)
+
+    monkeypatch.setattr(prepacked_linear, "native_bf16", lambda: False)
+    assert made(feature_dtype="bfloat16").target_dtype() == "float32"
+    assert made(feature_dtype="float16").target_dtype() == "float16"
+    assert made(feature_dtype="bfloat16", device="cuda").target_dtype() == "bfloat16"
+    monkeypatch.setattr(prepacked_linear, "native_bf16", lambda: True)
+    assert made(feature_dtype="bfloat16").target_dtype() == "bfloat16"

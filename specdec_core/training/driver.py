@@ -39,7 +39,6 @@ from pathlib import Path
 
 import torch
 
-from specdec_core.eagle.data import Sample
 from specdec_core.environment import current_environment
 from specdec_core.errors import SpecdecError
 from specdec_core.models import LoadedModel, load_model
@@ -54,7 +53,6 @@ from specdec_core.training.request import TrainRequest
 from specdec_core.training.starting_model import head_layers, starting_model, trainable
 from specdec_core.training.time_budget import (
     HEARTBEAT_S,
-    HELD_SHARE,
     Budget,
     Heartbeat,
     Probe,
@@ -62,6 +60,7 @@ from specdec_core.training.time_budget import (
     StageProgress,
     fastest,
     features_until,
+    held_within,
     probe_sample,
     reserve,
 )
@@ -88,7 +87,6 @@ class TrainingData:
 
 PROBE_DECODE_TOKENS = 4  # of validation's tau decoding, timed by the probe
 TAU_TOKENS = 48  # what validation_tau decodes per held-out prompt (its default)
-HELD_MIN_TOKENS = 64
 
 
 def _log(message: str) -> None:
@@ -482,24 +480,6 @@ def _features(
             data.held = _featured(request, target, held, "heldout", fused)
             data.held_prompts = source.held_prompts
     return data
-
-
-def held_within(held: Sequence[Sample], tokens: int) -> list[Sample]:
-    """The held-out samples a time budget validates on: the first ones, cut to at most
-    `HELD_SHARE` of the `tokens` training has (never under `HELD_MIN_TOKENS`), so their
-    features cost a small part of the training features' time and the top-1 is still measured
-    when those took their whole share."""
-    room = max(HELD_MIN_TOKENS, round(HELD_SHARE * tokens))
-    taken: list[Sample] = []
-    for sample in held:
-        if room < 2:
-            break
-        ids = list(sample.ids[:room])
-        if sample.start >= len(ids) - 1:  # no answer token left to count
-            break
-        taken.append(type(sample)(ids, sample.start))
-        room -= len(ids)
-    return taken
 
 
 def _collected(pending, name: str, budget: Budget):

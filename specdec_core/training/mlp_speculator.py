@@ -31,27 +31,36 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
-from tqdm import tqdm
 
 from specdec_core.environment import current_environment
 from specdec_core.errors import SpecdecError
 from specdec_core.mlp_speculator.formats import check_fits, read_speculator, save_speculator
 from specdec_core.mlp_speculator.head import MLPSpeculator, SpeculatorConfig
 from specdec_core.models import LoadedModel, load_model
-from specdec_core.training.card import EpochRecord, ModelCard, Validation, trained_epochs
-from specdec_core.training.data_sources import Collected, check_source, collect
+from specdec_core.training.card import ModelCard, Validation, trained_epochs
+from specdec_core.training.common_request import TrainingData
+from specdec_core.training.common_training import EpochTraining
+from specdec_core.training.data_sources import Collected
 from specdec_core.training.features import Featured, extract_features, feature_shards
-from specdec_core.training.loop import Checkpoint, Schedule, batches
-from specdec_core.training.magpie import evaluation_prompts, prompt_files
 from specdec_core.training.objective import collate
+from specdec_core.training.time_budget import (
+    Budget,
+    Probe,
+    fastest,
+    features_until,
+    held_within,
+    probe_sample,
+    reserve,
+)
 from specdec_core.training.train_config import TrainConfig
+from specdec_core.training.validation import decoded_tau
 
 TRAINS = "mlp-speculator"  # the card's kind
 CHUNK_ROWS = 512  # rows of one recomputed cross-entropy chunk
 
 
 @dataclass(frozen=True)
-class SpeculatorRequest:
+class SpeculatorRequest(TrainingData):
     """What to train and how; the defaults are `specdec train mlp-speculator`'s. Speculator
     settings left None take the --init speculator's, or for a fresh one fms-extras' defaults
     (3 stages, inner_dim 0 = the target's width, untied, unscaled input)."""
@@ -70,6 +79,7 @@ class SpeculatorRequest:
     cached_only: bool = False
     max_len: int = 512
     batch_tokens: int = 2048
+    feature_batch_tokens: int = 4096
     lr: float = 1e-3
     warmup: int = 50
     seed: int = 0
@@ -78,24 +88,13 @@ class SpeculatorRequest:
     device: str = "cpu"
     feature_dtype: str = "bfloat16"
     save_dtype: str = "bfloat16"  # the saved weights' dtype
-    seconds: float | None = None  # time budget, from the features to the end of training
+    seconds: float | None = None  # one time budget for the whole run
     save_every: int = 100
     command: str | None = None
     exclude_prompts: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if not self.data:
-            raise SpecdecError(
-                "--data names no source; use sharegpt, self, self-long, magpie, FILE.jsonl, "
-                "FILE.npz or a `specdec data` job folder"
-            )
-        for source in self.data:
-            check_source(source)
-        prompt_files(self.exclude_prompts)
-        if len(self.tokens) not in (1, len(self.data)):
-            raise SpecdecError(
-                "--tokens takes one number, or one per --data source (comma-separated)"
-            )
+        self.check_training_data()
         if self.init is not None:
             given = [
                 flag
@@ -118,23 +117,12 @@ class SpeculatorRequest:
             raise SpecdecError("--tie-weights needs two or more stages (--n-predict 2 or more)")
         if self.inner_dim is not None and self.inner_dim < 0:
             raise SpecdecError(f"--inner-dim {self.inner_dim}: give 0 (the target's width) or more")
-        for name, value in (("--epochs", self.epochs), ("--save-every", self.save_every)):
-            if value < 1:
-                raise SpecdecError(f"{name} {value}: give 1 or more")
-        if self.seconds is not None and self.seconds <= 0:
-            raise SpecdecError(f"--seconds {self.seconds}: give a time budget above 0")
-        if self.val_kinds < 0 or self.val_prompts < 0:
-            raise SpecdecError("--val-kinds and --val-prompts take 0 (none) or more")
+        if self.epochs < 1:
+            raise SpecdecError(f"--epochs {self.epochs}: give 1 or more")
+        if self.val_prompts < 0:
+            raise SpecdecError(f"--val-prompts {self.val_prompts}: give 0 (none) or more")
         if self.save_dtype not in ("float32", "bfloat16", "float16"):
             raise SpecdecError(f"--save-dtype {self.save_dtype}: use float32, bfloat16 or float16")
-
-    @property
-    def budgets(self) -> tuple[int, ...]:
-        return self.tokens * len(self.data) if len(self.tokens) == 1 else self.tokens
-
-    @property
-    def work_dir(self) -> Path:
-        return Path(self.work) if self.work else Path(self.out) / "work"
 
     def train_config(self, n_predict: int) -> TrainConfig:
         """The loop's settings as the card records them (the full vocabulary, no noise)."""
@@ -238,19 +226,10 @@ def greedy_tau(
 ) -> float:
     """Mean acceptance length of greedy decoding with the speculator (k = n_predict)."""
     from specdec_core.config import DecodeConfig
-    from specdec_core.decode import generate
     from specdec_core.drafters.mlp_speculator import MLPSpeculatorDrafter
-    from specdec_core.events import Finished
 
     config = DecodeConfig(max_new_tokens=max_new_tokens, k=speculator.n_predict)
-    new = steps = 0
-    for prompt in prompts:
-        drafter = MLPSpeculatorDrafter(speculator)
-        for event in generate(target, drafter, prompt, config):
-            if isinstance(event, Finished):
-                new += event.summary.new_tokens
-                steps += event.summary.steps
-    return round(new / max(1, steps), 3)
+    return round(decoded_tau(target, MLPSpeculatorDrafter(speculator), prompts, config), 3)
 
 
 @dataclass
@@ -261,46 +240,84 @@ class _Data:
     mix: dict
 
 
-def _featured(request: SpeculatorRequest, target: LoadedModel, samples, name: str):
+def _featured(request: SpeculatorRequest, target: LoadedModel, samples, name: str, **kwargs):
     return extract_features(
         target.model, samples, feature_shards(request.work_dir, name),
-        batch_tokens=4096,
         progress=lambda n, total, made: _log(f"features {n}/{total} sequences: {made} tokens"),
+        **kwargs,
     )  # fmt: skip
 
 
-def _features(request: SpeculatorRequest, target: LoadedModel, sources) -> _Data:
+def _probe(
+    request: SpeculatorRequest, target: LoadedModel, speculator: MLPSpeculator, samples
+) -> Probe:
+    """Time the features and a training step's forward and backward (no update) on the first
+    samples (`time_budget.probe_sample`); the random state is left as it was."""
+    taken = probe_sample(samples, request.batch_tokens)
+    made: list[list[Featured]] = []
+    features = fastest(lambda: made.append(extract_features(target.model, taken, None)))
+    ids, hidden, mask, _ = collate(made[-1], target.device)
+
+    def step() -> None:
+        (sum(stage_losses(speculator, ids, hidden, mask)) / speculator.n_predict).backward()
+
+    with torch.random.fork_rng(devices=[]):
+        training = fastest(step)
+    speculator.zero_grad(set_to_none=True)
+    tokens = max(1, sum(len(s.ids) for s in taken))
+    return Probe(features / tokens, training / tokens)
+
+
+def _features(
+    request: SpeculatorRequest,
+    target: LoadedModel,
+    speculator: MLPSpeculator,
+    sources: Iterable[Collected],
+    budget: Budget,
+) -> _Data:
     """Each source's samples as features; the held-out part is the first source's that has
-    any (as `specdec train`)."""
+    any (as `specdec train`). Under a budget, as `specdec train`: the features take their
+    share of it (`time_budget.features_until`, after a probe that refuses a budget too short
+    for one batch), and no source is collected once that share is spent."""
     data = _Data([], [], [], {"by_source": {}, "by_kind": {}})
+    until, forward = None, request.feature_batch_tokens
     for source in sources:
-        tokens = sum(len(s.ids) for s in source.samples)
-        _log(f"{source.name}: {len(source.samples)} sequences, {tokens} tokens")
-        counts = {"sequences": len(source.samples), "tokens": tokens}
+        if budget.seconds is not None and until is None and source.samples:
+            probe = _probe(request, target, speculator, source.samples)
+            tokens = sum(len(s.ids) for s in source.samples)
+            _log(f"{probe.words(min(request.batch_tokens, tokens))}; {budget.words()}")
+            until, forward = features_until(
+                probe, budget, tokens, request.batch_tokens, request.epochs, forward
+            )
+        done = _featured(
+            request, target, source.samples, source.name, batch_tokens=forward, until=until
+        )
+        tokens = sum(len(item.ids) for item in done)
+        _log(f"{source.name}: {len(done)} of {len(source.samples)} sequences, {tokens} tokens")
+        counts = {"sequences": len(done), "tokens": tokens}
         data.mix["by_source"][source.source] = {**counts, **source.mix}
         for kind, count in source.mix.get("kinds", {}).items():
             data.mix["by_kind"][kind] = data.mix["by_kind"].get(kind, 0) + count
-        data.train += _featured(request, target, source.samples, source.name)
+        data.train += done
         if source.held and not data.held:
-            data.held = _featured(request, target, source.held, "heldout")
+            held = source.held if until is None else held_within(source.held, tokens)
+            data.held = _featured(request, target, held, "heldout")
             data.held_prompts = source.held_prompts
+        if until is not None and time.monotonic() >= until:
+            _log("the features' share of the time budget is spent: no further source")
+            break
     return data
 
 
 def train_speculator(request: SpeculatorRequest) -> ModelCard:
     """`specdec train mlp-speculator`: load the target, collect the data, train, save; -> the
-    card."""
+    card. A time budget counts from here."""
+    budget = Budget(request.seconds)
     started = time.time()
     torch.manual_seed(request.seed)
-    target = load_model(request.target, request.device, request.feature_dtype)
+    target = load_model(request.target, request.device, request.target_dtype())
     speculator = starting_speculator(request, target)  # a misfit --init is refused here
-    exclude = evaluation_prompts(request.exclude_prompts)
-    sources = (
-        collect(source, target, budget, request.work_dir, request.max_len, request.seed,
-                request.cached_only, exclude)
-        for source, budget in zip(request.data, request.budgets, strict=True)
-    )  # fmt: skip
-    return train_on_sources(request, target, sources, speculator, started)
+    return train_on_sources(request, target, request.collected(target), speculator, started, budget)
 
 
 def train_on_sources(
@@ -309,18 +326,22 @@ def train_on_sources(
     sources: Iterable[Collected],
     speculator: MLPSpeculator | None = None,
     started: float | None = None,
+    budget: Budget | None = None,
 ) -> ModelCard:
     """Train `speculator` (default: `starting_speculator`) on `sources` and save it with its
-    card in `request.out`; -> the card."""
-    began, started = time.monotonic(), started or time.time()
+    card in `request.out`; -> the card. With `request.seconds`, the whole run ends by that
+    much time after this call, or by `budget` (the caller's, started earlier)."""
+    started = started or time.time()
+    budget = budget or Budget(request.seconds)
     target.model.requires_grad_(False)
     speculator = (speculator or starting_speculator(request, target)).to(target.device).float()
-    data = _features(request, target, sources)
+    data = _features(request, target, speculator, sources, budget)
     if not data.train:
-        raise SpecdecError("no training data; check --data and --tokens")
+        raise SpecdecError("no training data; check --data and --tokens (or give more --seconds)")
     config = request.train_config(speculator.n_predict)
-    if request.seconds:
-        config.seconds = max(1.0, request.seconds - (time.monotonic() - began))
+    if budget.seconds is not None:
+        config.seconds = max(1.0, budget.left() - reserve(budget))
+        _log(f"training for at most {config.seconds:.0f}s; {budget.words()}")
     size = sum(p.numel() for p in speculator.parameters())
     _log(f"MLP speculator: {size / 1e6:.1f}M trained parameters")
     out = Path(request.out)
@@ -397,72 +418,15 @@ def _by_kind(
     return table
 
 
-class SpeculatorTraining:
-    """One training run: AdamW (0.9, 0.95) over shuffled length-grouped batches, loop.py's
-    warm-up and cosine schedule (over the epochs or the time budget, whichever ends first),
-    checkpoints in OUT/checkpoint.pt every `save_every` steps and after each epoch (a rerun
-    resumes where it stopped), `validate(speculator)` after each epoch."""
+class SpeculatorTraining(EpochTraining):
+    """An MLP speculator's epochs (common_training.EpochTraining) on the mean of its stages'
+    losses (`stage_losses`)."""
 
-    def __init__(self, speculator, data, config: TrainConfig, out: Path, validate) -> None:
-        self.speculator, self.data, self.config, self.validate = speculator, data, config, validate
-        self.params = list(speculator.parameters())  # a tied module's weights once
-        self.optimizer = torch.optim.AdamW(
-            self.params, lr=config.lr, betas=(0.9, 0.95), weight_decay=0.0
-        )
-        self.generator = torch.Generator().manual_seed(config.seed)
-        self.steps_per_epoch = len(batches(data, config.batch_tokens, torch.Generator()))
-        self.total = max(1, self.steps_per_epoch * config.epochs)
-        plan = {
-            "sequences": len(data),
-            "tokens": sum(len(item.ids) for item in data),
-            "batch_tokens": config.batch_tokens,
-        }
-        self.checkpoint = Checkpoint(out, plan)
-        resumed = self.checkpoint.resume(speculator, self.optimizer, self.generator)
-        self.state = resumed or {"epoch": 0, "step": 0, "history": [], "plan": plan}
-        self.schedule = Schedule(config, self.total, self.state.get("seconds", 0.0))
+    kind = TRAINS
+    clip = 1.0
 
-    def run(self) -> list[EpochRecord]:
-        state = self.state
-        while state["epoch"] < self.config.epochs and not state.get("out_of_time"):
-            epoch_start = self.generator.get_state()
-            order = batches(self.data, self.config.batch_tokens, self.generator)
-            self._epoch(order[state["step"] - state["epoch"] * self.steps_per_epoch :], epoch_start)
-            if not state.get("out_of_time"):
-                state["epoch"] += 1
-            self._end_epoch(self.generator.get_state())
-        return [EpochRecord.from_record(record) for record in state["history"]]
-
-    def _epoch(self, order, epoch_start: torch.Tensor) -> None:
-        state, config, speculator = self.state, self.config, self.speculator
-        speculator.train()
-        device = speculator.proj[0].weight.device
-        bar = tqdm(order, desc=f"epoch {state['epoch'] + 1}/{config.epochs}", unit="batch")
-        for items in bar:
-            if config.seconds and self.schedule.done(state["step"]) >= 1.0:
-                state["out_of_time"] = True
-                break
-            for group in self.optimizer.param_groups:
-                group["lr"] = self.schedule.rate(state["step"])
-            ids, hidden, mask, _ = collate(items, device)
-            losses = stage_losses(speculator, ids, hidden, mask)
-            self.optimizer.zero_grad(set_to_none=True)
-            (sum(losses) / len(losses)).backward()
-            torch.nn.utils.clip_grad_norm_(self.params, 1.0)
-            self.optimizer.step()
-            state["step"] += 1
-            state["seconds"] = self.schedule.seconds()
-            bar.set_postfix(ce="/".join(f"{loss.item():.2f}" for loss in losses))
-            if state["step"] % config.save_every == 0:
-                self.checkpoint.save(speculator, TRAINS, self.optimizer, epoch_start, state)
-
-    def _end_epoch(self, next_start: torch.Tensor) -> None:
-        """The epoch's record (a fraction of one where the time ran out), validated and saved."""
-        state = self.state
-        stopped = "time" if state.get("out_of_time") else None
-        epoch = round(state["step"] / self.steps_per_epoch, 2) if stopped else state["epoch"]
-        validation = self.validate(self.speculator) if self.validate else Validation()
-        record = EpochRecord(epoch, state["step"], time.time(), validation, stopped)
-        state["history"].append(record.to_record())
-        _log(f"epoch {epoch}: {record.to_record()}")
-        self.checkpoint.save(self.speculator, TRAINS, self.optimizer, next_start, state)
+    def batch_loss(self, items: list[Featured]) -> tuple[torch.Tensor, str]:
+        ids, hidden, mask, _ = collate(items, self.model.proj[0].weight.device)
+        losses = stage_losses(self.model, ids, hidden, mask)
+        shown = "/".join(f"{float(loss.detach()):.2f}" for loss in losses)
+        return sum(losses) / len(losses), f"ce by stage {shown}"

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from specdec_core.errors import SpecdecError
@@ -36,6 +36,7 @@ RESERVE_MIN_S = 2.0
 PROBE_TOKENS = 256  # of the first samples, timed through the features and a training step
 PROBE_ROUNDS = 2  # the fastest of them counts (the first pays for allocation)
 HELD_SHARE = 0.1  # under a budget, held-out tokens featured per training token
+HELD_MIN_TOKENS = 64
 FORWARD_SHARE = 0.05  # under a budget, of the time left, the most one feature forward takes
 
 
@@ -249,3 +250,21 @@ def fastest(run: Callable[[], object]) -> float:
         run()
         times.append(time.monotonic() - began)
     return min(times)
+
+
+def held_within(held: Sequence, tokens: int) -> list:
+    """The held-out samples a time budget validates on: the first ones, cut to at most
+    `HELD_SHARE` of the `tokens` training has (never under `HELD_MIN_TOKENS`), so their
+    features cost a small part of the training features' time and the top-1 is still measured
+    when those took their whole share."""
+    room = max(HELD_MIN_TOKENS, round(HELD_SHARE * tokens))
+    taken: list = []
+    for sample in held:
+        if room < 2:
+            break
+        ids = list(sample.ids[:room])
+        if sample.start >= len(ids) - 1:  # no answer token left to count
+            break
+        taken.append(type(sample)(ids, sample.start))
+        room -= len(ids)
+    return taken
