@@ -11,12 +11,15 @@ from specdec_core.cli.options import (
     add_adapt_options,
     add_decode_options,
     add_model_options,
+    add_policy_profile_option,
     decode_config,
     load_options,
     load_progress,
     model_specs,
+    policy_profile,
     resolve_auto_k,
 )
+from specdec_core.config import DecodeConfig
 from specdec_core.errors import SpecdecError
 
 
@@ -31,12 +34,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_model_options(parser)
     add_decode_options(parser)
     add_adapt_options(parser)
+    add_policy_profile_option(parser)
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from specdec_core.methods import check_method_params
     from specdec_core.models import load_model
+    from specdec_core.policy_profile import prompt_feature
     from specdec_core.prompts import check_prompt_text, encode_prompt, read_prompt_file
     from specdec_core.runner import load_extra
     from specdec_core.runner import run as run_method
@@ -44,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
     config = decode_config(args)
     check_method_params([args.method], config.method_params)
     adapting = adapt_settings(args, [args.method])
+    profile = policy_profile(args, config)
     if args.prompt is None and args.prompt_file is None:
         raise SpecdecError("no prompt; pass --prompt TEXT or --prompt-file FILE.jsonl")
     text = args.prompt if args.prompt is not None else read_prompt_file(args.prompt_file, 1)[0]
@@ -52,6 +58,11 @@ def run(args: argparse.Namespace) -> int:
     progress = load_progress(args.json)
     target = load_model(args.target, args.device, args.dtype, progress, options=options)
     prompt_ids = encode_prompt(target.tokenizer, text, args.raw)
+    kind = None
+    if profile is not None:
+        kind = profile.classify(prompt_feature(target, text))
+        config = profile.config_for(kind, config)  # as `profiled_config`, keeping the kind
+        print(f"[policy profile] {_picked(kind.kind, config)}", file=sys.stderr)
     extra = load_extra(args.method, target, model_specs(args))
     config = resolve_auto_k(args, config, target, [args.method], extra)
     summary = run_method(target, args.method, prompt_ids, config, extra)
@@ -60,6 +71,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         record = summary.to_record()
         record.update(device=str(target.device), dtype=target.dtype_name)
+        if profile is not None:
+            record.update(policy_profile=args.policy_profile, policy_kind=kind.kind)
         print(json.dumps(record))
         return 0
     print(summary.text)
@@ -78,6 +91,12 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+def _picked(kind: str, config: DecodeConfig) -> str:
+    """'kind code: threshold tau=0.1', or the lossless rule the profile gives the kind."""
+    params = " ".join(f"{name}={value:g}" for name, value in config.policy_params.items())
+    return f"kind {kind}: {config.policy} {params}".rstrip()
 
 
 def _adapt(args, target, head, settings, prompt_ids, summary) -> None:
