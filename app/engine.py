@@ -33,7 +33,8 @@ from app.engine_api import (
     no_head,
 )
 from specdec_core.errors import SpecdecError
-from specdec_core.events import Event, Finished
+from specdec_core.events import Event, Finished, RunSummary
+from specdec_core.run_distance import RunDistance
 from specdec_core.serve import ServeCommand
 
 END_LABEL = "⟨end⟩"  # the label of the end-of-text / end-of-turn token in the draft tree
@@ -120,14 +121,9 @@ class SpecdecEngine:
         from specdec_core.decode import generate
         from specdec_core.methods import build_drafter
         from specdec_core.prefix_cache import PrefixCache
-        from specdec_core.prompts import encode_chat, encode_prompt
 
         with self._held() as target:
-            if request.messages:
-                messages = [{"role": m.role, "content": m.content} for m in request.messages]
-                ids = encode_chat(target.tokenizer, messages)
-            else:
-                ids = encode_prompt(target.tokenizer, request.prompt, request.raw)
+            ids = _prompt_ids(target, request)
             extra = self.extra(request.method, request.specs, progress)
             costs, acceptance = self._tree_sizing()
             history = self._history(request)
@@ -155,6 +151,26 @@ class SpecdecEngine:
                         run = (adapter.source, ids, summary.token_ids, summary.mean_accept_length)
                         self._pending.append(run)
                     yield event
+
+    def distance(
+        self, request: RunRequest, summary: RunSummary, stop: StopFlag
+    ) -> RunDistance | None:
+        """`measure.run_distance` of the run: its prompt decoded again from scratch (a chat
+        turn's cache is not reused), the tree at the size the run used."""
+        from specdec_core.measure import MeasurementStopped, run_distance, tree_label
+
+        if not summary.lossy:
+            return RunDistance.lossless()
+        with self._held() as target:
+            ids = _prompt_ids(target, request)
+            extra = self.extra(request.method, request.specs)
+            tree = tree_label(request.method, summary.config)
+            try:
+                return run_distance(
+                    request.method, target, ids, request.config, extra, tree, stop=stop
+                )
+            except MeasurementStopped:
+                return None
 
     def _tree_sizing(self) -> tuple[ForwardCosts, AcceptanceEstimates]:
         """This engine's forward costs and acceptance estimates, which its runs share (created
@@ -353,3 +369,13 @@ class SpecdecEngine:
             self._extras[key] = loader(spec, self._target, progress=progress)
             progress(f"loaded {needs} '{spec}'", 1.0)
         return self._extras[key]
+
+
+def _prompt_ids(target: LoadedModel, request: RunRequest) -> list[int]:
+    """The run's prompt as token ids: a chat turn's whole conversation under its template."""
+    from specdec_core.prompts import encode_chat, encode_prompt
+
+    if request.messages:
+        messages = [{"role": m.role, "content": m.content} for m in request.messages]
+        return encode_chat(target.tokenizer, messages)
+    return encode_prompt(target.tokenizer, request.prompt, request.raw)

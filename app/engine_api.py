@@ -23,7 +23,8 @@ from typing import Protocol
 
 from specdec_core.config import DecodeConfig
 from specdec_core.control import Progress, StopFlag
-from specdec_core.events import Event
+from specdec_core.events import Event, RunSummary
+from specdec_core.run_distance import RunDistance
 from specdec_core.serve import ServeCommand
 from specdec_core.sweep_records import Grid, SweepProgress, SweepResult, TuneResult
 
@@ -208,6 +209,14 @@ class Engine(Protocol):
 
     def events(self, request: RunRequest, stop: StopFlag, progress: Progress) -> Iterator[Event]:
         """One run: Started, a Step per target forward, Finished (specdec_core.events)."""
+        ...
+
+    def distance(
+        self, request: RunRequest, summary: RunSummary, stop: StopFlag
+    ) -> RunDistance | None:
+        """A finished run's distance from the target's distribution (total variation and KL
+        per emitted token, `measure.run_distance`): a lossy run decoded once more, untimed,
+        with the same seed; 0 by construction for a lossless one; None when `stop` ends it."""
         ...
 
     def token_text(self, token_id: int) -> str:

@@ -27,7 +27,7 @@ from app.adapt_controller import AdaptController
 from app.chat_controller import ChatController
 from app.compare_controller import CompareController
 from app.engine import SpecdecEngine
-from app.engine_api import Engine, Registries, TargetInfo
+from app.engine_api import Engine, Registries, RunRequest, TargetInfo
 from app.error_dialog import ErrorDialog
 from app.file_actions import FileActions
 from app.jobs import JobRunner
@@ -36,6 +36,7 @@ from app.menus import Actions, create_actions, create_menus, show_about, show_he
 from app.method_style import MethodStyle
 from app.model_loader import ModelLoader
 from app.next_run_note import NextRunNote
+from app.reference import REFERENCE
 from app.run_controller import RunController
 from app.run_inputs import RunInputs
 from app.server_controller import ServerController
@@ -59,6 +60,8 @@ from app.widgets.status_bar import StatusBar
 from app.widgets.train_view import TrainView
 from app.window_layout import scrolled_column, split
 from app.window_settings import WindowSettings
+from specdec_core.events import RunSummary
+from specdec_core.run_distance import RunDistance
 
 log = logging.getLogger(__name__)
 TITLE = "specdec-playground"
@@ -179,6 +182,8 @@ class MainWindow(QMainWindow):
         self.compare.run_requested.connect(self.run_compare)
         self.compare.export_requested.connect(files.export_dialog)
         self.controller.queue_done.connect(self.plots.redraw)
+        self.controller.measuring.connect(self.state.show)
+        self.controller.measured.connect(self._plot_policy)
 
     def _install_sweep(self) -> SweepController:
         sweep = SweepController(
@@ -219,6 +224,14 @@ class MainWindow(QMainWindow):
 
     def _show(self, tab: QWidget) -> None:
         self.tabs.setCurrentWidget(tab)
+
+    def _plot_policy(
+        self, request: RunRequest, summary: RunSummary, distance: RunDistance | None
+    ) -> None:
+        """A finished run on the Decoding panel's τ-against-distance plot; not an
+        autoregressive run (τ 1 at distance 0 whatever the policy: Generate's reference)."""
+        if request.method != REFERENCE:
+            self.decoding.add_run(summary, distance)
 
     def _set_show_rejected(self, show: bool) -> None:
         self.actions.show_rejected.setChecked(show)

@@ -9,12 +9,12 @@ The child is started with "spawn" (a fork of a process with Qt or torch threads 
 at the first call, and talks over one duplex `multiprocessing` Pipe, one request at a time:
 
 - window -> engine: `(command, arguments)`: a method of the protocol by its own name
-  (`engine_api.COMMANDS`: registries, load_target, events, forget, sweep, tune, set_adapt,
-  adapt, reset_adaptation, save_adapted; `close` ends the process) and its value arguments by
-  name, or `LABELS` (the label of every token id). The child calls its engine's method of that
-  name; the `progress`, `on_point` and `stop` parameters become messages (below). Arguments
-  and results are the frozen dataclasses of app/engine_api.py, specdec_core.events and
-  .sweep_records (picklable).
+  (`engine_api.COMMANDS`: registries, load_target, events, distance, forget, sweep, tune,
+  set_adapt, adapt, reset_adaptation, save_adapted; `close` ends the process) and its value
+  arguments by name, or `LABELS` (the label of every token id). The child calls its engine's
+  method of that name; the `progress`, `on_point` and `stop` parameters become messages
+  (below). Arguments and results are the frozen dataclasses of app/engine_api.py,
+  specdec_core.events, .run_distance and .sweep_records (picklable).
 - engine -> window, for each request: any number of `("progress", message, fraction)`,
   `("event", Started | Step | Finished)` (what a streaming method yields) and
   `("point", SweepProgress)`, then exactly one of `("result", value)` or

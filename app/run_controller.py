@@ -6,6 +6,10 @@ at once. Whoever starts a queue is its `RunOwner` and hears the events of its ow
 and only those: the Generate, Compare and chat controllers draw their own runs. The worker's
 signals reach this QObject's slots in the GUI thread (queued). What is running is written to
 the `Session`, which the window observes; an error of a run is reported there too.
+
+Each finished run is then `measured`: its distance from the target's distribution, with the
+run and its summary (`Engine.distance`, in the run's worker, before the next run of the queue:
+a lossy run costs one more decode, announced by `measuring`; a lossless one is at 0 at once).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from app.jobs import JobRunner
 from app.session import Activity, Session
 from app.worker import EventWorker, Job, TaskWorker
 from specdec_core.events import Finished, RunSummary, Started, Step
+from specdec_core.run_distance import RunDistance
 
 TASK_NAMES = {Activity.STARTING: "engine start", Activity.LOADING: "model load"}
 
@@ -44,6 +49,8 @@ class RunOwner(Protocol):
 
 class RunController(QObject):
     finished = Signal(object)  # RunSummary, of any run
+    measuring = Signal(str)  # a lossy run's distance is being measured (one more decode)
+    measured = Signal(object, object, object)  # RunRequest, RunSummary, RunDistance | None
     progress = Signal(str, float)  # of any run (a draft or head loading)
     queue_done = Signal()
     task_progress = Signal(str, float)
@@ -115,10 +122,15 @@ class RunController(QObject):
         request = self._queue.pop(0)
         self.current = request
         engine = self.engine
-        worker = EventWorker(lambda stop, progress: engine.events(request, stop, progress))
+        worker = EventWorker(
+            lambda stop, progress: engine.events(request, stop, progress),
+            lambda summary, stop: engine.distance(request, summary, stop),
+        )
         worker.started_run.connect(self._on_started)
         worker.stepped.connect(self._on_step)
         worker.finished_run.connect(self._on_finished)
+        worker.measuring.connect(self.measuring)
+        worker.measured.connect(self._on_measured)
         worker.progress.connect(self.progress)
         worker.errored.connect(self._on_error)
         worker.done.connect(self._on_run_done)
@@ -142,6 +154,10 @@ class RunController(QObject):
         self.session.keep("run", event.summary)
         self._owned().finished(self.current, event.summary)
         self.finished.emit(event.summary)
+
+    @Slot(object, object)
+    def _on_measured(self, summary: RunSummary, distance: RunDistance | None) -> None:
+        self.measured.emit(self.current, summary, distance)
 
     @Slot(str, bool)
     def _on_error(self, message: str, user: bool) -> None:

@@ -5,6 +5,11 @@ generator in its thread and emits signals; the window connects to them (queued, 
 in the GUI thread); the worker never touches a widget. Stop sets a `threading.Event` that the
 engine checks between steps; if the stream yields another Step after Stop was seen, the
 worker closes it, so Stop always takes effect within one step. Exceptions become `errored`.
+
+A run's worker may also measure the finished run's distance from the target's distribution
+(`EventWorker(measure=...)`): after the run, in the same thread, so that nothing else runs on
+the models meanwhile. A lossy run costs one more decode, untimed (`measuring` says so first,
+and Stop ends it: no distance); a lossless one is at 0 at no cost.
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from app.engine_api import Progress, StopFlag
 from specdec_core.errors import SpecdecError, is_out_of_memory, out_of_memory
-from specdec_core.events import Event, Finished, Started, Step
+from specdec_core.events import Event, Finished, RunSummary, Started, Step
+from specdec_core.run_distance import RunDistance
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +53,10 @@ def errors_to_signal(errored: Signal, what: str) -> Iterator[None]:
 
 
 EventSource = Callable[[StopFlag, Progress], Iterator[Event]]
+Measure = Callable[[RunSummary, StopFlag], RunDistance | None]  # a finished run's distance
+MEASURING_DISTANCE = (
+    "measuring the lossy run's distance from the target's distribution (one more decode, untimed)…"
+)
 
 
 class Worker(QObject):
@@ -77,22 +87,38 @@ class Worker(QObject):
 
 
 class EventWorker(Worker):
-    """Runs one event stream; emits `started_run`, `stepped`, `finished_run`, then `done`."""
+    """Runs one event stream; emits `started_run`, `stepped`, `finished_run`, then, with
+    `measure`, `measuring` (a lossy run only) and `measured`, then `done`."""
 
     started_run = Signal(object)  # Started
     stepped = Signal(object)  # Step
     finished_run = Signal(object)  # Finished
+    measuring = Signal(str)  # what the extra decode is, before it starts
+    measured = Signal(object, object)  # RunSummary, RunDistance | None (not measured)
     progress = Signal(str, float)
     what = "run"
 
-    def __init__(self, source: EventSource) -> None:
+    def __init__(self, source: EventSource, measure: Measure | None = None) -> None:
         super().__init__()
         self._source = source
+        self._measure = measure
 
     def _run(self) -> None:
-        self._iterate(self._source(self.stop_flag, self.progress.emit))
+        summary = self._iterate(self._source(self.stop_flag, self.progress.emit))
+        if summary is not None and self._measure is not None:
+            self.measured.emit(summary, self._distance(summary, self._measure))
 
-    def _iterate(self, stream: Iterator[Event]) -> None:
+    def _distance(self, summary: RunSummary, measure: Measure) -> RunDistance | None:
+        """0 for a lossless run; none once Stop was pressed; else measured (one decode)."""
+        if not summary.lossy:
+            return RunDistance.lossless()
+        if self.stop_flag.is_set():
+            return None
+        self.measuring.emit(MEASURING_DISTANCE)
+        return measure(summary, self.stop_flag)
+
+    def _iterate(self, stream: Iterator[Event]) -> RunSummary | None:
+        """The stream to its Finished (whose summary it returns) or to Stop."""
         stopping = False
         try:
             for event in stream:
@@ -100,12 +126,13 @@ class EventWorker(Worker):
                     break  # the engine ignored the flag for a whole step: abandon it
                 self._emit(event)
                 if isinstance(event, Finished):
-                    break
+                    return event.summary
                 stopping = self.stop_flag.is_set()
         finally:
             close = getattr(stream, "close", None)
             if close is not None:
                 close()
+        return None
 
     def _emit(self, event: Event) -> None:
         if isinstance(event, Step):

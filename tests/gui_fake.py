@@ -39,6 +39,7 @@ from specdec_core.events import (
     Token,
 )
 from specdec_core.events import TokenKind as Kind
+from specdec_core.run_distance import RunDistance
 from specdec_core.sweep_records import SweepResult, TuneResult
 
 if TYPE_CHECKING:
@@ -136,6 +137,8 @@ class FakeEngine:
         self.export_gate = threading.Event()  # holds a head export until set (set by default)
         self.export_gate.set()
         self.closed = False
+        self.token_distance = 0.1  # each emitted token's total variation under a lossy policy
+        self.distances: list[RunRequest] = []  # the runs whose distance was asked for
 
     def registries(self) -> Registries:
         return Registries(METHODS, POLICIES)
@@ -186,6 +189,22 @@ class FakeEngine:
             self.cached[request.conversation] = prompt + len(ids) - 1
         self.summaries.append(summary)
         yield Finished(summary)
+
+    def distance(
+        self, request: RunRequest, summary: RunSummary, stop: StopFlag
+    ) -> RunDistance | None:
+        """A lossy run: each emitted token at `token_distance` (KL 0), one `delay` a token,
+        None once `stop` is set; a lossless run: 0 by construction."""
+        self.distances.append(request)
+        if not summary.lossy:
+            return RunDistance.lossless()
+        distance = RunDistance()
+        for _ in range(summary.new_tokens):
+            if stop.is_set():
+                return None
+            time.sleep(self.delay)
+            distance = distance.add(self.token_distance, 0.0)
+        return distance
 
     def token_text(self, token_id: int) -> str:
         return f"t{token_id}"
