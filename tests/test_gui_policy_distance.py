@@ -89,3 +89,32 @@ def test_the_engine_measures_a_lossy_run_as_the_benchmark_does(tiny_target):
     assert engine.distance(request, summary, stopped) is None  # Stop: no distance
     lossless = replace(request, config=config.lossless())
     assert engine.distance(lossless, replace(summary, lossy=False), never).exact_by_construction
+
+
+def test_the_engine_process_measures_the_same_distance(tmp_path):
+    from app.engine import SpecdecEngine
+    from app.engine_api import RunRequest
+    from app.process_engine import ProcessEngine
+    from specdec_core.config import DecodeConfig
+    from specdec_core.events import Finished
+    from tests.process_engines import SlowEngine
+    from tests.tiny import tiny_model, tiny_tokenizer
+
+    tiny_model(1).save_pretrained(tmp_path)
+    tiny_tokenizer().save_pretrained(tmp_path)
+    config = DecodeConfig(max_new_tokens=8, k=3, policy="threshold", policy_params={"tau": 0.01})
+    request = RunRequest("ngram", "w7 w8 w7 w8 w7 w8", config, raw=True)
+    never = threading.Event()
+    local, child = SpecdecEngine(), ProcessEngine(SlowEngine)
+    try:
+        for engine in (local, child):
+            engine.load_target(str(tmp_path), "cpu", "float32", lambda *_: None)
+        events = list(child.events(request, never, lambda *_: None))
+        summary = next(event.summary for event in events if isinstance(event, Finished))
+        there = child.distance(request, summary, never)
+        assert there is not None and there.tokens > 0
+        here = local.distance(request, summary, never)
+        assert there.tokens == here.tokens  # the same run decoded again
+        assert there.total_variation == pytest.approx(here.total_variation, abs=1e-5)
+    finally:
+        child.close()
