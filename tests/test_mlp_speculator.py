@@ -1,6 +1,6 @@
 """MLP speculators (IBM fms-extras, as vLLM loads them): the arithmetic against a re-statement of
 vLLM's forward, the tied and untied layouts, the checks on a checkpoint, lossless drafting on
-tiny random models, the vLLM export, and the bundled speculator on the embedded model."""
+tiny random models, the vLLM export, and `embedded` refused while no speculator is bundled."""
 
 from __future__ import annotations
 
@@ -406,16 +406,14 @@ def test_the_vllm_export_reads_back_as_the_same_speculator(tiny_target, tmp_path
         export_vllm(speculator, tmp_path / "more", k=4)
 
 
-@pytest.mark.slow
-def test_the_bundled_speculator_decodes_exactly_like_the_embedded_model(embedded):
-    from specdec_core.prompts import encode_prompt
+def test_embedded_is_refused_in_one_line_while_no_speculator_is_bundled():
+    """No MLP speculator ships with this install (resources/mlp-speculator): `embedded` says
+    what to pass instead, in one line, before any target is needed."""
+    from specdec_core.resources import resource_path
 
-    ids = encode_prompt(embedded.tokenizer, "Give three tips for staying healthy.", raw=False)
-    config = DecodeConfig(max_new_tokens=32, k=3)
-    reference = run(embedded, "ar", ids, config)
-    speculator = load_speculator("embedded", embedded)
-    assert speculator.config.emb_dim == 576 and speculator.config.vocab_size == 49152
-    events = list(generate(embedded, MLPSpeculatorDrafter(speculator), ids, config))
-    summary = events[-1].summary
-    assert summary.token_ids == reference.token_ids
-    assert summary.mean_accept_length > 1.1
+    assert not (resource_path("mlp-speculator") / "config.json").exists()
+    with pytest.raises(SpecdecError) as refused:
+        load_speculator("embedded", None)
+    message = str(refused.value)
+    assert "\n" not in message
+    assert "--speculator" in message and "specdec train mlp-speculator" in message
