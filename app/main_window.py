@@ -33,6 +33,7 @@ from app.file_actions import FileActions
 from app.jobs import JobRunner
 from app.logs import log_path
 from app.menus import Actions, create_actions, create_menus, show_about, show_help
+from app.method_params import MethodParams
 from app.method_style import MethodStyle
 from app.model_loader import ModelLoader
 from app.next_run_note import NextRunNote
@@ -97,7 +98,10 @@ class MainWindow(QMainWindow):
             self.session, self.controller, self.status, self.errors, self.actions, self.prompt,
             self.compare, self.chat_view, self.models,
         )  # fmt: skip
-        self.inputs = RunInputs(self.session, self.prompt, self.decoding, self.models)
+        self.method_params = MethodParams()  # Tune's choices, taken by every run
+        self.inputs = RunInputs(
+            self.session, self.prompt, self.decoding, self.models, self.method_params
+        )
         runs = (self.controller, self.inputs, MethodStyle(self.session))
         self.single = SingleRunController(
             *runs, self.output, self.plots, self.state.show, lambda: self._show(self.output)
@@ -188,7 +192,7 @@ class MainWindow(QMainWindow):
     def _install_sweep(self) -> SweepController:
         sweep = SweepController(
             self.session, self.engine, self.decoding, self.prompt.text, self.models.specs,
-            self.jobs, parent=self,
+            self.jobs, parent=self, method_params=self.method_params,
         )  # fmt: skip
         self.tabs.addTab(sweep.view, "Sweep")
         self.addAction(sweep.tune_action)

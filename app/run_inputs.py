@@ -1,14 +1,16 @@
 """What a run is asked with: the prompt box, the Decoding panel and the Models panel, read
 into a `RunRequest` when the run is queued (a change afterwards applies to the next run).
 
-`RunInputs` is shared by Generate, Compare and the chat; an empty prompt is refused here, at
-once, before anything runs, and a draft or head that just worked goes to the top of its
-picker's recent list.
+`RunInputs` is shared by Generate, Compare and the chat; a method's own parameters come from
+what Tune chose for it (app/method_params.py, the Sweep tab's store); an empty prompt is
+refused here, at once, before anything runs, and a draft or head that just worked goes to the
+top of its picker's recent list.
 """
 
 from __future__ import annotations
 
 from app.engine_api import RunRequest
+from app.method_params import MethodParams
 from app.session import Session
 from app.widgets.decoding_panel import DecodingPanel
 from app.widgets.models_panel import ModelsPanel
@@ -24,8 +26,10 @@ class RunInputs:
         prompt: PromptPanel,
         decoding: DecodingPanel,
         models: ModelsPanel,
+        method_params: MethodParams,
     ) -> None:
         self.session, self.prompt, self.decoding, self.models = session, prompt, decoding, models
+        self.method_params = method_params  # what Tune chose for a method's own parameters
 
     def method(self) -> str:
         return self.decoding.method_name()
@@ -46,7 +50,7 @@ class RunInputs:
         return RunRequest(
             method=method,
             prompt=self.prompt.text(),
-            config=self.decoding.config(),
+            config=self.method_params.applied(method, self.decoding.config()),
             raw=self.prompt.raw.isChecked(),
             specs=self.models.specs(),
             comparison=comparison,

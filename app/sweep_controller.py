@@ -86,6 +86,7 @@ class SweepController(QObject):
         specs: Callable[[], dict[str, str]],
         jobs: JobRunner,
         parent: QObject | None = None,
+        method_params: MethodParams | None = None,
     ) -> None:
         super().__init__(parent)
         self.session = session
@@ -108,7 +109,8 @@ class SweepController(QObject):
         self.label = ""  # the method measured, as the Method box names it
         self.result_box: QMessageBox | None = None
         self.last_result: SweepResult | TuneResult | None = None
-        self.method_params = MethodParams()  # what Tune chose for a method's own parameters
+        # what Tune chose for a method's own parameters (shared with the runs' inputs)
+        self.method_params = method_params if method_params is not None else MethodParams()
         self.tuning: ParamTuning | None = None  # a Tune of a method parameter, while it runs
         self.view.run_requested.connect(self.run_sweep)
         self.view.stop_requested.connect(self.stop)

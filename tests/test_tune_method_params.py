@@ -140,3 +140,10 @@ def test_only_the_parameters_with_candidates_are_tunable():
     assert param_candidates("layer-skip", "exit_layer", 4) == [1, 2, 3]
     with pytest.raises(SpecdecError, match="it offers: exit_layer"):
         param_candidates("layer-skip", "confidence")
+
+
+def test_a_run_after_tune_is_asked_with_the_value_tune_chose(qtbot, window):
+    choose(window, "swift")
+    assert tune(qtbot, window).k == 0.45
+    assert window.inputs.request("swift").config.method_params == {"skip_ratio": 0.45}
+    assert window.inputs.request("lookahead").config.method_params == {}
