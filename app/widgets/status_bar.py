@@ -33,9 +33,12 @@ def memory_text() -> str:
         except OSError:
             return "memory: n/a"
     text = f"RAM {rss / 2**20:.0f} MiB"
-    torch = sys.modules.get("torch")  # never import torch just for this
-    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
-        text += f" · GPU {torch.cuda.memory_allocated() / 2**20:.0f} MiB"
+    cuda = sys.modules.get("torch.cuda")  # never import torch just for this
+    try:
+        if cuda is not None and cuda.is_available() and cuda.is_initialized():
+            text += f" · GPU {cuda.memory_allocated() / 2**20:.0f} MiB"
+    except AttributeError:  # torch is still being imported by a worker thread
+        pass
     return text
 
 
