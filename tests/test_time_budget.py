@@ -14,7 +14,7 @@ import pytest
 
 from app.training_plan import read_generation
 from specdec_core.cli import main
-from specdec_core.training import driver, features, loop, time_budget
+from specdec_core.training import common_training, driver, features, loop, time_budget
 from specdec_core.training.progress_file import read_progress
 from tests.gui_window import make_window_fixture  # noqa: F401 (a fixture)
 from tests.slow_engine import (
@@ -62,7 +62,7 @@ def _slow_steps(monkeypatch, seconds: float, probe_too: bool = False) -> list[fl
 
 def _beat(monkeypatch, seconds: float) -> None:
     """Progress lines every `seconds` (the product says one at least every few seconds)."""
-    for module in (time_budget, loop, driver):
+    for module in (time_budget, common_training, driver):
         monkeypatch.setattr(module, "HEARTBEAT_S", seconds)
 
 

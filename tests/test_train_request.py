@@ -3,9 +3,9 @@ that says what to do, before any model loads."""
 
 import pytest
 
+from specdec_core import models
 from specdec_core.cli import main
 from specdec_core.errors import SpecdecError
-from specdec_core.training import driver
 from specdec_core.training.request import TrainRequest
 
 REFUSED = [
@@ -63,7 +63,7 @@ def test_specdec_train_refuses_before_loading_the_target(
     def load_model(*args, **kwargs):
         raise AssertionError("the target was loaded before the settings were checked")
 
-    monkeypatch.setattr(driver, "load_model", load_model)
+    monkeypatch.setattr(models, "load_model", load_model)
     out = tmp_path / "out"
     assert main(["train", *argv, "--out", str(out)]) == 2
     assert message in capsys.readouterr().err

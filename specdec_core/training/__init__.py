@@ -10,8 +10,10 @@ data they train on (`specdec data`).
 - `features.py`: the target's features of each sample, in resumable shards.
 - `layout.py`: what to train (layout, depth, the --init head, the fused target layers);
   `starting_model.py`: the model it starts as, built around the target.
-- `objective.py`: a batch's prediction and losses; `loop.py`: `TrainConfig` and the
-  checkpointed, resumable training loop.
+- `common_request.py`: what every training request shares (its data, budgets, work folder,
+  the target's dtype); `common_training.py`: the checkpointed, resumable epochs every trainer
+  runs (EAGLE and draft, Medusa, MLP speculator); `time_budget.py`: one time budget per run.
+- `objective.py`: a batch's prediction and losses; `loop.py`: their training steps.
 - `driver.py`: `train_from_request` (collects the data itself) and `train_on_samples` (for
   data collected elsewhere): features -> training with per-epoch validation -> save + card.
 - `distill.py`: scripts/gpu_distill.py's stages: answer prompts and train within a

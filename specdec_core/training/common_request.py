@@ -24,6 +24,7 @@ class TrainingData:
     """The settings of a training run's data, budget and checkpoints (the request's fields)."""
 
     out: str  # the trained model and its card
+    target: str  # the target model (name, folder or hub id)
     data: tuple[str, ...]  # sources (data_sources.py)
     tokens: tuple[int, ...]  # token budget: one, or one per source
     work: str | None  # cache for data and features (default OUT/work)
@@ -74,6 +75,15 @@ class TrainingData:
             flush=True,
         )
         return "float32"
+
+    def load_target(self) -> LoadedModel:
+        """The target in `target_dtype()`, torch's random state seeded with `seed` first."""
+        import torch
+
+        from specdec_core.models import load_model
+
+        torch.manual_seed(self.seed)
+        return load_model(self.target, self.device, self.target_dtype())
 
     @property
     def budgets(self) -> tuple[int, ...]:

@@ -1,77 +1,266 @@
-"""`EpochTraining`: the epochs of a small model trained on the target's features, resumable.
+"""The epochs of a small model trained on the target's features, checkpointed and resumable:
+`EpochTraining`, and its pieces (`batches`, `Checkpoint`, `Schedule`).
 
-AdamW (0.9, 0.95, no weight decay) over shuffled length-grouped batches (loop.batches),
-loop.py's warm-up and cosine schedule (over the epochs or the time budget, whichever ends
-first), checkpoints in OUT/checkpoint.pt every `save_every` steps and after each epoch (a
-rerun with the same OUT resumes at the step saved), `validate(model)` after each epoch and
-`on_step(step, steps, steps_per_epoch, history)` after every optimiser step and validation
-(loop.OnStep). A subclass gives the checkpoint's `kind`, the gradient-norm `clip` and
-`batch_loss`, the loss of one batch.
+AdamW (0.9, 0.95, no weight decay) over shuffled length-grouped batches (`batches`), a linear
+warm-up then cosine decay (`Schedule`, over the epochs or the time budget, whichever ends
+first; a resumed run's earlier training time added to both), checkpoints in
+OUT/checkpoint.pt (`Checkpoint`: the trained weights, the optimiser, the batch order's
+generator at the epoch's start and the input-feature noise's random state) every `save_every`
+steps and after each epoch; a rerun with the same OUT resumes at the step saved and ends with
+exactly the weights of a run that was never cut off, and a checkpoint of other data or batches
+is refused. With a time budget (`config.seconds`: this run's training time) no batch starts
+that would end after it by the batches' mean time so far (then it validates and saves as after
+an epoch). Each epoch ends with `validate(model)`; `on_step(step, steps, steps_per_epoch,
+history)` after every optimiser step and validation, `on_tick(clock)` after every batch and
+every few seconds while one runs (time_budget.py), and a progress line on stderr every
+`LOG_EVERY` batches. A subclass gives the checkpoint's `kind`, the gradient-norm `clip` and
+`batch_loss`, the loss of one batch (or its whole `step`).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import ClassVar
 
 import torch
+from torch import nn
 
+from specdec_core.errors import SpecdecError
+from specdec_core.files import save_atomic
 from specdec_core.training.card import EpochRecord, Validation
 from specdec_core.training.features import Featured
-from specdec_core.training.loop import Checkpoint, OnStep, Schedule, batches
+from specdec_core.training.time_budget import HEARTBEAT_S, Budget, Heartbeat, StageClock
 from specdec_core.training.train_config import TrainConfig
 
 LOG_EVERY = 10  # batches between progress lines (the epoch's last batch is logged too)
 
+# `on_step(step, steps, steps_per_epoch, history)`
+OnStep = Callable[[int, int, int, list[EpochRecord]], None]
+# `on_tick(clock)`: where training is, every few seconds and after every batch
+OnTick = Callable[[StageClock], None]
+
+
+def batches(data: list[Featured], batch_tokens: int, generator: torch.Generator):
+    """Shuffled batches of similar-length sequences, about `batch_tokens` padded tokens each."""
+    order = sorted(range(len(data)), key=lambda i: len(data[i].ids))
+    groups, group, width = [], [], 0
+    for i in order:
+        width = max(width, len(data[i].ids))
+        if group and (len(group) + 1) * width > batch_tokens:
+            groups.append(group)
+            group, width = [], len(data[i].ids)
+        group.append(i)
+    if group:
+        groups.append(group)
+    perm = torch.randperm(len(groups), generator=generator).tolist()
+    return [[data[i] for i in groups[j]] for j in perm]
+
+
+class Checkpoint:
+    """`directory/checkpoint.pt` of a run over `plan` (what a resumed run must share with it for
+    its step count to mean the same: sequences, tokens, batch size)."""
+
+    def __init__(self, directory: Path, plan: dict) -> None:
+        self.path = directory / "checkpoint.pt"
+        self.plan = plan
+
+    def resume(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, generator: torch.Generator
+    ) -> dict | None:
+        """Restore what was saved into `model`, `optimizer`, `generator` and the feature noise;
+        -> the run's state (None: nothing saved yet)."""
+        if not self.path.is_file():
+            return None
+        saved = torch.load(self.path, weights_only=True, map_location="cpu")
+        if saved["state"].get("plan", self.plan) != self.plan:
+            raise SpecdecError(
+                f"{self.path} is from a run on other data or batches ({saved['state']['plan']}; "
+                f"this run: {self.plan}), so it cannot resume; use a new --out, or delete the "
+                "checkpoint to start over (--init continues a finished head on new data)"
+            )
+        model.load_state_dict(saved["model"], strict=False)
+        optimizer.load_state_dict(saved["optimizer"])
+        generator.set_state(saved["generator"])
+        set_noise_state(saved.get("noise"))
+        return saved["state"]
+
+    def save(
+        self,
+        model: nn.Module,
+        trains: str,
+        optimizer: torch.optim.Optimizer,
+        epoch_start: torch.Tensor,
+        state: dict,
+    ) -> None:
+        """Save the run; `epoch_start`: the batch order's generator state at the epoch's start
+        (a run resumed mid-epoch redraws the same order)."""
+        own = model.state_dict()
+        if trains == "draft":  # the target's embedding and lm_head are not its own
+            own = {k: v for k, v in own.items() if "embed" not in k and "lm_head" not in k}
+        record = {
+            "model": own,
+            "optimizer": optimizer.state_dict(),
+            "generator": epoch_start,
+            "noise": noise_state(),
+            "state": state,
+        }
+        save_atomic(self.path, record)  # a run cut off mid-save keeps the last whole checkpoint
+
+
+def noise_state() -> dict:
+    """The random state the input-feature noise draws from (torch's default generators)."""
+    state = {"cpu": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_noise_state(state: dict | None) -> None:
+    if state is None:  # a checkpoint from before the noise state was kept
+        return
+    torch.set_rng_state(state["cpu"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+class Schedule:
+    """Linear warm-up, then cosine decay over the steps or the time budget, whichever is ahead;
+    `seconds_before`: training time a resumed run already spent."""
+
+    def __init__(self, config: TrainConfig, total_steps: int, seconds_before: float) -> None:
+        self.config, self.total = config, total_steps
+        self.clock = time.monotonic() - seconds_before
+
+    def seconds(self) -> float:
+        """Training time so far, a resumed run's earlier time included."""
+        return time.monotonic() - self.clock
+
+    def done(self, step: int) -> float:
+        """Share of the schedule done: of the steps, or of the time budget if that is ahead."""
+        done = step / self.total
+        if self.config.seconds:
+            done = max(done, self.seconds() / self.config.seconds)
+        return min(1.0, done)
+
+    def rate(self, step: int) -> float:
+        """The learning rate of optimiser step `step` + 1."""
+        lr = self.config.lr * min(1.0, (step + 1) / self.config.warmup)
+        return lr * (0.5 * (1 + math.cos(math.pi * self.done(step))))
+
+
+def saved_plan(directory: Path) -> dict | None:
+    """The plan (sequences, tokens, batch tokens) of the run whose checkpoint is in
+    `directory`, or None without one: a resumed run trains on exactly that data."""
+    path = directory / "checkpoint.pt"
+    if not path.is_file():
+        return None
+    saved = torch.load(path, weights_only=True, map_location="cpu")
+    return saved["state"].get("plan")
+
 
 class EpochTraining:
-    kind: ClassVar[str]  # what the checkpoint holds (loop.Checkpoint)
+    """One training run: the optimiser, the batch order, the checkpoint and the state saved in
+    it (epoch, step, history as `EpochRecord.to_record()`s, plan, seconds; `out_of_time` once
+    the budget ended it)."""
+
+    kind: ClassVar[str]  # what the checkpoint holds (Checkpoint.save)
     clip: ClassVar[float]  # the gradient norm each step is clipped to
 
     def __init__(
         self,
-        model: torch.nn.Module,
+        model: nn.Module,
         data: list[Featured],
         config: TrainConfig,
         out: Path,
-        validate: Callable[[torch.nn.Module], Validation] | None = None,
+        validate: Callable[[nn.Module], Validation] | None = None,
         on_step: OnStep | None = None,
+        on_tick: OnTick | None = None,
     ) -> None:
         self.model, self.data, self.config, self.validate = model, data, config, validate
-        self.on_step = on_step
-        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.on_step, self.on_tick = on_step, on_tick
+        self.params = self.trained_parameters()
         self.optimizer = torch.optim.AdamW(
             self.params, lr=config.lr, betas=(0.9, 0.95), weight_decay=0.0
         )
         self.generator = torch.Generator().manual_seed(config.seed)
         first = batches(data, config.batch_tokens, torch.Generator().manual_seed(0))
         self.steps_per_epoch = len(first)
+        self.total = max(1, self.steps_per_epoch * config.epochs)
         plan = {
             "sequences": len(data),
             "tokens": sum(len(item.ids) for item in data),
             "batch_tokens": config.batch_tokens,
         }
         self.checkpoint = Checkpoint(out, plan)
-        resumed = self.checkpoint.resume(model, self.optimizer, self.generator)
+        resumed = self.checkpoint.resume(self.saved, self.optimizer, self.generator)
         self.state = resumed or {"epoch": 0, "step": 0, "history": [], "plan": plan}
         self.epoch_start = self.generator.get_state()
-        self.total = max(1, self.steps_per_epoch * config.epochs)
-        self.schedule = Schedule(config, self.total, self.state.get("seconds", 0.0))
+        before = self.state.get("seconds", 0.0)  # a resumed run's earlier training time
+        timed = replace(config, seconds=before + config.seconds) if config.seconds else config
+        self.schedule = Schedule(timed, self.total, before)
+        self.deadline = time.monotonic() + config.seconds if config.seconds else None
+        self.batch_seconds: list[float] = []  # this run's batches
+        self.tokens_per_step = plan["tokens"] / max(1, self.steps_per_epoch)
+        self.clock = StageClock(
+            "training",
+            round(plan["tokens"] * config.epochs),
+            Budget(config.seconds or None),
+            done=round(self.state["step"] * self.tokens_per_step),  # a resumed run's steps
+        )
+
+    @property
+    def saved(self) -> nn.Module:
+        """The module whose weights the checkpoint holds."""
+        return self.model
+
+    def trained_parameters(self) -> list[nn.Parameter]:
+        return [p for p in self.model.parameters() if p.requires_grad]
 
     def batch_loss(self, items: list[Featured]) -> tuple[torch.Tensor, str]:
         """One batch's loss to minimise, and what to say of it in the progress line."""
         raise NotImplementedError
 
+    def step(self, items: list[Featured]) -> str:
+        """One optimiser step on a batch; -> what the progress line says of it."""
+        loss, said = self.batch_loss(items)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.params, self.clip)
+        self.optimizer.step()
+        return f"loss {float(loss.detach()):.3f}; {said}"
+
     def run(self) -> list[EpochRecord]:
         state = self.state
-        while state["epoch"] < self.config.epochs and not state.get("out_of_time"):
-            self.epoch()
-            self.end_epoch()
-        return [EpochRecord.from_record(record) for record in state["history"]]
+        with Heartbeat(self.tick, HEARTBEAT_S):
+            while state["epoch"] < self.config.epochs and not state.get("out_of_time"):
+                self.epoch()
+                self.end_epoch()
+        return self.history()
+
+    def history(self) -> list[EpochRecord]:
+        return [EpochRecord.from_record(record) for record in self.state["history"]]
+
+    def tick(self) -> None:
+        if self.on_tick is not None:
+            self.on_tick(self.clock)
+
+    def _out_of_time(self) -> bool:
+        """No time for the next batch: the schedule is done, or the batch would end after this
+        run's budget by the mean batch time so far (the first batch always runs)."""
+        if not self.config.seconds:
+            return False
+        if self.schedule.done(self.state["step"]) >= 1.0:
+            return True
+        if self.deadline is None or not self.batch_seconds:
+            return False
+        mean = sum(self.batch_seconds) / len(self.batch_seconds)
+        return time.monotonic() + mean > self.deadline
 
     def epoch(self) -> None:
         """The epoch's batches from where the state stands (mid-epoch after a resume)."""
@@ -81,23 +270,22 @@ class EpochTraining:
         done = state["step"] - state["epoch"] * self.steps_per_epoch
         self.model.train()
         for number, items in enumerate(order[done:], done + 1):
-            if config.seconds and self.schedule.done(state["step"]) >= 1.0:
+            if self._out_of_time():
                 state["out_of_time"] = True
                 break
             for group in self.optimizer.param_groups:
                 group["lr"] = self.schedule.rate(state["step"])
-            loss, said = self.batch_loss(items)
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(self.params, self.clip)
-            self.optimizer.step()
+            self.clock.begin_unit(f"epoch {state['epoch'] + 1}, batch {number}/{len(order)}")
+            began = time.monotonic()
+            said = self.step(items)
+            self.batch_seconds.append(time.monotonic() - began)
             state["step"] += 1
+            self.clock.advance(round(state["step"] * self.tokens_per_step))
+            self.clock.note = ""
+            self.tick()
             state["seconds"] = self.schedule.seconds()
             if number % LOG_EVERY == 0 or number == len(order):
-                _log(
-                    f"epoch {state['epoch'] + 1} batch {number}/{len(order)}: loss "
-                    f"{float(loss.detach()):.3f}; {said}"
-                )
+                _log(f"epoch {state['epoch'] + 1} batch {number}/{len(order)}: {said}")
             if state["step"] % config.save_every == 0:
                 self.save()
             self.stepped()
@@ -107,15 +295,19 @@ class EpochTraining:
         as a JSON line and saved."""
         state = self.state
         stopped = "time" if state.get("out_of_time") else None
-        if stopped:
+        if stopped:  # epochs done so far, as a fraction
             epoch = round(state["step"] / self.steps_per_epoch, 2)
         else:
             state["epoch"] += 1
             self.epoch_start = self.generator.get_state()
             epoch = state["epoch"]
         ended = time.time()
-        self.model.eval()
-        validation = self.validate(self.model) if self.validate is not None else Validation()
+        validation = Validation()
+        if self.validate is not None:
+            self.model.eval()
+            self.clock.begin_unit("validation")
+            validation = self.validate(self.model)
+            self.clock.note = ""
         record = EpochRecord(epoch, state["step"], ended, validation, stopped).to_record()
         state["history"].append(record)
         print(json.dumps(record), flush=True)
@@ -124,11 +316,11 @@ class EpochTraining:
 
     def stepped(self) -> None:
         if self.on_step is not None:
-            history = [EpochRecord.from_record(record) for record in self.state["history"]]
-            self.on_step(self.state["step"], self.total, self.steps_per_epoch, history)
+            steps = self.state["step"], self.total, self.steps_per_epoch
+            self.on_step(*steps, self.history())
 
     def save(self) -> None:
-        self.checkpoint.save(self.model, self.kind, self.optimizer, self.epoch_start, self.state)
+        self.checkpoint.save(self.saved, self.kind, self.optimizer, self.epoch_start, self.state)
 
 
 def _log(message: str) -> None:

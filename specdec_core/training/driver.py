@@ -13,7 +13,7 @@ on a short sample: if what is left cannot cover the features and the training of
 the run says so at once, with the budget or the batch size that would (a `SpecdecError`);
 otherwise the features take the share of what is left that leaves training time for the
 epochs asked (in forwards of at most a twentieth of the time left), no later source is
-collected once that share is spent, and training ends by the budget (loop.py), keeping a
+collected once that share is spent, and training ends by the budget (common_training.py), keeping a
 reserve for the last validation and the save. Under a budget, the held-out samples get at most
 a tenth of the training tokens, tau is measured only while time is left, and the table by kind
 only when training ended by its epochs with time to spare. A resumed run (a checkpoint in OUT)
@@ -41,12 +41,13 @@ import torch
 
 from specdec_core.environment import current_environment
 from specdec_core.errors import SpecdecError
-from specdec_core.models import LoadedModel, load_model
+from specdec_core.models import LoadedModel
 from specdec_core.training.card import ModelCard, Validation, trained_epochs
+from specdec_core.training.common_training import saved_plan
 from specdec_core.training.data_sources import Collected
 from specdec_core.training.features import Featured, extract_features, feature_shards
 from specdec_core.training.layout import Layout, layout_settings, resolve_layout
-from specdec_core.training.loop import saved_plan, train, train_step
+from specdec_core.training.loop import train, train_step
 from specdec_core.training.objective import Objective
 from specdec_core.training.progress_file import ProgressFile
 from specdec_core.training.request import TrainRequest
@@ -98,8 +99,7 @@ def train_from_request(request: TrainRequest) -> ModelCard:
     A time budget counts from here."""
     budget = Budget(request.seconds)
     started = time.time()
-    torch.manual_seed(request.seed)
-    target = load_model(request.target, request.device, request.target_dtype())
+    target = request.load_target()
     layout = resolve_layout(request, target)  # a misfit --init is refused before any data
     sources = request.collected(target)  # each turned into features before the next
     return train_on_samples(request, target, sources, layout=layout, started=started, budget=budget)

@@ -11,9 +11,9 @@ import torch
 from specdec_core.eagle.head import EagleHead, fused_layers
 from specdec_core.errors import SpecdecError
 from specdec_core.models import LoadedModel
-from specdec_core.training.loop import TrainConfig
 from specdec_core.training.request import TrainRequest, check_depth
 from specdec_core.training.starting_model import head_layers
+from specdec_core.training.train_config import TrainConfig
 
 
 @dataclass(frozen=True)

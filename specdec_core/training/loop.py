@@ -1,48 +1,29 @@
-"""The training loop: epochs of shuffled length-grouped batches, checkpointed and resumable.
+"""The training loop of an EAGLE head or a token-level draft: `train` runs the epochs of
+common_training.EpochTraining (batches, schedule, time budget, resumable checkpoints,
+validation, progress) with `train_step`s of an `Objective`.
 
-AdamW (0.9, 0.95), linear warm-up then cosine decay; bf16 autocast where bf16 is native (CUDA,
-a CPU with AVX-512 BF16 / AMX; elsewhere torch emulates it many times slower than float32, so
-the step stays in float32). Checkpoints
-(`OUT/checkpoint.pt`: the trained weights, the optimiser, the batch order's generator at the
-epoch's start and the input-feature noise's random state) are written every `save_every` steps
-and after each epoch; a rerun with the same OUT resumes at the step saved and ends with exactly
-the weights of a run that was never cut off. A checkpoint of other data or batches is refused.
-With a time budget (`seconds`: this run's training time, e.g. a GPU held for minutes) the
-cosine schedule runs over whichever ends first, the epochs or the time (a resumed run's earlier
-training time added to both), and training stops at the budget: no batch starts that would end
-after it by the batches' mean time so far (then it validates and saves as after an epoch). Each
-epoch ends with the caller's validation. While a batch runs, `on_tick` hears where training is
-every few seconds (time_budget.py), so a batch that takes minutes never looks stuck.
+A step runs under bf16 autocast where bf16 is native (CUDA, a CPU with AVX-512 BF16 / AMX;
+elsewhere torch emulates it many times slower than float32, so the step stays in float32),
+clips the gradient norm to 0.5 and weighs the cross-entropy by `ce_weight`.
 """
 
 from __future__ import annotations
 
-import json
-import math
-import time
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 
 import torch
 from torch import nn
-from tqdm import tqdm
 
-from specdec_core.errors import SpecdecError
-from specdec_core.files import save_atomic
 from specdec_core.training.card import EpochRecord, Validation
+from specdec_core.training.common_training import EpochTraining, OnStep, OnTick
 from specdec_core.training.features import Featured
 from specdec_core.training.objective import Objective, collate
 from specdec_core.training.starting_model import trainable
-from specdec_core.training.time_budget import HEARTBEAT_S, Budget, Heartbeat, StageClock
 from specdec_core.training.train_config import TrainConfig
 
 # `validate(objective)` -> the validation the epoch's record holds
 Validate = Callable[[Objective], Validation]
-# `on_step(step, steps, steps_per_epoch, history)`
-OnStep = Callable[[int, int, int, list[EpochRecord]], None]
-# `on_tick(clock)`: where training is, every few seconds and after every batch
-OnTick = Callable[[StageClock], None]
 
 
 def autocast_dtype(device: torch.device) -> torch.dtype | None:
@@ -54,22 +35,6 @@ def autocast_dtype(device: torch.device) -> torch.dtype | None:
 
         return torch.bfloat16 if native_bf16() else None
     return None
-
-
-def batches(data: list[Featured], batch_tokens: int, generator: torch.Generator):
-    """Shuffled batches of similar-length sequences, about `batch_tokens` padded tokens each."""
-    order = sorted(range(len(data)), key=lambda i: len(data[i].ids))
-    groups, group, width = [], [], 0
-    for i in order:
-        width = max(width, len(data[i].ids))
-        if group and (len(group) + 1) * width > batch_tokens:
-            groups.append(group)
-            group, width = [], len(data[i].ids)
-        group.append(i)
-    if group:
-        groups.append(group)
-    perm = torch.randperm(len(groups), generator=generator).tolist()
-    return [[data[i] for i in groups[j]] for j in perm]
 
 
 def train_step(objective: Objective, items, optimizer, params, ce_weight: float):
@@ -85,98 +50,6 @@ def train_step(objective: Objective, items, optimizer, params, ce_weight: float)
     torch.nn.utils.clip_grad_norm_(params, 0.5)
     optimizer.step()
     return feature, ce, agree
-
-
-class Checkpoint:
-    """`directory/checkpoint.pt` of a run over `plan` (what a resumed run must share with it for
-    its step count to mean the same: sequences, tokens, batch size)."""
-
-    def __init__(self, directory: Path, plan: dict) -> None:
-        self.path = directory / "checkpoint.pt"
-        self.plan = plan
-
-    def resume(
-        self, model: nn.Module, optimizer: torch.optim.Optimizer, generator: torch.Generator
-    ) -> dict | None:
-        """Restore what was saved into `model`, `optimizer`, `generator` and the feature noise;
-        -> the run's state (None: nothing saved yet)."""
-        if not self.path.is_file():
-            return None
-        saved = torch.load(self.path, weights_only=True, map_location="cpu")
-        if saved["state"].get("plan", self.plan) != self.plan:
-            raise SpecdecError(
-                f"{self.path} is from a run on other data or batches ({saved['state']['plan']}; "
-                f"this run: {self.plan}), so it cannot resume; use a new --out, or delete the "
-                "checkpoint to start over (--init continues a finished head on new data)"
-            )
-        model.load_state_dict(saved["model"], strict=False)
-        optimizer.load_state_dict(saved["optimizer"])
-        generator.set_state(saved["generator"])
-        set_noise_state(saved.get("noise"))
-        return saved["state"]
-
-    def save(
-        self,
-        model: nn.Module,
-        trains: str,
-        optimizer: torch.optim.Optimizer,
-        epoch_start: torch.Tensor,
-        state: dict,
-    ) -> None:
-        """Save the run; `epoch_start`: the batch order's generator state at the epoch's start
-        (a run resumed mid-epoch redraws the same order)."""
-        own = model.state_dict()
-        if trains == "draft":  # the target's embedding and lm_head are not its own
-            own = {k: v for k, v in own.items() if "embed" not in k and "lm_head" not in k}
-        record = {
-            "model": own,
-            "optimizer": optimizer.state_dict(),
-            "generator": epoch_start,
-            "noise": noise_state(),
-            "state": state,
-        }
-        save_atomic(self.path, record)  # a run cut off mid-save keeps the last whole checkpoint
-
-
-def noise_state() -> dict:
-    """The random state the input-feature noise draws from (torch's default generators)."""
-    state = {"cpu": torch.get_rng_state()}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_noise_state(state: dict | None) -> None:
-    if state is None:  # a checkpoint from before the noise state was kept
-        return
-    torch.set_rng_state(state["cpu"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-class Schedule:
-    """Linear warm-up, then cosine decay over the steps or the time budget, whichever is ahead;
-    `seconds_before`: training time a resumed run already spent."""
-
-    def __init__(self, config: TrainConfig, total_steps: int, seconds_before: float) -> None:
-        self.config, self.total = config, total_steps
-        self.clock = time.monotonic() - seconds_before
-
-    def seconds(self) -> float:
-        """Training time so far, a resumed run's earlier time included."""
-        return time.monotonic() - self.clock
-
-    def done(self, step: int) -> float:
-        """Share of the schedule done: of the steps, or of the time budget if that is ahead."""
-        done = step / self.total
-        if self.config.seconds:
-            done = max(done, self.seconds() / self.config.seconds)
-        return min(1.0, done)
-
-    def rate(self, step: int) -> float:
-        """The learning rate of optimiser step `step` + 1."""
-        lr = self.config.lr * min(1.0, (step + 1) / self.config.warmup)
-        return lr * (0.5 * (1 + math.cos(math.pi * self.done(step))))
 
 
 def train(
@@ -195,20 +68,9 @@ def train(
     return TrainingRun(objective, data, config, out, validate, on_step, on_tick).run()
 
 
-def saved_plan(directory: Path) -> dict | None:
-    """The plan (sequences, tokens, batch tokens) of the run whose checkpoint is in
-    `directory`, or None without one: a resumed run trains on exactly that data."""
-    path = directory / "checkpoint.pt"
-    if not path.is_file():
-        return None
-    saved = torch.load(path, weights_only=True, map_location="cpu")
-    return saved["state"].get("plan")
-
-
-class TrainingRun:
-    """One call of `train`: the optimiser, the batch order, the checkpoint and the state saved
-    in it (epoch, step, history as `EpochRecord.to_record()`s, plan, seconds; `out_of_time`
-    once the budget ended it)."""
+class TrainingRun(EpochTraining):
+    """One call of `train` (common_training.EpochTraining): its steps are `train_step`s of
+    `objective`, whose model the checkpoint holds; only `trainable` parameters train."""
 
     def __init__(
         self,
@@ -220,139 +82,23 @@ class TrainingRun:
         on_step: OnStep | None,
         on_tick: OnTick | None = None,
     ) -> None:
-        self.objective, self.data, self.config = objective, data, config
-        self.validate, self.on_step, self.on_tick = validate, on_step, on_tick
-        self.params = trainable(objective.model, config.trains)
-        for p in objective.model.parameters():
+        self.objective, self.kind = objective, config.trains
+        super().__init__(objective, data, config, out, validate, on_step, on_tick)
+
+    @property
+    def saved(self) -> nn.Module:
+        return self.objective.model
+
+    def trained_parameters(self) -> list[nn.Parameter]:
+        params = trainable(self.objective.model, self.config.trains)
+        for p in self.objective.model.parameters():
             p.requires_grad_(False)
-        for p in self.params:
+        for p in params:
             p.requires_grad_(True)
-        self.optimizer = torch.optim.AdamW(
-            self.params, lr=config.lr, betas=(0.9, 0.95), weight_decay=0.0
+        return params
+
+    def step(self, items: list[Featured]) -> str:
+        feature, ce, agree = train_step(
+            self.objective, items, self.optimizer, self.params, self.config.ce_weight
         )
-        self.generator = torch.Generator().manual_seed(config.seed)
-        first = batches(data, config.batch_tokens, torch.Generator().manual_seed(0))
-        self.steps_per_epoch = len(first)
-        self.total = max(1, self.steps_per_epoch * config.epochs)
-        plan = {
-            "sequences": len(data),
-            "tokens": sum(len(item.ids) for item in data),
-            "batch_tokens": config.batch_tokens,
-        }
-        self.checkpoint = Checkpoint(out, plan)
-        resumed = self.checkpoint.resume(objective.model, self.optimizer, self.generator)
-        self.state = resumed or {"epoch": 0, "step": 0, "history": [], "plan": plan}
-        self.epoch_start = self.generator.get_state()
-        before = self.state.get("seconds", 0.0)  # a resumed run's earlier training time
-        timed = replace(config, seconds=before + config.seconds) if config.seconds else config
-        self.schedule = Schedule(timed, self.total, before)
-        self.deadline = time.monotonic() + config.seconds if config.seconds else None
-        self.batch_seconds: list[float] = []  # this run's batches
-        tokens_per_epoch = plan["tokens"]
-        self.tokens_per_step = tokens_per_epoch / max(1, self.steps_per_epoch)
-        self.clock = StageClock(
-            "training",
-            round(tokens_per_epoch * config.epochs),
-            Budget(config.seconds or None),
-            done=round(self.state["step"] * self.tokens_per_step),  # a resumed run's steps
-        )
-
-    def run(self) -> list[EpochRecord]:
-        state = self.state
-        with Heartbeat(self.tick, HEARTBEAT_S):
-            while state["epoch"] < self.config.epochs and not state.get("out_of_time"):
-                self.epoch()
-                self.end_epoch()
-        return self.history()
-
-    def tick(self) -> None:
-        if self.on_tick is not None:
-            self.on_tick(self.clock)
-
-    def _out_of_time(self) -> bool:
-        """No time for the next batch: the schedule is done, or the batch would end after this
-        run's budget by the mean batch time so far (the first batch always runs)."""
-        if not self.config.seconds:
-            return False
-        if self.schedule.done(self.state["step"]) >= 1.0:
-            return True
-        if self.deadline is None or not self.batch_seconds:
-            return False
-        mean = sum(self.batch_seconds) / len(self.batch_seconds)
-        return time.monotonic() + mean > self.deadline
-
-    def history(self) -> list[EpochRecord]:
-        return [EpochRecord.from_record(record) for record in self.state["history"]]
-
-    def epoch(self) -> None:
-        """The epoch's batches from where the state stands (mid-epoch after a resume)."""
-        state, config = self.state, self.config
-        self.epoch_start = self.generator.get_state()
-        order = batches(self.data, config.batch_tokens, self.generator)
-        done_in_epoch = state["step"] - state["epoch"] * self.steps_per_epoch
-        self.objective.train()
-        bar = tqdm(
-            order[done_in_epoch:],
-            desc=f"epoch {state['epoch'] + 1}/{config.epochs}",
-            unit="batch",
-            dynamic_ncols=True,
-        )
-        for items in bar:
-            if self._out_of_time():
-                state["out_of_time"] = True
-                break
-            for group in self.optimizer.param_groups:
-                group["lr"] = self.schedule.rate(state["step"])
-            epoch_step = state["step"] - state["epoch"] * self.steps_per_epoch
-            self.clock.begin_unit(
-                f"epoch {state['epoch'] + 1}, batch {epoch_step + 1}/{self.steps_per_epoch}"
-            )
-            began = time.monotonic()
-            feature, ce, agree = train_step(
-                self.objective, items, self.optimizer, self.params, config.ce_weight
-            )
-            self.batch_seconds.append(time.monotonic() - began)
-            state["step"] += 1
-            self.clock.advance(round(state["step"] * self.tokens_per_step))
-            self.clock.note = ""
-            self.tick()
-            bar.set_postfix(
-                feat=f"{feature.item():.3f}", ce=f"{ce.item():.2f}", acc=f"{agree.item():.2f}"
-            )
-            state["seconds"] = self.schedule.seconds()
-            if state["step"] % config.save_every == 0:
-                self.save()
-            self.stepped()
-
-    def end_epoch(self) -> None:
-        """The epoch's record (a fraction of an epoch where the time ran out), validated,
-        appended to the history and saved."""
-        state = self.state
-        stopped = "time" if state.get("out_of_time") else None
-        if stopped:  # epochs done so far, as a fraction
-            epoch = round(state["step"] / self.steps_per_epoch, 2)
-        else:
-            state["epoch"] += 1
-            self.epoch_start = self.generator.get_state()
-            epoch = state["epoch"]
-        ended = time.time()
-        validation = Validation()
-        if self.validate is not None:
-            self.objective.eval()
-            self.clock.begin_unit("validation")
-            validation = self.validate(self.objective)
-            self.clock.note = ""
-        record = EpochRecord(epoch, state["step"], ended, validation, stopped).to_record()
-        state["history"].append(record)
-        print(json.dumps(record), flush=True)
-        self.save()
-        self.stepped()
-
-    def save(self) -> None:
-        model, trains = self.objective.model, self.config.trains
-        self.checkpoint.save(model, trains, self.optimizer, self.epoch_start, self.state)
-
-    def stepped(self) -> None:
-        if self.on_step is not None:
-            steps = self.state["step"], self.total, self.steps_per_epoch
-            self.on_step(*steps, self.history())
+        return f"feature {feature.item():.3f}, ce {ce.item():.2f}, top-1 {agree.item():.2f}"

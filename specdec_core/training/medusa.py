@@ -3,7 +3,7 @@
 Data and features are `specdec train`'s: the `--data` sources (data_sources.py, a `specdec
 data` job included), the target's final-norm hidden states per position (features.py; the
 shards in WORK/features-NAME are the ones EAGLE-1 training stores, so the two share them),
-batches, the learning-rate schedule and the resumable checkpoint of loop.py, the held-out
+batches, the learning-rate schedule and the resumable checkpoint of common_training.py, the held-out
 prompts per kind of validation.py and the model card of card.py.
 
 The objective is EAGLE training's (objective.py): cross-entropy against the target's own
@@ -37,13 +37,12 @@ from specdec_core.environment import current_environment
 from specdec_core.errors import SpecdecError
 from specdec_core.medusa.formats import MEDUSA_FILES, export_vllm, save_fasterdecoding
 from specdec_core.medusa.head import MedusaConfig, MedusaHeads
-from specdec_core.models import LoadedModel, load_model
+from specdec_core.models import LoadedModel
 from specdec_core.prepacked_linear import fast_bf16
 from specdec_core.training.card import ModelCard, Validation, trained_epochs
 from specdec_core.training.common_request import TrainingData
-from specdec_core.training.common_training import EpochTraining
+from specdec_core.training.common_training import EpochTraining, OnStep
 from specdec_core.training.features import Featured, extract_features, feature_shards
-from specdec_core.training.loop import OnStep
 from specdec_core.training.objective import collate
 from specdec_core.training.progress_file import ProgressFile
 from specdec_core.training.starting_model import frequent_tokens
@@ -231,8 +230,7 @@ def _features(request: MedusaTrainRequest, target: LoadedModel, sources) -> _Dat
 def train_medusa(request: MedusaTrainRequest) -> ModelCard:
     """`specdec train medusa`: load the target, collect the data, train, save; -> the card."""
     started = time.time()
-    torch.manual_seed(request.seed)
-    target = load_model(request.target, request.device, request.target_dtype())
+    target = request.load_target()
     return train_medusa_on(request, target, request.collected(target), started)
 
 

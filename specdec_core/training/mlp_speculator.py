@@ -14,10 +14,12 @@ never holds a batch's logits at once.
 
 The pipeline is `specdec train`'s: the target loads once, `--data` sources are collected by
 data_sources.py (cached under --work), features come from features.py (shards reused by a
-rerun), batches, the schedule and the resumable checkpoint from loop.py, the held-out split and
-the table by kind from validation.py, the card from card.py. Each epoch ends with teacher-forced
-top-1 per stage on the held-out samples and tau of greedy decoding on held-out prompts, and
-saves the speculator so far.
+rerun), batches, the schedule and the resumable checkpoint from common_training.py, the held-out
+split and the table by kind from validation.py, the card from card.py. Each epoch ends with
+teacher-forced top-1 per stage on the held-out samples and tau of greedy decoding on held-out
+prompts, and saves the speculator so far. `--seconds` is one time budget for the whole run, as
+`specdec train eagle`'s (time_budget.py): a probe refuses at once a budget that cannot cover
+the features and training of one batch, the features take their share, training the rest.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from specdec_core.environment import current_environment
 from specdec_core.errors import SpecdecError
 from specdec_core.mlp_speculator.formats import check_fits, read_speculator, save_speculator
 from specdec_core.mlp_speculator.head import MLPSpeculator, SpeculatorConfig
-from specdec_core.models import LoadedModel, load_model
+from specdec_core.models import LoadedModel
 from specdec_core.training.card import ModelCard, Validation, trained_epochs
 from specdec_core.training.common_request import TrainingData
 from specdec_core.training.common_training import EpochTraining
@@ -314,8 +316,7 @@ def train_speculator(request: SpeculatorRequest) -> ModelCard:
     card. A time budget counts from here."""
     budget = Budget(request.seconds)
     started = time.time()
-    torch.manual_seed(request.seed)
-    target = load_model(request.target, request.device, request.target_dtype())
+    target = request.load_target()
     speculator = starting_speculator(request, target)  # a misfit --init is refused here
     return train_on_sources(request, target, request.collected(target), speculator, started, budget)
 

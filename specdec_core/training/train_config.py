@@ -1,4 +1,4 @@
-"""`TrainConfig`: the training loop's settings (loop.py), as the model card records them."""
+"""`TrainConfig`: the training settings (common_training.py), as the model card records them."""
 
 from __future__ import annotations
 
