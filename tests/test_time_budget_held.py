@@ -12,8 +12,9 @@ from specdec_core.eagle.data import Sample
 from specdec_core.models import load_model
 from specdec_core.training import driver, features
 from specdec_core.training.data_sources import Collected
-from specdec_core.training.driver import held_within, train_on_samples
+from specdec_core.training.driver import train_on_samples
 from specdec_core.training.request import TrainRequest
+from specdec_core.training.time_budget import held_within
 from tests.tiny import VOCAB, tiny_model, tiny_tokenizer
 
 
