@@ -25,7 +25,7 @@ from tests.slow_engine import (
 from tests.tiny import training_dir
 
 BATCH = 1.0  # seconds a slowed training step takes
-SLACK = 3.0  # loading, saving and a busy machine, beyond the budget plus one batch
+SLACK = 8.0  # loading, saving and a busy machine (tests in parallel), beyond budget + one batch
 EXIT = 10.0  # a child's own exit and the next one's start (torch's imports) on a busy machine
 
 
@@ -90,7 +90,7 @@ def test_training_ends_by_the_budget_plus_one_batch_with_progress_inside_batches
 ):
     _beat(monkeypatch, 0.5)
     steps = _slow_steps(monkeypatch, 2.5)  # a batch outlasts several progress lines
-    seconds = 8.0
+    seconds = 16.0  # room for features and a few batches on a busy machine
     out = tmp_path / "head"
     progress_file = tmp_path / "progress.json"
     began = time.monotonic()
@@ -107,7 +107,7 @@ def test_training_ends_by_the_budget_plus_one_batch_with_progress_inside_batches
     assert training and all("tokens/s" in line or "no rate yet" in line for line in training)
     assert any("running" in line and "batch" in line for line in training)  # inside a batch
     assert any("budget" in line and "left" in line for line in training)
-    assert max(_gaps(training)) < 2.0  # never a batch without a line
+    assert max(_gaps(training)) < 2.4  # never a 2.5 s batch without a line
     done = read_progress(progress_file)
     assert done is not None and done.finished
 
