@@ -291,7 +291,10 @@ def test_a_time_budget_stops_training_with_the_schedule_decayed(tiny_target, tmp
     *epochs, record = history  # a million epochs asked for; one second given
     assert all(e.stopped is None for e in epochs) and len(epochs) < 10**6
     assert record.stopped == "time" and record.step == len(rates) > 10
-    assert rates[-1] < 0.05 * config.lr < rates[len(rates) // 4]  # decayed over the time
+    # decayed over the time, not the million epochs' steps (which would keep it near lr): the
+    # last batch starts a batch before the budget ends, and on a busy machine the epochs' saves
+    # take some of the last share, so it ends low but not at zero
+    assert rates[-1] < 0.3 * config.lr < rates[len(rates) // 4]
 
 
 def test_feature_shards_of_other_samples_are_redone_not_reused(tiny_target, tmp_path):
