@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from specdec_core.cli import main
+from specdec_core.eagle.data import length_calls
 from specdec_core.errors import SpecdecError
 from specdec_core.models import load_model
 from specdec_core.training import generation_job as job
@@ -293,7 +294,7 @@ def test_writing_ends_once_enough_user_turns_have_ended():
 
 def test_requests_are_answered_in_calls_of_like_length_prompts():
     lengths = [900, 35, 40, 300, 50, 60, 620, 45, 180, 100]
-    calls = job.like_lengths(lengths, rows=3)
+    calls = length_calls(lengths, rows=3, slack=job.PADDING_SLACK)
     assert sorted(i for call in calls for i in call) == list(range(len(lengths)))  # each once
     assert all(len(call) <= 3 for call in calls)
     for call in calls:
@@ -301,4 +302,8 @@ def test_requests_are_answered_in_calls_of_like_length_prompts():
         assert longest <= 2 * shortest + job.PADDING_SLACK  # padding stays bounded
     flat = [lengths[i] for call in calls for i in call]
     assert flat == sorted(lengths)  # shortest first, in order
-    assert job.like_lengths([40] * 7, rows=3) == [[0, 1, 2], [3, 4, 5], [6]]  # full calls
+    assert length_calls([40] * 7, rows=3, slack=job.PADDING_SLACK) == [
+        [0, 1, 2],
+        [3, 4, 5],
+        [6],
+    ]  # full calls

@@ -12,12 +12,13 @@ import pytest
 import torch
 
 from specdec_core.config import DecodeConfig
+from specdec_core.eagle.data import length_calls
 from specdec_core.eagle.formats import load_head
 from specdec_core.errors import SpecdecError
 from specdec_core.models import load_model
 from specdec_core.runner import run
 from specdec_core.training import distill
-from specdec_core.training.distill import DistillSettings, length_groups, pack, unpack
+from specdec_core.training.distill import DistillSettings, pack, unpack
 from tests.tiny import VOCAB, tiny_model, tiny_tokenizer
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "gpu_distill.py"
@@ -40,15 +41,22 @@ def test_prompts_pack_and_unpack_losslessly():
     assert unpack(*pack(lists)) == lists
 
 
-def test_length_groups_respect_the_count_and_the_padded_token_budget():
+def test_length_calls_respect_the_count_and_the_padded_token_budget():
     prompts = [[1] * n for n in (9, 1, 5, 3, 7, 2, 8)]
-    groups = length_groups(prompts, batch=3, batch_tokens=40, max_new=4)
+    groups = length_calls([len(p) for p in prompts], 3, padded=40, new_tokens=4)
     assert sorted(i for g in groups for i in g) == list(range(len(prompts)))
     for group in groups:
         longest = max(len(prompts[i]) for i in group)
         assert len(group) <= 3 and len(group) * (longest + 4) <= 40
     lengths = [len(prompts[i]) for g in groups for i in g]
     assert lengths == sorted(lengths)  # groups of similar length
+
+
+def test_length_calls_in_order_keep_the_order_and_pad_to_each_calls_longest():
+    lengths = [3, 9, 2, 2, 30, 4]
+    calls = length_calls(lengths, padded=20, in_order=True)
+    assert [i for call in calls for i in call] == list(range(len(lengths)))  # a prefix each
+    assert calls == [[0, 1], [2, 3], [4], [5]]  # two rows of 9 fit in 20, three do not
 
 
 @pytest.mark.slow

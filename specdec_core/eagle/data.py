@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -149,6 +149,47 @@ def split_conversations(count: int, holdout: int, seed: int) -> tuple[list[int],
     return order[holdout:], order[:holdout]
 
 
+def length_calls(
+    lengths: Sequence[int],
+    rows: int | None = None,
+    *,
+    padded: int | None = None,
+    new_tokens: int = 0,
+    slack: int | None = None,
+    in_order: bool = False,
+) -> list[list[int]]:
+    """The one rule by which sequences of `lengths` are batched: indices in calls, shortest
+    first (`in_order`: as given, so a prefix of the calls covers a prefix of the sequences),
+    a new call once the current one holds `rows`, once its padded size, (count + 1) x (longest
+    + `new_tokens`), would pass `padded`, or once a sequence is longer than twice the call's
+    shortest plus `slack`. A call pads every row to its longest, and its prefill and every
+    step's attention pay for the padding (a batch of code requests, 35 to 900 tokens in one
+    call of 104, made 39 answer tokens/s; the next batch, in like-length calls, 127)."""
+    order = range(len(lengths))
+    if not in_order:
+        order = sorted(order, key=lambda i: lengths[i])
+    calls: list[list[int]] = []
+    shortest = longest = 0
+    for index in order:
+        length = lengths[index]
+        call = calls[-1] if calls else []
+        if (
+            not call
+            or (rows is not None and len(call) >= rows)
+            or (
+                padded is not None
+                and (len(call) + 1) * (max(longest, length) + new_tokens) > padded
+            )
+            or (slack is not None and length > 2 * shortest + slack)
+        ):
+            calls.append([index])
+            shortest = longest = length
+        else:
+            call.append(index)
+            shortest, longest = min(shortest, length), max(longest, length)
+    return calls
+
+
 @torch.inference_mode()
 def generate_answers(
     model,
@@ -177,12 +218,11 @@ def generate_answers(
     """
     shard_dir.mkdir(parents=True, exist_ok=True)
     budget = budget if budget is not None else float("inf")
-    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     eos = model.generation_config.eos_token_id
     eos_ids = set(eos if isinstance(eos, list) else [eos]) if eos is not None else set()
     samples: list[Sample] = []
-    batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    batches = length_calls([len(p) for p in prompts], batch_size)
     for number, batch in enumerate(batches):
         shard = shard_dir / f"gen-{number:05d}.pt"
         if shard.is_file():

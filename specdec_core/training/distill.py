@@ -140,19 +140,6 @@ def export_prompts(settings: ExportSettings, log: Log | None = None) -> None:
     log(f"{len(train_prompts)} prompts ({len(tf)} tokens), {len(held_prompts)} held out")
 
 
-def length_groups(prompts, batch: int, batch_tokens: int, max_new: int) -> list[list[int]]:
-    """Length-sorted groups of at most `batch` prompts and `batch_tokens` padded tokens."""
-    groups, group = [], []
-    for i in sorted(range(len(prompts)), key=lambda i: len(prompts[i])):
-        if group and (
-            len(group) >= batch or (len(group) + 1) * (len(prompts[i]) + max_new) > batch_tokens
-        ):
-            groups.append(group)
-            group = []
-        group.append(i)
-    return groups + [group] if group else groups
-
-
 class TimedAnswers:
     """The target's answers batch by batch while the slowest batch so far still fits before
     `deadline` (time.monotonic()); the batch times are shared by every `answer` call."""
@@ -168,7 +155,10 @@ class TimedAnswers:
     ) -> list[Sample]:
         """Answers to `prompts` in length-sorted batches taken in random order (`seed`)."""
         settings = self.settings
-        groups = length_groups(prompts, settings.batch, settings.gen_batch_tokens, settings.max_new)
+        groups = datasets.length_calls(
+            [len(p) for p in prompts], settings.batch, padded=settings.gen_batch_tokens,
+            new_tokens=settings.max_new,
+        )  # fmt: skip
         random.Random(seed).shuffle(groups)
         samples: list[Sample] = []
         for n, group in enumerate(groups):

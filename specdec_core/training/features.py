@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from specdec_core.eagle.data import Sample
+from specdec_core.eagle.data import Sample, length_calls
 from specdec_core.files import save_atomic
 
 
@@ -154,24 +154,15 @@ def _forward_all(
 ) -> dict[int, dict]:
     """Index -> features of `samples`, batched by length (in their order with `until`, after
     which no forward starts); `done(items)` after each forward."""
-    order = list(range(len(samples)))
-    if until is None:
-        order.sort(key=lambda i: len(samples[i].ids))
     results: dict[int, dict] = {}
-    batch: list[int] = []
-    for i in [*order, None]:
-        width = max((len(samples[j].ids) for j in batch), default=0)
-        if i is not None and (len(batch) + 1) * max(width, len(samples[i].ids)) <= batch_tokens:
-            batch.append(i)
-            continue
-        if batch:
-            if _passed(until):
-                break
-            items = _forward(model, [samples[j] for j in batch], pad, layers)
-            results.update(zip(batch, items, strict=True))
-            if done is not None:
-                done(items)
-        batch = [i] if i is not None else []
+    lengths = [len(s.ids) for s in samples]
+    for batch in length_calls(lengths, padded=batch_tokens, in_order=until is not None):
+        if _passed(until):
+            break
+        items = _forward(model, [samples[j] for j in batch], pad, layers)
+        results.update(zip(batch, items, strict=True))
+        if done is not None:
+            done(items)
     return results
 
 

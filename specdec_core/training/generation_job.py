@@ -59,7 +59,7 @@ MAGPIE_PROMPT_TOKENS = 256
 MAGPIE_ENOUGH = 0.9
 MAX_PROMPT_TOKENS = 1024  # a longer request (history included) is dropped as "long"
 MAX_WORDS = 2000  # words of one request before its tokens are counted
-PADDING_SLACK = 64  # tokens a call's prompts may exceed twice its shortest by (like_lengths)
+PADDING_SLACK = 64  # tokens a call's prompts may exceed twice its shortest by (length_calls)
 RESUMABLE = ("tokens", "rows")  # settings a resumed job may change
 RECENT = 15  # batches whose median rate sets a source's tokens/s and ETA
 
@@ -434,7 +434,8 @@ class GenerationJob:
                     continue
                 rows.append(row)
                 prompts.append(ids)
-            for chunk in like_lengths([len(p) for p in prompts], self.plan.rows):
+            lengths = [len(p) for p in prompts]
+            for chunk in datasets.length_calls(lengths, self.plan.rows, slack=PADDING_SLACK):
                 results = datasets.answer_batch(
                     self.target.model, [prompts[i] for i in chunk], self.plan.max_new_tokens,
                     self.pad, self.eos,
@@ -508,27 +509,6 @@ class GenerationJob:
         status = self.status()
         write_atomic(self.work / "status.json", json.dumps(status, indent=1).encode())
         return status
-
-
-def like_lengths(lengths: Sequence[int], rows: int) -> list[list[int]]:
-    """Indices of prompts of `lengths` in calls of at most `rows`, shortest first, a new call
-    once a prompt is longer than twice the call's shortest plus `PADDING_SLACK` tokens: a call
-    pads every prompt to its longest, and its prefill and every step's attention pay for the
-    padding (a batch of code requests, 35 to 900 tokens in one call of 104, made 39 answer
-    tokens/s; the next batch, in like-length calls, 127)."""
-    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-    calls: list[list[int]] = []
-    for index in order:
-        call = calls[-1] if calls else None
-        if (
-            call is None
-            or len(call) == rows
-            or lengths[index] > 2 * lengths[call[0]] + PADDING_SLACK
-        ):
-            calls.append([index])
-        else:
-            call.append(index)
-    return calls
 
 
 def _joined(request: Request) -> str:
