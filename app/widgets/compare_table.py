@@ -1,16 +1,24 @@
 """The comparison table: tokens/s, speedup vs autoregressive, τ, identical to autoregressive.
 
+A method's name is never cut: where its column is as wide as the longest name (the table on
+its own, which scrolls sideways when narrow) each name is one line; where the column takes only
+what the numbers leave (Compare's tab at 1280 pixels), a longer name wraps at its spaces onto a
+second line and its row grows to hold it, as the column's width changes. The numbers never wrap.
+
 A speedup is against the autoregressive run of the same Compare, shown as "1.60× (1.52–1.68)":
 the ratio and its 95 % interval over both runs' steps (the tooltip says so); a lossless
 ratio above τ is "timing disturbed", with the reason in the tooltip."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QModelIndex, QPersistentModelIndex, QRect, QSize, Qt, QTimer
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QHeaderView,
+    QStyle,
+    QStyledItemDelegate,
+    QStyleOptionViewItem,
     QTableWidget,
     QTableWidgetItem,
     QWidget,
@@ -75,6 +83,38 @@ def _speedup_tip(row: dict) -> str:
     return f"{measured}; in brackets its 95% interval over both runs' steps (a bootstrap)"
 
 
+Index = QModelIndex | QPersistentModelIndex
+
+
+class NameDelegate(QStyledItemDelegate):
+    """The name column's cells: wrapped at the column's width (at spaces), so a name the column
+    cannot hold on one line takes two instead of being cut with "…"."""
+
+    def __init__(self, table: QTableWidget) -> None:
+        super().__init__(table)
+        self.table = table
+
+    def initStyleOption(self, option: QStyleOptionViewItem, index: Index) -> None:
+        super().initStyleOption(option, index)
+        option.features |= QStyleOptionViewItem.ViewItemFeature.WrapText
+
+    def sizeHint(self, option: QStyleOptionViewItem, index: Index) -> QSize:
+        """As wide as the name on one line (what a column sized to its contents takes), as
+        tall as the name wrapped at the column's present width."""
+        opt = QStyleOptionViewItem(option)
+        self.initStyleOption(opt, index)
+        style = self.table.style()
+        opt.rect = QRect()  # no width to wrap at: one line
+        one_line = style.sizeFromContents(
+            QStyle.ContentsType.CT_ItemViewItem, opt, QSize(), self.table
+        )
+        opt.rect = QRect(0, 0, self.table.columnWidth(index.column()), 1)
+        wrapped = style.sizeFromContents(
+            QStyle.ContentsType.CT_ItemViewItem, opt, QSize(), self.table
+        )
+        return QSize(one_line.width(), max(one_line.height(), wrapped.height()))
+
+
 class CompareTable(QTableWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(0, len(HEADERS), parent)
@@ -88,6 +128,11 @@ class CompareTable(QTableWidget):
         header = self.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         header.setStretchLastSection(True)
+        self.setItemDelegateForColumn(0, NameDelegate(self))
+        # rows refitted once the header's new widths hold (they do not yet while it signals)
+        self._refit = QTimer(self, singleShot=True, interval=0)
+        self._refit.timeout.connect(self.fit_rows)
+        header.sectionResized.connect(self._name_column_resized)
 
     def show_results(self, results: list[CompareResult]) -> None:
         rows = result_rows(results)
@@ -103,8 +148,17 @@ class CompareTable(QTableWidget):
                     item.setForeground(QColor(result.color))
                     item.setData(Qt.ItemDataRole.DecorationRole, QColor(result.color))
                 self.setItem(r, c, item)
+        self.fit_rows()
+
+    def fit_rows(self) -> None:
+        """Rows as tall as their names wrapped at the name column's width; the table as tall
+        as its rows."""
         self.resizeRowsToContents()
         self.setFixedHeight(self.fitted_height())
+
+    def _name_column_resized(self, column: int, _old: int, _new: int) -> None:
+        if column == 0 and self.rowCount():
+            self._refit.start()
 
     def fitted_height(self) -> int:
         """Height that shows the header and every row without a scroll bar (at least 3 rows)."""
