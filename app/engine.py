@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from app.engine_api import (
     HEAD_KINDS,
+    POLICY_KIND,
     ChatMessage,
     HeadExportRequest,
     LoadSettings,
@@ -39,6 +40,7 @@ from specdec_core.serve import ServeCommand
 
 END_LABEL = "⟨end⟩"  # the label of the end-of-text / end-of-turn token in the draft tree
 SPECIAL_LABEL = "⟨special⟩"  # of any other special token
+AUTOREGRESSIVE = "ar"  # drafts nothing: a policy profile does not apply to it
 
 if TYPE_CHECKING:  # torch-heavy: imported by the worker threads only
     from specdec_core.adaptation import Adapter
@@ -123,6 +125,7 @@ class SpecdecEngine:
         from specdec_core.prefix_cache import PrefixCache
 
         with self._held() as target:
+            request, kind = _profiled(target, request)
             ids = _prompt_ids(target, request)
             extra = self.extra(request.method, request.specs, progress)
             costs, acceptance = self._tree_sizing()
@@ -138,8 +141,11 @@ class SpecdecEngine:
                 request.config,
                 method=request.method,
                 stop=stop,
+                started_info={POLICY_KIND: kind} if kind else None,
                 prefix=prefix,
             )
+            if kind:
+                stream = _with_kind(stream, kind)
             adapter = self._adapter_for(request, target, extra) if self._adapt else None
             if adapter is None:
                 yield from stream
@@ -162,6 +168,7 @@ class SpecdecEngine:
         if not summary.lossy:
             return RunDistance.lossless()
         with self._held() as target:
+            request, _ = _profiled(target, request)  # the policy the run had
             ids = _prompt_ids(target, request)
             extra = self.extra(request.method, request.specs)
             tree = tree_label(request.method, summary.config)
@@ -369,6 +376,31 @@ class SpecdecEngine:
             self._extras[key] = loader(spec, self._target, progress=progress)
             progress(f"loaded {needs} '{spec}'", 1.0)
         return self._extras[key]
+
+
+def _profiled(target: LoadedModel, request: RunRequest) -> tuple[RunRequest, str]:
+    """(`request` with the policy its policy profile gives the prompt's kind, that kind), as
+    `specdec generate --policy-profile` runs it: the kind whose centroid is nearest the
+    target's mean input embedding of the prompt (a chat turn: its user message). Without a
+    profile, or for `ar` (it drafts nothing, so no policy applies: a reference stays
+    lossless), the request as it is and no kind. A profile tuned on a target of another
+    hidden size is refused in one line (`PolicyProfile.classify`)."""
+    if not request.policy_profile or request.method == AUTOREGRESSIVE:
+        return request, ""
+    from specdec_core.policy_profile import load_profile, prompt_feature
+
+    profile = load_profile(request.policy_profile)
+    kind = profile.classify(prompt_feature(target, request.prompt))
+    return replace(request, config=profile.config_for(kind, request.config)), kind.kind
+
+
+def _with_kind(stream: Iterator[Event], kind: str) -> Iterator[Event]:
+    """The run's events, its summary's config naming the kind its policy profile picked."""
+    for event in stream:
+        if isinstance(event, Finished):
+            summary = event.summary
+            event = Finished(replace(summary, config={**summary.config, POLICY_KIND: kind}))
+        yield event
 
 
 def _prompt_ids(target: LoadedModel, request: RunRequest) -> list[int]:

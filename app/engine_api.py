@@ -37,6 +37,7 @@ __all__ = [
     "LoadSettings",
     "MethodInfo",
     "OnPoint",
+    "POLICY_KIND",
     "PolicyInfo",
     "Progress",
     "Registries",
@@ -52,6 +53,9 @@ __all__ = [
 OnPoint = Callable[[SweepProgress], None]
 
 ENDED = "the engine process ended unexpectedly"  # how every engine death is reported
+# the key of a run's config (`Started.config`, `RunSummary.config`) naming the kind of request
+# its policy profile picked (`RunRequest.policy_profile`), as bench's rows name it
+POLICY_KIND = "policy_kind"
 
 
 def engine_ended(message: str) -> bool:
@@ -143,6 +147,10 @@ class RunRequest:
     # as it was when the Compare began and adds nothing to it, so no method of the Compare
     # drafts from another's output of the same prompt ("": the window's history, recorded)
     comparison: str = ""
+    # a policy profile file (`specdec tune-policy`, specdec_core/policy_profile.py): the engine
+    # reads it, picks the prompt's kind and runs with that kind's policy instead of
+    # `config.policy` ("": none; an `ar` run drafts nothing and ignores it)
+    policy_profile: str = ""
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """What a run is asked with: the prompt box, the Decoding panel and the Models panel, read
 into a `RunRequest` when the run is queued (a change afterwards applies to the next run).
 
-`RunInputs` is shared by Generate, Compare and the chat; a method's own parameters come from
+`RunInputs` is shared by Generate, Compare and the chat, so a policy profile chosen in the
+Decoding panel reaches each of their runs; a method's own parameters come from
 what Tune chose for it (app/method_params.py, the Sweep tab's store); an empty prompt is
 refused here, at once, before anything runs, and a draft or head that just worked goes to the
 top of its picker's recent list.
@@ -54,6 +55,7 @@ class RunInputs:
             raw=self.prompt.raw.isChecked(),
             specs=self.models.specs(),
             comparison=comparison,
+            policy_profile=self.decoding.profile_path(),
         )
 
     def target_spec(self) -> str:

@@ -6,10 +6,18 @@ visible LOSSY badge. Tree settings appear for tree methods (EAGLE-2); 0 means "a
 
 While a lossy policy is chosen the panel shows the runs so far as τ against their distance from
 the target's distribution (`PolicyPlot`), fed with each finished run (`add_run`).
+
+A policy profile (`specdec tune-policy`, specdec_core/policy_profile.py) may decide the policy
+instead: chosen with "Policy profile…", read and checked here when chosen or restored (the
+reader is JSON only; a missing or malformed file, or a policy the engine does not offer, is
+one line and no profile), then passed to each run by its path (`RunRequest.policy_profile`).
+The engine classifies the prompt and runs the kind's policy; the policy box says the profile
+decides, and the line under it says which kind and policy the last run got.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import Qt, Signal
@@ -17,23 +25,30 @@ from PySide6.QtGui import QValidator
 from PySide6.QtWidgets import (
     QComboBox,
     QDoubleSpinBox,
+    QFileDialog,
     QFormLayout,
     QGroupBox,
     QHBoxLayout,
     QLabel,
+    QPushButton,
     QSpinBox,
     QWidget,
 )
 from superqt import QLabeledDoubleSlider, QLabeledSlider
 
-from app.engine_api import Registries
+from app.engine_api import POLICY_KIND, Registries
 from app.widgets.policy_plot import PolicyPlot
 from specdec_core.config import DecodeConfig
+from specdec_core.errors import SpecdecError
 from specdec_core.events import RunSummary
+from specdec_core.policy_profile import PolicyProfile, load_profile
 from specdec_core.run_distance import RunDistance
 
 MAX_NEW_TOKENS = 4096
 NEEDS = {"draft": "uses the Draft model", "head": "uses the EAGLE head"}
+NO_PROFILE = "none"
+POLICY_TIP = "how drafts are verified: lossless keeps the target's output exactly"
+PROFILE_FILTER = "Policy profiles (*.json);;All files (*)"
 LOSSY_STYLE = (
     "QLabel { color: white; background: #c1121f; font-weight: bold; padding: 1px 6px;"
     " border-radius: 3px; }"
@@ -112,10 +127,25 @@ class DecodingPanel(QGroupBox):
         self.tree_topk = _spin(0, 32, auto=True)
         self.tree_tokens = _spin(0, 256, auto=True)
         self.policy_plot = PolicyPlot()
+        self._profile: PolicyProfile | None = None
+        self._profile_path = ""
+        self._own_params: dict[str, float] = {}  # the policy's values typed before a profile
+        self.profile_button = QPushButton("Policy profile…")
+        self.profile_button.clicked.connect(self.choose_profile)
+        self.profile_name = QLabel(NO_PROFILE)
+        self.profile_clear = QPushButton(NO_PROFILE.capitalize())
+        self.profile_clear.clicked.connect(lambda: self.set_profile(""))
+        self.profile_clear.setEnabled(False)
+        self.profile_note = QLabel("")  # what the profile gives, the last run's kind, or why not
+        self.profile_note.setWordWrap(True)
 
         policy_row = QHBoxLayout()
         policy_row.addWidget(self.policy, 1)
         policy_row.addWidget(self.lossy_badge)
+        profile_row = QHBoxLayout()
+        profile_row.addWidget(self.profile_button)
+        profile_row.addWidget(self.profile_name, 1)
+        profile_row.addWidget(self.profile_clear)
         numbers = QHBoxLayout()
         numbers.addWidget(self.top_p)
         numbers.addWidget(QLabel("seed"))
@@ -123,6 +153,8 @@ class DecodingPanel(QGroupBox):
         self.form = QFormLayout(self)
         self.form.addRow("Method", self.method)
         self.form.addRow("Policy", policy_row)
+        self.form.addRow("", profile_row)
+        self.form.addRow("", self.profile_note)
         self.form.addRow("Policy params", self.params_box)
         self.form.addRow(self.policy_plot)
         self.form.addRow("Draft length k", self.k)
@@ -135,7 +167,10 @@ class DecodingPanel(QGroupBox):
         self.form.addRow("Tree size", self.tree_tokens)
         tips = {
             self.method: "how tokens are drafted (the engine's methods); hover an entry for it",
-            self.policy: "how drafts are verified: lossless keeps the target's output exactly",
+            self.policy: POLICY_TIP,
+            self.profile_button: "a policy profile (specdec tune-policy): the policy and its "
+            "parameter chosen per kind of request, the kind picked from each prompt",
+            self.profile_clear: "no policy profile: the policy box decides",
             self.k: "draft length k: tokens drafted per step by chain methods (1–16)",
             self.temperature: "sampling temperature, 0 = greedy (0–2); applied to target and draft",
             self.top_p: "nucleus sampling: keep the smallest set of tokens with this mass (0.05–1)",
@@ -151,6 +186,7 @@ class DecodingPanel(QGroupBox):
         self.form.setRowVisible(self.params_box, False)
         self.form.setRowVisible(self.max_note, False)
         self.form.setRowVisible(self.policy_plot, False)
+        self.form.setRowVisible(self.profile_note, False)
 
     # -- registries -------------------------------------------------------------------------
     def set_registries(self, registries: Registries) -> None:
@@ -192,12 +228,18 @@ class DecodingPanel(QGroupBox):
             for name, value in params.items():
                 if name in self.params:
                     self.params[name].setValue(value)
+        if self._profile is not None:  # checked again: this engine's policies
+            self.set_profile(self._profile_path)
 
     def method_name(self) -> str:
         return self.method.currentData() or ""
 
     def policy_name(self) -> str:
         return self.policy.currentData() or "lossless"
+
+    def profile_path(self) -> str:
+        """The policy profile runs use ("" for none: the policy box decides)."""
+        return self._profile_path
 
     def is_lossy(self) -> bool:
         if self._registries is None:
@@ -223,7 +265,8 @@ class DecodingPanel(QGroupBox):
     def values(self) -> dict[str, Any]:
         return {
             "method": self.method_name() or self._pending.get("method", ""),
-            "policy": self.policy_name(),
+            "policy": self._own_policy(),
+            "policy_profile": self._profile_path,
             "k": self.k.value(),
             "temperature": round(self.temperature.value(), 2),
             "top_p": round(self.top_p.value(), 2),
@@ -235,6 +278,7 @@ class DecodingPanel(QGroupBox):
         }
 
     def apply(self, values: dict[str, Any]) -> None:
+        self._leave_profile()
         self._pending = {"method": values["method"], "policy": values["policy"]}
         self.k.setValue(int(values["k"]))
         self.temperature.setValue(float(values["temperature"]))
@@ -247,6 +291,95 @@ class DecodingPanel(QGroupBox):
         if self._registries is not None:
             self.select(self.method, values["method"])
             self.select(self.policy, values["policy"])
+        if values.get("policy_profile"):
+            self.set_profile(str(values["policy_profile"]))
+
+    # -- policy profile ---------------------------------------------------------------------
+    def choose_profile(self) -> None:
+        """The Policy profile… button: a file picker, then `set_profile` (Cancel: no change)."""
+        start = self._profile_path or ""
+        path, _ = QFileDialog.getOpenFileName(self, "Policy profile", start, PROFILE_FILTER)
+        if path:
+            self.set_profile(path)
+
+    def set_profile(self, path: str) -> bool:
+        """Runs use the profile at `path` ("": none, the policy box decides again). A file
+        that is not a readable profile, or one whose policy this engine lacks, is refused in
+        one line under the policy, and no profile is used. -> whether it was taken."""
+        if not path:
+            self._leave_profile()
+            return True
+        try:
+            profile = load_profile(path)
+            self._check_policy(profile)
+        except SpecdecError as error:
+            self._leave_profile()
+            self._note(f"{error}; no policy profile is used")
+            return False
+        self._enter_profile(profile, path)
+        return True
+
+    def _check_policy(self, profile: PolicyProfile) -> None:
+        """The profile's policy and parameters are ones this engine offers (once known)."""
+        if self._registries is None:
+            return
+        policy = next((p for p in self._registries.policies if p.name == profile.policy), None)
+        if policy is None:
+            raise SpecdecError(f"this engine has no policy '{profile.policy}'")
+        known = {name for name, _ in policy.params}
+        unknown = sorted({profile.param, *profile.params} - known)
+        if unknown:
+            raise SpecdecError(f"policy '{profile.policy}' has no parameter '{unknown[0]}'")
+
+    def _enter_profile(self, profile: PolicyProfile, path: str) -> None:
+        if self._profile is None:  # the values typed for the policy box's policy, kept
+            self._own_params = {name: spin.value() for name, spin in self.params.items()}
+        self._profile, self._profile_path = profile, path
+        self.policy.setPlaceholderText(f"by profile: {profile.policy}")
+        self.policy.setCurrentIndex(-1)  # the placeholder: the profile decides
+        self.policy.setEnabled(False)
+        self.policy.setToolTip("the policy profile decides the policy per prompt; None: this box")
+        self.profile_name.setText(Path(path).name)
+        self.profile_name.setToolTip(path)
+        self.profile_clear.setEnabled(True)
+        self._note(_per_kind(profile))
+        self._show_lossy()
+
+    def _leave_profile(self) -> None:
+        had = self._profile is not None
+        self._profile, self._profile_path = None, ""
+        self.profile_name.setText(NO_PROFILE)
+        self.profile_name.setToolTip("")
+        self.profile_clear.setEnabled(False)
+        self._note("")
+        if not had:
+            return
+        self.select(self.policy, self._pending.get("policy") or "lossless")
+        self.policy.setPlaceholderText("")  # after: on no choice, this selects the first
+        self.policy.setEnabled(self._registries is not None)
+        self.policy.setToolTip(POLICY_TIP)
+        for name, value in self._own_params.items():
+            if name in self.params:
+                self.params[name].setValue(value)
+        self._show_lossy()
+
+    def _own_policy(self) -> str:
+        """The policy box's own choice (kept while a profile decides)."""
+        if self._profile is not None:
+            return self._pending.get("policy") or "lossless"
+        return self.policy_name()
+
+    def _profile_lossy(self) -> bool:
+        """Can the profile's policy change the output (a lossy policy for some kind)?"""
+        profile = self._profile
+        if profile is None or not any(kind.value is not None for kind in profile.kinds):
+            return False
+        policies = self._registries.policies if self._registries is not None else ()
+        return any(p.lossy for p in policies if p.name == profile.policy)
+
+    def _note(self, text: str) -> None:
+        self.profile_note.setText(text)
+        self.form.setRowVisible(self.profile_note, bool(text))
 
     # -- internals --------------------------------------------------------------------------
     def _show_capped(self, typed: str) -> None:
@@ -274,12 +407,17 @@ class DecodingPanel(QGroupBox):
 
     def add_run(self, summary: RunSummary, distance: RunDistance | None = None) -> None:
         """A finished run for the τ-against-distance plot (`distance`: measured for a lossy
-        run; a lossless one is at 0)."""
+        run; a lossless one is at 0); a run a policy profile chose the policy of names its
+        kind under the policy."""
         self.policy_plot.add_run(summary, distance)
+        kind = summary.config.get(POLICY_KIND)
+        if kind and self._profile is not None:
+            params = summary.config.get("policy_params") or {}
+            chosen = " ".join(f"{name}={value:g}" for name, value in params.items())
+            self._note(f"profile: kind {kind} → {summary.policy} {chosen}".rstrip())
 
     def _on_policy(self) -> None:
-        self.lossy_badge.setVisible(self.is_lossy())
-        self.form.setRowVisible(self.policy_plot, self.is_lossy())
+        self._show_lossy()
         self._build_params()
         if self.policy.currentData():
             self._pending["policy"] = self.policy_name()
@@ -312,6 +450,20 @@ class DecodingPanel(QGroupBox):
             self.params[name] = spin
         self.form.setRowVisible(self.params_box, bool(self.params))
 
+    def _show_lossy(self) -> None:
+        lossy = self.is_lossy() or self._profile_lossy()
+        self.lossy_badge.setVisible(lossy)
+        self.form.setRowVisible(self.policy_plot, lossy)
+
     def _show_tree(self, visible: bool) -> None:
         for widget in (self.tree_depth, self.tree_topk, self.tree_tokens):
             self.form.setRowVisible(widget, visible)
+
+
+def _per_kind(profile: PolicyProfile) -> str:
+    """'threshold tau per kind: code 0.1, chat lossless'."""
+    kinds = ", ".join(
+        f"{kind.kind} {'lossless' if kind.value is None else f'{kind.value:g}'}"
+        for kind in profile.kinds
+    )
+    return f"{profile.policy} {profile.param} per kind: {kinds}"
