@@ -48,7 +48,10 @@ A chain's token at position i was emitted by the rule at row i given the accepte
 each accepted draft and the correction is measured as above on the chain from i on; a bonus
 token is the target's own draw (0). A tree verified path by path (`tree_distance`) is measured
 at its first position, from the step's path verifications repeated with the policy's own draws
-(deterministic trees; a tree drafted by sampling is not measured).
+(deterministic trees). A tree drafted by sampling (EAGLE-2 at T > 0) is measured at its first
+position too, by redrawing the root's children from the step's q0 and verifying them on the
+step's rows (`sampled_tree_distance.py`; it needs the number of root draws, which
+`step_distances` does not have).
 """
 
 from __future__ import annotations
@@ -228,10 +231,10 @@ def sampled_distance(
             first[i] = chain[0]
         else:
             first[i] = vocab  # refused: the fallback's token, counted in an extra cell
-    return _estimated(first, residual(p[0], rows[0]), p[0], groups)
+    return estimated_distance(first, residual(p[0], rows[0]), p[0], groups)
 
 
-def _estimated(
+def estimated_distance(
     first: torch.Tensor,  # [m] the token each sampled verification emitted first (V: refused)
     fallback: torch.Tensor,  # [V] r, what a refusal emits
     p0: torch.Tensor,  # [V] the target's row
@@ -304,7 +307,8 @@ def step_distances(
     samples: int = 256,
 ) -> list[Distance] | None:
     """The distance of each token a step emitted, from the verifications it made (None where
-    it cannot be measured: no call, or a tree drafted by sampling).
+    it cannot be measured: no call, or a tree drafted by sampling, whose root draws only the
+    caller knows: `sampled_tree_distance`).
 
     One call is a chain that accepted `accepted` of its k drafted tokens: position i (for
     i = 0 … min(accepted, k − 1)) emitted its token with the rule at row i given the accepted
@@ -378,4 +382,4 @@ def tree_distance(
         )
         return Distance(*divergence(emitted, p0))
     first = torch.tensor([token, *(one() for _ in range(samples - 1))], device=p0.device)
-    return _estimated(first, fallback, p0, groups)
+    return estimated_distance(first, fallback, p0, groups)

@@ -39,7 +39,7 @@ from specdec_core.bootstrap import RESAMPLES, SEED, percentile_interval, resampl
 from specdec_core.config import DecodeConfig
 from specdec_core.control import StopFlag
 from specdec_core.decode import generate, make_generator
-from specdec_core.events import Rates, Step, StepPhases
+from specdec_core.events import Rates, Started, Step, StepPhases
 from specdec_core.fidelity import (
     PathCall,
     mean_logprob,
@@ -56,6 +56,7 @@ from specdec_core.prefix_cache import PrefixCache
 from specdec_core.run_distance import RunDistance
 from specdec_core.run_distance import record as distance_record
 from specdec_core.runner import Extra, run
+from specdec_core.sampled_tree_distance import sampled_tree_distance
 from specdec_core.sweep_records import Aggregate, SpeedupSpread
 from specdec_core.tree_sizing import AcceptanceEstimates
 from specdec_core.verifiers import ChainVerifier, Verdict, make_verifier
@@ -303,7 +304,8 @@ def run_distance(
     """The run's distance from the target's distribution (`run_distance.RunDistance`): the
     method run again, untimed, with the same seed (so the same steps as the timed run), and at
     every step the distance of each token its policy emitted (`fidelity.step_distances`, with a
-    generator of its own: the run's draws are untouched).
+    generator of its own: the run's draws are untouched; a tree drafted by sampling by
+    `sampled_tree_distance`, with the root draws of the drafter's size at that step).
     `tree`: the 'tokens/depth/top-k' the timed run used (a tree method sizes no tree again).
     A suffix method drafts from an empty history here; no conversation cache is reused.
     0 by construction for a lossless policy (nothing runs)."""
@@ -317,16 +319,23 @@ def run_distance(
     own = make_generator(config.seed + 1, target.device)  # the estimates' draws
     drafter = build_drafter(method, target, extra)
     distance = RunDistance()
+    draws = None  # the root draws (top-k) of the next tree the drafter samples
     for event in generate(target, drafter, ids, config, method=method, verifier=recorder):
         _check(stop)
         if isinstance(event, Step):
-            step = step_distances(policy, recorder.take(), recorder.accepted, own, samples)
+            calls = recorder.take()
+            if draws is not None and event.tree is not None and calls and calls[0].q is not None:
+                step = [sampled_tree_distance(policy, calls, draws, own, samples)]
+            else:
+                step = step_distances(policy, calls, recorder.accepted, own, samples)
             if step is None:
                 distance = distance.skip()
             for token in step or ():
                 distance = distance.add(
                     token.total_variation, token.kl, token.samples, token.total_variation_se
                 )
+        if isinstance(event, Started | Step) and is_tree(method):  # the next tree's size
+            draws = drafter.describe(config).get("tree_topk")
     return distance
 
 

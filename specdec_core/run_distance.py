@@ -4,7 +4,8 @@
 Every emitted token is measured where its position's rule decided it (`fidelity`'s P, what the
 policy emits there, against the target's p at that row): a chain's accepted drafts and its
 correction each with the rule at their row, a bonus token or the token of a step that drafted
-nothing at distance 0 (the target's own draw); a tree step at its first position only.
+nothing at distance 0 (the target's own draw); a tree step at its first position only (a tree
+drafted by sampling, EAGLE-2 at T > 0, by redrawing its root's children: an estimate).
 `total_variation` and `kl` are means over the measured tokens. KL is +inf at a token where the
 policy can emit one p cannot (at T = 0: any chance of a non-argmax token); the mean is then
 +inf, written `null` in JSON beside `kl_infinite_tokens` (how many were).
@@ -34,7 +35,7 @@ class RunDistance:
     infinite_kl_tokens: int = 0
     estimated_tokens: int = 0  # tokens whose distance was estimated by sampling
     variance_sum: float = 0.0  # Σ of the sampled tokens' squared standard errors (TV)
-    unmeasured_steps: int = 0  # tree steps drafted by sampling: no estimate
+    unmeasured_steps: int = 0  # steps not measured (no verification; a sampled tree's size unknown)
     exact_by_construction: bool = False  # lossless: 0 without measuring
 
     @classmethod
@@ -93,7 +94,7 @@ class RunDistance:
         if self.estimated_tokens:
             parts.append(f"{self.estimated_tokens} of {self.tokens} tokens estimated by sampling")
         if self.unmeasured_steps:
-            parts.append(f"{self.unmeasured_steps} steps not measured (tree drafted by sampling)")
+            parts.append(f"{self.unmeasured_steps} steps not measured")
         return "; ".join(parts)
 
     def to_record(self) -> dict[str, Any]:
