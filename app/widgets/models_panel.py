@@ -1,11 +1,18 @@
-"""Models panel: target / draft / EAGLE-head pickers, device and dtype, placement (device map,
-max memory), trust remote code, Load with progress and Cancel.
+"""Models panel: target / draft / EAGLE-head / Medusa-heads / MLP-speculator / MTP-layers
+pickers, device and dtype, placement (device map, max memory), trust remote code, Load with
+progress and Cancel.
+
+Every picker a method can draft with is always shown, each labelled with what it holds: a
+Compare runs several methods at once, each with its own. `specs()` maps what a method needs
+("draft", "head", "medusa", "speculator", "mtp") to the chosen spec; an empty one is the
+engine's `embedded` (for the MLP speculator, none is bundled: the engine says to train one).
 
 The pickers list the models on this machine (specdec_core.local_models: the Hugging Face cache
 and the folders added with Browse ▸ Add a folder…), refreshed each time a list opens (a scan
 takes milliseconds and imports no torch). Once a target has loaded, heads and drafts that fit
 it come first and the rest are greyed with the reason; a target with published EAGLE heads
-puts them at the top of the head list."""
+puts them at the top of the head list; the MTP list offers the models whose config states MTP
+layers (another copy of the target's checkpoint)."""
 
 from __future__ import annotations
 
@@ -27,7 +34,8 @@ from PySide6.QtWidgets import (
 
 from app.engine_api import LoadSettings, TargetInfo
 from app.widgets.spec_picker import LocalEntry, SpecPicker
-from specdec_core.local_models import list_local, ranked, suggested_heads
+from specdec_core.local_models import LocalModel, list_local, ranked, suggested_heads
+from specdec_core.mtp.layouts import stated_count
 from specdec_core.resources import HEAD, bundled_heads
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
@@ -37,6 +45,20 @@ TRUST_TIP = (
     "Allow a model whose config.json names its own Python code (auto_map). That code runs "
     "with your permissions: read it first, and tick this only for models you trust."
 )
+MEDUSA_TIP = (
+    "Medusa heads, for the Medusa (tree) method: embedded (the heads bundled for the embedded "
+    "model), a heads folder or a hub id, in FasterDecoding's or vLLM's layout"
+)
+SPECULATOR_TIP = (
+    "MLP speculator, for the MLP speculator (chain) method: a speculator folder or a hub id in "
+    "vLLM's layout. None is bundled: train one with `specdec train mlp-speculator`"
+)
+MTP_TIP = (
+    "MTP layers, for the Native MTP (chain / tree) methods: embedded reads them from the "
+    "target's own checkpoint; or another copy of that checkpoint (a folder or a hub id)"
+)
+# what a fresh panel (or settings saved before a picker existed) chooses
+EXTRA_DEFAULTS = {"medusa": "embedded", "speculator": "", "mtp": "embedded"}
 
 
 class ModelsPanel(QGroupBox):
@@ -63,6 +85,26 @@ class ModelsPanel(QGroupBox):
         self.target.setToolTip("the target model: embedded, a hub id, a model folder or a .gguf")
         self.draft.setToolTip("the classic method's draft model (any tokenizer)")
         self.head.setToolTip("the EAGLE head for eagle / eagle2: a head folder or a hub id")
+        self.medusa = SpecPicker({"embedded": "the Medusa heads bundled for the embedded model"})
+        self.speculator = SpecPicker({})  # none bundled
+        self.mtp = SpecPicker({"embedded": "the MTP layers in the target's own checkpoint"})
+        for picker, tip, placeholder in (
+            (self.medusa, MEDUSA_TIP, "embedded, a heads folder or hub id"),
+            (self.speculator, SPECULATOR_TIP, "a speculator folder or hub id"),
+            (self.mtp, MTP_TIP, "embedded (the target's) or a copy of it"),
+        ):
+            picker.setToolTip(tip)
+            picker.combo.lineEdit().setPlaceholderText(placeholder)
+        # what a method needs -> the picker of its spec
+        self.extras: dict[str, SpecPicker] = {
+            "draft": self.draft,
+            "head": self.head,
+            "medusa": self.medusa,
+            "speculator": self.speculator,
+            "mtp": self.mtp,
+        }
+        for needs, default in EXTRA_DEFAULTS.items():
+            self.extras[needs].set_spec(default)
         self.device = QComboBox()
         self.device.addItems(DEVICES)
         self.device.setToolTip("auto: CUDA, then MPS, then the CPU")
@@ -96,7 +138,7 @@ class ModelsPanel(QGroupBox):
         self.trust_remote_code.setToolTip(TRUST_TIP)
         self.folders: list[str] = []  # where to look for .gguf files and model folders
         self._target_config: dict = {}
-        for picker in (self.target, self.draft, self.head):
+        for picker in (self.target, *self.extras.values()):
             picker.popup_opening.connect(self.refresh_local)
             picker.folder_added.connect(self.add_folder)
         self._found: list = []  # the last listing (LocalModel)
@@ -125,6 +167,9 @@ class ModelsPanel(QGroupBox):
         form.addRow("Target", self.target)
         form.addRow("Draft", self.draft)
         form.addRow("EAGLE head", self.head)
+        form.addRow("Medusa heads", self.medusa)
+        form.addRow("MLP speculator", self.speculator)
+        form.addRow("MTP layers", self.mtp)
         form.addRow("Device", device_row)
         form.addRow("Split", placement_row)
         form.addRow(load_row)
@@ -132,7 +177,8 @@ class ModelsPanel(QGroupBox):
         form.addRow(self.message)
 
     def specs(self) -> dict[str, str]:
-        return {"draft": self.draft.spec(), "head": self.head.spec()}
+        """What a method needs ("draft", "head", "medusa", "speculator", "mtp") -> its spec."""
+        return {needs: picker.spec() for needs, picker in self.extras.items()}
 
     def load_settings(self) -> LoadSettings:
         device_map = self.device_map.currentText()
@@ -165,6 +211,7 @@ class ModelsPanel(QGroupBox):
         self.target.set_local(entries(lms, fit=False))
         self.draft.set_local(entries(lms))
         self.head.set_local(self._with_suggested(spec, entries(heads, target=spec)))
+        self.mtp.set_local(entries([m for m in lms if _states_mtp(m)]))
 
     @staticmethod
     def _with_suggested(target: str, entries: list[LocalEntry]) -> list[LocalEntry]:
@@ -222,15 +269,12 @@ class ModelsPanel(QGroupBox):
             self.target.set_spec(loaded)
 
     def values(self) -> dict[str, Any]:
+        pickers = {"target": self.target, **self.extras}
         return {
-            "target": self.target.spec(),
-            "draft": self.draft.spec(),
-            "head": self.head.spec(),
+            **{name: picker.spec() for name, picker in pickers.items()},
+            **{f"recent_{name}": picker.recent() for name, picker in pickers.items()},
             "device": self.device.currentText(),
             "dtype": self.dtype.currentText(),
-            "recent_target": self.target.recent(),
-            "recent_draft": self.draft.recent(),
-            "recent_head": self.head.recent(),
             "device_map": self.device_map.currentText(),
             "max_memory": self.max_memory.text(),
             "trust_remote_code": self.trust_remote_code.isChecked(),
@@ -238,12 +282,11 @@ class ModelsPanel(QGroupBox):
         }
 
     def apply(self, values: dict[str, Any]) -> None:
-        self.target.set_recent(values["recent_target"])
-        self.draft.set_recent(values["recent_draft"])
-        self.head.set_recent(values["recent_head"])
-        self.target.set_spec(values["target"])
-        self.draft.set_spec(values["draft"])
-        self.head.set_spec(values["head"])
+        """`values` as `values()` writes them; a picker newer than the saved values keeps its
+        default (EXTRA_DEFAULTS) and an empty recent list."""
+        for name, picker in {"target": self.target, **self.extras}.items():
+            picker.set_recent(values.get(f"recent_{name}", []))
+            picker.set_spec(values.get(name, EXTRA_DEFAULTS.get(name, "")))
         for combo, key in (
             (self.device, "device"), (self.dtype, "dtype"), (self.device_map, "device_map")
         ):  # fmt: skip
@@ -257,3 +300,13 @@ class ModelsPanel(QGroupBox):
         self.load_requested.emit(
             self.target.spec() or "embedded", self.device.currentText(), self.dtype.currentText()
         )
+
+
+def _states_mtp(model: LocalModel) -> bool:
+    """Whether a model's config says its checkpoint ships MTP layers."""
+    inner = model.config.get("text_config")
+    configs = [model.config, inner] if isinstance(inner, dict) else [model.config]
+    try:
+        return any(stated_count(config) for config in configs)
+    except (TypeError, ValueError):  # a count that is not a number: not a checkpoint to offer
+        return False
