@@ -32,18 +32,23 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, fields
-from itertools import islice
 from pathlib import Path
-
-import torch
 
 from specdec_core.eagle import data as datasets
 from specdec_core.errors import SpecdecError
 from specdec_core.files import write_atomic
 from specdec_core.models import LoadedModel
 from specdec_core.training.kinds import held_out_prompts
-from specdec_core.training.magpie import PromptFilter, evaluation_prompts, openings
-from specdec_core.training.request_streams import SOURCES, Request, conversation_requests
+from specdec_core.training.magpie import PromptFilter, evaluation_prompts
+from specdec_core.training.request_streams import (
+    SOURCES,
+    ConversationStream,
+    MagpieStream,
+    Request,
+    RequestStream,
+    conversation_requests,
+    joined,
+)
 
 DEFAULT_MIX = {
     "magpie": 3.0,
@@ -52,13 +57,6 @@ DEFAULT_MIX = {
     "long": 1.5,
     "code": 2.0,
 }
-MAGPIE_TURN_TOKENS = 128  # the longest user turn the target writes; longer ones are dropped
-MAGPIE_PROMPT_TOKENS = 256
-# writing ends once this share of the user turns has ended: the few still going would run to
-# MAGPIE_TURN_TOKENS, mostly to be dropped unfinished, at the cost of every row's steps
-MAGPIE_ENOUGH = 0.9
-MAX_PROMPT_TOKENS = 1024  # a longer request (history included) is dropped as "long"
-MAX_WORDS = 2000  # words of one request before its tokens are counted
 PADDING_SLACK = 64  # tokens a call's prompts may exceed twice its shortest by (length_calls)
 RESUMABLE = ("tokens", "rows")  # settings a resumed job may change
 RECENT = 15  # batches whose median rate sets a source's tokens/s and ETA
@@ -164,6 +162,24 @@ class SourceProgress:
     def done(self) -> bool:
         return self.exhausted or self.answer_tokens >= self.budget
 
+    def add(self, samples: Sequence[dict], rejected: dict[str, int]) -> int:
+        """Count answered `samples` (shard records) and what the filter dropped; -> their
+        answer tokens."""
+        self.samples += len(samples)
+        self.rejected.update(rejected)
+        made = 0
+        for sample in samples:
+            tokens = len(sample["ids"]) - sample["start"]
+            self.kinds[sample["kind"]] += tokens
+            made += tokens
+        self.answer_tokens += made
+        return made
+
+
+def furthest_behind(progress: dict[str, SourceProgress], shares: dict[str, float]) -> str:
+    """The source whose answer tokens are furthest behind its share (ties: the first)."""
+    return min(progress, key=lambda source: progress[source].answer_tokens / shares[source])
+
 
 def shard_path(work: Path, source: str, number: int) -> Path:
     return work / "shards" / source / f"{number:06d}.json.gz"
@@ -188,30 +204,36 @@ def load_samples(work: Path, tokens: int | None = None) -> tuple[list[datasets.S
     mix_shares = JobPlan.read(work / "job.json").mix
     shares = {source: mix_shares[source] for source in SOURCES if mix_shares.get(source, 0) > 0}
     streams = {source: read_shards(work, source) for source in shares}
-    behind = dict.fromkeys(shares, 0.0)  # answer tokens taken / share, per source
+    taken = {source: SourceProgress(0) for source in shares}
+    whole = SourceProgress(0)  # over every source
     samples: list[datasets.Sample] = []
-    mix: dict = {"sources": {}, "kinds": {}, "rejected": {}}
-    taken, budget = 0, tokens if tokens is not None else float("inf")
-    while streams and taken < budget:
-        source = min(streams, key=behind.__getitem__)  # ties: SOURCES order
+    total, budget = 0, tokens if tokens is not None else float("inf")
+    while streams and total < budget:
+        source = furthest_behind({s: taken[s] for s in streams}, shares)
         shard = next(streams[source], None)
         if shard is None:
             del streams[source]
             continue
-        entry = mix["sources"].setdefault(source, {"samples": 0, "answer_tokens": 0})
+        kept = []
         for sample in shard["samples"]:
-            if taken >= budget:
+            if total >= budget:
                 break
-            samples.append(datasets.Sample(sample["ids"], sample["start"]))
-            taken += len(sample["ids"])
-            made = len(sample["ids"]) - sample["start"]
-            entry["samples"] += 1
-            entry["answer_tokens"] += made
-            behind[source] += made / shares[source]
-            mix["kinds"][sample["kind"]] = mix["kinds"].get(sample["kind"], 0) + made
-        for reason, count in shard["rejected"].items():
-            mix["rejected"][reason] = mix["rejected"].get(reason, 0) + count
-    return samples, mix
+            kept.append(sample)
+            total += len(sample["ids"])
+        taken[source].batches += 1
+        taken[source].add(kept, shard["rejected"])
+        whole.add(kept, shard["rejected"])
+        samples += [datasets.Sample(sample["ids"], sample["start"]) for sample in kept]
+    sources = {
+        source: {"samples": p.samples, "answer_tokens": p.answer_tokens}
+        for source, p in taken.items()
+        if p.batches
+    }
+    return samples, {
+        "sources": sources,
+        "kinds": dict(whole.kinds),
+        "rejected": dict(whole.rejected),
+    }
 
 
 def is_job(source: str) -> bool:
@@ -256,11 +278,14 @@ def running_pid(work: Path) -> int | None:
 
 
 # -- the job -----------------------------------------------------------------------------------
+@dataclass
 class _Source:
     """One source's stream of candidates, its filter and its progress."""
 
-    def __init__(self, name: str, progress: SourceProgress, gate: PromptFilter, requests):
-        self.name, self.progress, self.gate, self.requests = name, progress, gate, requests
+    name: str
+    progress: SourceProgress
+    gate: PromptFilter
+    stream: RequestStream
 
 
 class GenerationJob:
@@ -282,23 +307,18 @@ class GenerationJob:
         self.started = time.time()
         self.state, self.message = "running", ""
         exclude = [*evaluation_prompts(plan.exclude), *held_out_prompts()]
-        budgets = plan.budgets()
-        needs_chats = any(source != "magpie" for source in budgets)
-        if needs_chats and conversations is None:
+        self.budgets = plan.budgets()
+        if conversations is None and set(self.budgets) - {"magpie"}:
             conversations = _read_conversations(plan.conversations)
         self.sources: dict[str, _Source] = {}
-        for name, budget in budgets.items():
-            # magpie's own limits; a conversation's request is measured in tokens later
-            gate = (
-                PromptFilter(exclude)
+        for name, budget in self.budgets.items():
+            stream: RequestStream = (
+                MagpieStream(target, plan.seed, self.pad)
                 if name == "magpie"
-                else PromptFilter(exclude, max_words=MAX_WORDS)
+                else ConversationStream(conversation_requests(conversations, name, plan.seed))
             )
-            requests = (
-                None if name == "magpie" else conversation_requests(conversations, name, plan.seed)
-            )
-            self.sources[name] = _Source(name, SourceProgress(budget), gate, requests)
-        self.openings = openings(self.tok) if "magpie" in budgets else []
+            gate = PromptFilter(exclude, max_words=stream.max_words)
+            self.sources[name] = _Source(name, SourceProgress(budget), gate, stream)
         self._resume()
 
     # -- resuming ------------------------------------------------------------------------------
@@ -307,11 +327,7 @@ class GenerationJob:
         for source in self.sources.values():
             for shard in read_shards(self.work, source.name):
                 self._count(source, shard)
-                if source.requests is None:
-                    texts = [w["text"] for w in shard["written"]]
-                else:
-                    texts = [_joined(r) for r in islice(source.requests, shard["candidates"])]
-                for text in texts:
+                for text in source.stream.replayed(shard):
                     source.gate.keep(text)
             if source.progress.batches:
                 self.log(
@@ -320,34 +336,29 @@ class GenerationJob:
                 )
 
     @staticmethod
-    def _count(source: _Source, shard: dict) -> None:
+    def _count(source: _Source, shard: dict) -> int:
+        """Add a finished batch to `source`'s progress; -> its answer tokens."""
         progress = source.progress
         progress.batches += 1
-        progress.samples += len(shard["samples"])
         progress.seconds += shard["seconds"]
-        made = sum(len(sample["ids"]) - sample["start"] for sample in shard["samples"])
+        made = progress.add(shard["samples"], shard["rejected"])
         progress.rates.append(made / shard["seconds"] if shard["seconds"] > 0 else 0.0)
         progress.write_seconds += shard.get("write_seconds", 0.0)
         progress.written += len(shard["written"])
         progress.kept += sum(w["text"] is not None for w in shard["written"])
-        progress.rejected.update(shard["rejected"])
         progress.exhausted = progress.exhausted or shard["exhausted"]
-        for sample in shard["samples"]:
-            made = len(sample["ids"]) - sample["start"]
-            progress.answer_tokens += made
-            progress.kinds[sample["kind"]] += made
+        return made
 
     # -- running -------------------------------------------------------------------------------
     def run(self, stop: Callable[[], bool] = lambda: False) -> dict:
         """Generate batch after batch until done or `stop()`; -> the final status."""
         self.write_status()
         while not stop():
-            behind = [s for s in self.sources.values() if not s.progress.done]
+            behind = {name: s.progress for name, s in self.sources.items() if not s.progress.done}
             if not behind:
                 self.state = "finished"
                 break
-            source = min(behind, key=lambda s: s.progress.answer_tokens / max(1, s.progress.budget))
-            self.run_batch(source)
+            self.run_batch(self.sources[furthest_behind(behind, self.budgets)])
             self.write_status()
         else:
             self.state = "stopped"
@@ -358,28 +369,18 @@ class GenerationJob:
         number = source.progress.batches
         began = time.monotonic()
         size = self.plan.batch_of(source.name)
-        rejected: Counter[str] = Counter()
         before = Counter(source.gate.rejected)
-        written: list[dict] = []
-        writing = 0.0
-        if source.requests is None:
-            requests, written = self._magpie_requests(number, size)
-            candidates = len(written)
-            writing = time.monotonic() - began
-        else:
-            requests = list(islice(source.requests, size))
-            candidates = len(requests)
-        exhausted = candidates < size
-        kept = [r for r in requests if source.gate.keep(_joined(r))]
-        rejected.update(source.gate.rejected - before)
-        limit = MAGPIE_PROMPT_TOKENS if source.requests is None else MAX_PROMPT_TOKENS
-        answered = self._answer(kept, limit, rejected)
+        found = source.stream.batch(number, size)
+        writing = time.monotonic() - began if found.written else 0.0
+        kept = [r for r in found.requests if source.gate.keep(joined(r))]
+        rejected = source.gate.rejected - before
+        answered = self._answer(kept, source.stream.max_prompt, rejected)
         shard = {
             "source": source.name,
             "batch": number,
-            "candidates": candidates,
-            "exhausted": exhausted,
-            "written": written,
+            "candidates": found.count,
+            "exhausted": found.count < size,
+            "written": found.written,
             "rejected": dict(rejected),
             "seconds": round(time.monotonic() - began, 3),
             "write_seconds": round(writing, 3),  # magpie: the target writing its prompts
@@ -388,32 +389,11 @@ class GenerationJob:
         write_atomic(
             shard_path(self.work, source.name, number), gzip.compress(json.dumps(shard).encode())
         )
-        self._count(source, shard)
-        made = sum(len(a.ids) - a.start for a in answered)
+        made = self._count(source, shard)
         self.log(
             f"{source.name} batch {number}: {len(answered)} answers, {made} tokens in "
             f"{shard['seconds']:.0f}s ({made / max(shard['seconds'], 1e-9):.0f} tokens/s)"
         )
-
-    def _magpie_requests(self, number: int, size: int) -> tuple[list[Request], list[dict]]:
-        """The target writes `size` user turns, openings in turn; -> (the finished ones as
-        requests, what was written: kind, hint and text, None for an unfinished turn)."""
-        count = len(self.openings)
-        asked = [self.openings[(number * size + i) % count] for i in range(size)]
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(self.plan.seed * 1_000_003 + number)
-            turns = datasets.answer_batch(
-                self.target.model, [list(o.ids) for o in asked], MAGPIE_TURN_TOKENS, self.pad,
-                self.eos, temperature=1.0, enough=MAGPIE_ENOUGH,
-            )  # fmt: skip
-        written, requests = [], []
-        for opening, (turn, _) in zip(asked, turns, strict=True):
-            finished = bool(turn) and turn[-1] in self.eos
-            text = self.tok.decode(turn, skip_special_tokens=True).strip() if finished else None
-            written.append({"kind": opening.kind, "hint": opening.hint, "text": text})
-            if text is not None:
-                requests.append(Request(opening.kind, (text,)))
-        return requests, written
 
     def _answer(self, requests: list[Request], limit: int, rejected: Counter) -> list[Answered]:
         """Answer every request turn by turn, each turn with the earlier answers in context;
@@ -509,10 +489,6 @@ class GenerationJob:
         status = self.status()
         write_atomic(self.work / "status.json", json.dumps(status, indent=1).encode())
         return status
-
-
-def _joined(request: Request) -> str:
-    return "\n".join(request.turns)
 
 
 def _read_conversations(path: str | None) -> list[list[dict]]:

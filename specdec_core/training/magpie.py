@@ -198,10 +198,16 @@ def openings(tokenizer) -> list[Opening]:
     ]
 
 
+def finished_text(tokenizer, turn: list[int], eos: set[int]) -> str | None:
+    """A written turn's text, or None when it was cut off before its end-of-turn token."""
+    finished = bool(turn) and turn[-1] in eos
+    return tokenizer.decode(turn, skip_special_tokens=True).strip() if finished else None
+
+
 def sampled_turns(target: LoadedModel, directory: Path) -> Writer:
     """The default writer: the target samples each opening's user turn at temperature 1 until
     its end-of-turn token, seeded; a turn cut off at `PROMPT_TOKENS` comes back as None."""
-    tok, eos = target.tokenizer, target.eos_ids
+    tok, eos = target.tokenizer, set(target.eos_ids)
 
     def write(asked: list[Opening], seed: int) -> list[tuple[Opening, str | None]]:
         by_ids = {opening.ids: opening for opening in asked}
@@ -213,9 +219,7 @@ def sampled_turns(target: LoadedModel, directory: Path) -> Writer:
             )  # fmt: skip
         written = []
         for sample in samples:
-            turn = sample.ids[sample.start :]
-            finished = bool(turn) and turn[-1] in eos
-            text = tok.decode(turn, skip_special_tokens=True).strip() if finished else None
+            text = finished_text(tok, sample.ids[sample.start :], eos)
             written.append((by_ids[tuple(sample.ids[: sample.start])], text))
         return written
 
