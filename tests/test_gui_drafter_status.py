@@ -79,3 +79,32 @@ def test_a_method_without_a_status_leaves_the_line_hidden(qtbot):
     qtbot.addWidget(panel)
     panel.add_step(step(0, None))
     assert panel.drafter_status.isHidden()
+
+
+def test_each_compare_column_shows_its_own_drafters_status(qtbot):
+    from app.widgets.compare_columns import CompareColumns
+
+    columns = CompareColumns()
+    qtbot.addWidget(columns)
+    columns.add_column("swift", "SWIFT", "#123456")
+    columns.add_column("ngram", "n-gram", "#654321")
+    columns.add_step("swift", step(0, swift(3, SearchState.SEARCHING, 0.6), drafted=4, accepted=2))
+    columns.add_step("ngram", step(0, None))
+    swift_line, ngram_line = columns.columns["swift"].status, columns.columns["ngram"].status
+    assert not swift_line.isHidden()
+    assert swift_line.text().startswith("skipping layers 3, 5, 9")
+    assert swift_line.text().endswith("acceptance 0.50")
+    assert ngram_line.isHidden()  # n-gram lookup publishes no status
+
+
+def test_a_chat_reply_shows_the_status_under_its_tokens(qtbot):
+    from app.widgets.chat_view import ChatView
+
+    chat = ChatView()
+    qtbot.addWidget(chat)
+    chat.add_turn("hello")
+    status = DrafterStatus(pool=PoolStatus(window=3, ngram_size=4, ngrams=9))
+    chat.add_step(step(0, status, drafted=5, accepted=5))
+    line = chat.turns[-1].status
+    assert not line.isHidden()
+    assert line.text() == "lookahead window 3, 4-grams · pool 9 n-grams · acceptance 1.00"

@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.reference import RunSpeedup
-from app.widgets.token_view import TokenView
+from app.widgets.drafter_status import DrafterStatusLabel, StatusTokenView
 from specdec_core.events import RunSummary, Step
 
 USER_STYLE = "background:#eef2f7; border-radius:6px; padding:6px;"
@@ -46,7 +46,8 @@ def turn_summary(label: str, summary: RunSummary, speedup: RunSpeedup | None) ->
 
 
 class TurnWidget(QFrame):
-    """One turn: the user's message, then the reply as a token view and its summary line."""
+    """One turn: the user's message, then the reply as a token view, the drafter's live status
+    line (app/widgets/drafter_status.py) and its summary line."""
 
     def __init__(self, user: str, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -54,7 +55,8 @@ class TurnWidget(QFrame):
         self.user.setWordWrap(True)
         self.user.setStyleSheet(USER_STYLE)
         self.user.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.reply = TokenView()
+        self.status = DrafterStatusLabel()
+        self.reply = StatusTokenView(self.status)
         self.reply.setPlaceholderText("…")
         self.reply.setMinimumHeight(60)
         self.reply.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
@@ -64,6 +66,7 @@ class TurnWidget(QFrame):
         layout.setContentsMargins(0, 4, 0, 4)
         layout.addWidget(self.user)
         layout.addWidget(self.reply)
+        layout.addWidget(self.status)
         layout.addWidget(self.summary)
 
     def show_text(self, text: str) -> None:

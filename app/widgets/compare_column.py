@@ -1,10 +1,11 @@
-"""One method's column in the comparison: coloured header, token view, summary footer."""
+"""One method's column in the comparison: coloured header, token view, the drafter's live
+status line (app/widgets/drafter_status.py), summary footer."""
 
 from __future__ import annotations
 
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
-from app.widgets.token_view import TokenView
+from app.widgets.drafter_status import DrafterStatusLabel, StatusTokenView
 from specdec_core.events import RunSummary
 
 
@@ -17,7 +18,8 @@ class CompareColumn(QWidget):
         self.header.setStyleSheet(
             f"QLabel {{ color: white; background: {color}; font-weight: bold; padding: 3px 6px; }}"
         )
-        self.view = TokenView()
+        self.status = DrafterStatusLabel()
+        self.view = StatusTokenView(self.status)
         font = self.view.font()
         font.setPointSize(10)  # several columns share the width
         self.view.setFont(font)
@@ -28,6 +30,7 @@ class CompareColumn(QWidget):
         layout.setSpacing(2)
         layout.addWidget(self.header)
         layout.addWidget(self.view, 1)
+        layout.addWidget(self.status)
         layout.addWidget(self.footer)
 
     def finish(self, summary: RunSummary) -> None:

@@ -2,13 +2,15 @@
 SWIFT's layer-set search as it runs, lookahead's n-gram pool, and the run's acceptance so far.
 
 Fed by each `Step` (its `status`, `events.DrafterStatus`); hidden while the run's drafter
-publishes none.
+publishes none. `StatusTokenView` is the token view that feeds it: the Output tab, each Compare
+column and each chat reply show the line under their tokens.
 """
 
 from __future__ import annotations
 
 from PySide6.QtWidgets import QLabel, QWidget
 
+from app.widgets.token_view import TokenView
 from specdec_core.events import DrafterStatus, SearchState, SkippedLayers, Step
 
 SEARCH_STATES = {
@@ -85,3 +87,20 @@ class DrafterStatusLabel(QLabel):
         acceptance = self.accepted / self.drafted if self.drafted else None
         self.setText(status_line(step.status, acceptance))
         self.setVisible(True)
+
+
+class StatusTokenView(TokenView):
+    """The token view that also feeds every step it shows to the drafter's status line (and
+    empties it with the tokens), so whoever streams steps into the view updates both."""
+
+    def __init__(self, status: DrafterStatusLabel, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.status = status
+
+    def clear_tokens(self) -> None:
+        super().clear_tokens()
+        self.status.clear()
+
+    def add_step(self, step: Step) -> None:
+        super().add_step(step)
+        self.status.add_step(step)

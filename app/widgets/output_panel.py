@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
-from app.widgets.drafter_status import DrafterStatusLabel
+from app.widgets.drafter_status import DrafterStatusLabel, StatusTokenView
 from app.widgets.legend import Legend
-from app.widgets.token_view import TokenView
 from specdec_core.events import RunSummary, Step
 
 STOP_REASONS = {
@@ -56,23 +55,6 @@ def summary_details(summary: RunSummary) -> str:
     the expected gain, the step's modelled time and the forward costs it was sized with."""
     sizing = summary.config.get("tree_sizing")
     return "tree sizing: " + str(sizing).replace("; ", "\n") if sizing else ""
-
-
-class StatusTokenView(TokenView):
-    """The token view that also feeds every step it shows to the drafter's status line (and
-    empties it with the tokens), so whoever streams steps into the view updates both."""
-
-    def __init__(self, status: DrafterStatusLabel, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.status = status
-
-    def clear_tokens(self) -> None:
-        super().clear_tokens()
-        self.status.clear()
-
-    def add_step(self, step: Step) -> None:
-        super().add_step(step)
-        self.status.add_step(step)
 
 
 class OutputPanel(QWidget):
