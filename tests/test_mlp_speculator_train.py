@@ -1,10 +1,12 @@
 """`specdec train mlp-speculator` on a tiny random target: the loss falls, the saved speculator
-loads, drafts losslessly and has a card; bad settings are refused before a model loads."""
+loads, drafts losslessly and has a card; bad settings are refused before a model loads; a
+speculator as wide as the target starts from its tables, which stay frozen unless asked."""
 
 from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -26,6 +28,7 @@ from specdec_core.training.mlp_speculator import (
     stage_inputs,
     stage_losses,
     starting_speculator,
+    tables_are_targets,
     train_on_sources,
 )
 from tests.tiny import prompt, training_dir
@@ -176,3 +179,116 @@ def test_a_time_budget_ends_training_and_the_card_says_so(tiny_target, tmp_path)
     assert card.history[-1].stopped == "time"
     assert 0 < card.epochs < 100_000
     assert card.train_config.seconds <= 6.0
+
+
+def trained_steps(speculator, featured, steps: int, lr: float = 3e-3) -> float:
+    """`steps` optimiser steps (AdamW, clipped as training clips) on the whole of `featured`
+    over the speculator's trainable weights; -> the mean stage loss after them."""
+    from specdec_core.training.objective import collate
+
+    ids, hidden, mask, _ = collate(featured)
+    params = [p for p in speculator.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
+    for _ in range(steps):
+        loss = sum(stage_losses(speculator, ids, hidden, mask)) / speculator.n_predict
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+    return mean_loss(speculator, featured)
+
+
+def fresh(tiny_target, **fields) -> SpeculatorRequest:
+    return SpeculatorRequest(
+        out="unused", data=("sharegpt",), n_predict=3, val_kinds=0, feature_dtype="float32",
+        **fields,
+    )  # fmt: skip
+
+
+def test_a_speculator_as_wide_as_the_target_starts_from_its_embedding_head_and_final_norm(
+    tiny_target,
+):
+    model = tiny_target.model
+    speculator = starting_speculator(fresh(tiny_target), tiny_target)
+    for stage in range(3):
+        assert torch.equal(speculator.emb[stage].weight, model.get_input_embeddings().weight)
+        assert torch.equal(speculator.head[stage].weight, model.get_output_embeddings().weight)
+        assert torch.equal(speculator.ln[stage].weight, model.model.norm.weight)
+        assert not speculator.ln[stage].bias.any()
+    # stage 0 passes the target's state through: its state is the target's final-norm state
+    # up to the token's term, so with that term removed head.0 gives the target's own logits
+    samples = answers(tiny_target, 2)
+    hidden = extract_features(model, samples, None)[0].hidden.float()[None].clone()
+    with torch.no_grad():
+        speculator.emb[0].weight.zero_()
+        tokens = torch.zeros(hidden.shape[:2], dtype=torch.long)
+        state = speculator.advance(0, speculator.first_state(hidden), tokens)
+    # (the target's norm has an epsilon of its own: equal within 1%)
+    assert torch.allclose(state, torch.nn.functional.gelu(hidden), atol=1e-2)
+
+
+def test_a_narrower_speculator_starts_random(tiny_target):
+    speculator = starting_speculator(fresh(tiny_target, inner_dim=24), tiny_target)
+    assert speculator.config.width == 24  # cannot hold the target's 32-wide tables
+    assert not tables_are_targets(speculator, tiny_target)
+
+
+@pytest.mark.parametrize("train_tables", [False, True])
+def test_the_targets_tables_stay_frozen_unless_asked_to_train_while_projections_and_norms_learn(
+    tiny_target, tmp_path, train_tables
+):
+    samples = answers(tiny_target, 8)
+    request = SpeculatorRequest(
+        out=str(tmp_path / "out"), data=("sharegpt",), epochs=2, n_predict=2, batch_tokens=128,
+        lr=1e-2, warmup=1, val_prompts=0, val_kinds=0, save_dtype="float32",
+        feature_dtype="float32", train_vocab_tables=train_tables,
+    )  # fmt: skip
+    before = starting_speculator(request, tiny_target)
+    card = train_on_sources(request, tiny_target, [Collected("memory", samples, samples[:1], [])])
+    after = load_speculator(str(tmp_path / "out"), tiny_target)
+    model = tiny_target.model
+    for stage in range(2):
+        assert not torch.equal(after.proj[stage].weight, before.proj[stage].weight)
+        assert not torch.equal(after.ln[stage].weight, before.ln[stage].weight)
+        embedding_kept = torch.equal(after.emb[stage].weight, model.get_input_embeddings().weight)
+        head_kept = torch.equal(after.head[stage].weight, model.get_output_embeddings().weight)
+        assert embedding_kept is head_kept is (not train_tables)
+    assert card.extra["start"] == "from the target's embedding and head"
+    assert card.extra["vocab_tables"] == ("trained" if train_tables else "frozen (the target's)")
+    checkpoint = torch.load(tmp_path / "out" / "checkpoint.pt", weights_only=True)["model"]
+    assert any(key.startswith("emb.") for key in checkpoint) is train_tables
+    other = replace(request, train_vocab_tables=not train_tables)
+    with pytest.raises(SpecdecError, match="cannot resume this one"):
+        train_on_sources(other, tiny_target, [Collected("memory", samples, samples[:1], [])])
+
+
+def test_from_the_target_the_loss_falls_further_in_the_same_steps_than_from_random(tiny_target):
+    featured = extract_features(tiny_target.model, answers(tiny_target, 16), None)
+    from_target = starting_speculator(fresh(tiny_target), tiny_target)
+    from_random = starting_speculator(fresh(tiny_target), tiny_target)
+    from_random.reset_parameters(torch.Generator().manual_seed(0))  # fms-extras' init
+    assert mean_loss(from_target, featured) < mean_loss(from_random, featured)
+    # both train every weight, tables included: only the start differs
+    assert trained_steps(from_target, featured, 10) < 0.8 * trained_steps(from_random, featured, 10)
+
+
+def test_a_stage_from_the_target_passes_its_state_through_with_the_token_at_vllms_share():
+    from specdec_core.mlp_speculator.head import MLPSpeculator, SpeculatorConfig
+
+    generator = torch.Generator().manual_seed(0)
+    width, vocab = 16, 40
+    table = torch.randn(vocab, width, generator=generator) * 0.1
+    w = torch.rand(width, generator=generator) + 0.5  # a final norm that is not the identity
+    speculator = MLPSpeculator(SpeculatorConfig(width, vocab, n_predict=3))
+    speculator.start_from_target(table, table * 2, w)
+    u = torch.randn(64, width, generator=generator)
+    u = u / u.pow(2).mean(-1, keepdim=True).sqrt()  # rms 1: a target's normalised state
+    with torch.no_grad():
+        state = speculator.proj[0](u * w)  # the target's final-norm state h = u * w
+        token = speculator.emb[0].weight * speculator.config.emb_weight
+        token = token / speculator.config.state_weight
+    rms = lambda x: float(x.pow(2).mean().sqrt())  # noqa: E731
+    assert torch.allclose(state / rms(state), u, atol=1e-5)  # the norm's weight undone
+    share = speculator.config.state_weight**2  # the state's share of the sum's variance
+    assert rms(token) ** 2 / (rms(state) ** 2 + rms(token) ** 2) == pytest.approx(1 - share)
+    assert torch.equal(speculator.head[2].weight, table * 2)

@@ -38,7 +38,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         type=int,
         default=None,
         help="width of the stages (default 0: the target's hidden size). Each stage has a "
-        "vocabulary-sized embedding and head, so this sets most of the size",
+        "vocabulary-sized embedding and head, so this sets most of the size. At the target's "
+        "width a fresh speculator starts from the target's embedding, head and final norm; "
+        "any other width starts random (fms-extras' initialisation) and trains every weight",
     )
     parser.add_argument(
         "--tie-weights",
@@ -52,6 +54,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         action="store_true",
         default=None,
         help="normalise the target's hidden state before the first stage (scale_input)",
+    )
+    parser.add_argument(
+        "--train-vocab-tables",
+        action="store_true",
+        help="also train the embeddings and heads when they are the target's (a fresh "
+        "speculator at the target's width, or an --init one whose tables are still the "
+        "target's); by default those stay frozen and only the projections and norms train",
     )
     parser.add_argument(
         "--init", default=None, help="continue this trained speculator (embedded, dir, hub id)"
@@ -74,6 +83,7 @@ def request_from_args(args: argparse.Namespace) -> SpeculatorRequest:
         inner_dim=args.inner_dim,
         tie_weights=args.tie_weights,
         scale_input=args.scale_input,
+        train_vocab_tables=args.train_vocab_tables,
         init=args.init or None,
         save_dtype=args.save_dtype,
         **training_fields(args),

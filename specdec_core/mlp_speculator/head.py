@@ -158,6 +158,58 @@ class MLPSpeculator(nn.Module):
                 else:
                     param.copy_(_trunc_normal(param.shape, std, generator))
 
+    def start_from_target(
+        self, embedding: torch.Tensor, lm_head: torch.Tensor, final_norm: torch.Tensor
+    ) -> None:
+        """Start every stage from the target (its width must be the stages'): `emb.i` its input
+        embedding [V, d], `head.i` its output head [V, d], `ln.i` its final norm's weight [d]
+        (bias 0; the target's RMSNorm has this norm's form), and each projection
+        `alpha * diag(1 / w)` (w the final norm's weight).
+
+        So a stage starts by passing the state through: stage 0's input is the target's
+        final-norm state h = u * w with rms(u) = 1, proj.0 turns it into alpha * u, and ln.0
+        multiplies the normalised sum by w again, so head.0 sees (up to gelu and the token's
+        term) the target's own state h and starts from the target's prediction at that state.
+        alpha keeps the token term's share of the sum where vLLM's constants put it for
+        fms-extras' initialisation (state variance share state_weight^2, token share
+        1 - state_weight^2): alpha = rms(emb) * (emb_weight / state_weight) * state_weight /
+        sqrt(1 - state_weight^2). With `scale_input` stage 0's input is normalised first
+        (ln0(h) / sqrt(2)), so proj.0 is scaled up by sqrt(2) * rms(w) to match. Later stages
+        take the same projection; their input, after gelu, is smaller, so the token's term
+        weighs somewhat more there."""
+        config = self.config
+        vocab, width = config.vocab_size, config.width
+        if config.width != config.emb_dim:
+            raise SpecdecError(
+                f"a speculator of inner_dim {config.inner_dim} cannot start from a target of "
+                f"width {config.emb_dim}; use inner_dim 0 (the target's width)"
+            )
+        for name, table in (("embedding", embedding), ("output head", lm_head)):
+            if tuple(table.shape) != (vocab, width):
+                raise SpecdecError(
+                    f"the target's {name} is {tuple(table.shape)}, the speculator needs "
+                    f"{(vocab, width)}; train it for this target"
+                )
+        table = embedding.detach().float()
+        w = final_norm.detach().float()
+        ratio = config.state_weight / math.sqrt(1 - config.state_weight**2)
+        alpha = float(table.pow(2).mean().sqrt()) * config.emb_weight / config.state_weight * ratio
+        inverse = torch.where(w.abs() < 1e-3, torch.zeros_like(w), 1 / w)
+        first = alpha * (SQRT2 * float(w.pow(2).mean().sqrt()) if config.scale_input else 1.0)
+        with torch.no_grad():
+            for stage in range(self.n_predict):
+                self.emb[stage].weight.copy_(table)
+                self.head[stage].weight.copy_(lm_head.detach().float())
+                self.ln[stage].weight.copy_(w)
+                self.ln[stage].bias.zero_()
+                scale = first if stage == 0 else alpha
+                self.proj[stage].weight.copy_(torch.diag(inverse * scale))
+
+    def vocab_tables(self) -> list[nn.Parameter]:
+        """The vocabulary-sized weights (each stage's embedding and head), each once."""
+        tables = {id(m.weight): m.weight for role in (self.emb, self.head) for m in role}
+        return list(tables.values())
+
     def weights(self) -> dict[str, nn.Parameter]:
         """The stored weights by name, each once (a tied module under its first stage's name):
         what a checkpoint of this layout holds."""

@@ -20,6 +20,15 @@ teacher-forced top-1 per stage on the held-out samples and tau of greedy decodin
 prompts, and saves the speculator so far. `--seconds` is one time budget for the whole run, as
 `specdec train eagle`'s (time_budget.py): a probe refuses at once a budget that cannot cover
 the features and training of one batch, the features take their share, training the rest.
+
+Start: a fresh speculator as wide as the target (inner_dim 0) starts from the target, as
+Medusa's heads do (`MLPSpeculator.start_from_target`: every stage's embedding, head and norm
+the target's, each projection passing the state through), and its vocabulary-sized tables
+(embedding, head) are then frozen: only the projections and norms train, and the head's cost
+in a step is its matmul for the activations only. `--train-vocab-tables` trains them too. An
+--init speculator whose tables are still the target's keeps them frozen the same way. Any
+other width starts from fms-extras' random initialisation, its tables trained. The checkpoint
+holds only the trained weights (frozen tables are the target's, rebuilt by a resumed run).
 """
 
 from __future__ import annotations
@@ -59,13 +68,16 @@ from specdec_core.training.validation import decoded_tau
 
 TRAINS = "mlp-speculator"  # the card's kind
 CHUNK_ROWS = 512  # rows of one recomputed cross-entropy chunk
+FROM_TARGET = "from the target's embedding and head"
+RANDOM = "random"
 
 
 @dataclass(frozen=True)
 class SpeculatorRequest(TrainingData):
     """What to train and how; the defaults are `specdec train mlp-speculator`'s. Speculator
     settings left None take the --init speculator's, or for a fresh one fms-extras' defaults
-    (3 stages, inner_dim 0 = the target's width, untied, unscaled input)."""
+    (3 stages, inner_dim 0 = the target's width, untied, unscaled input). `train_vocab_tables`:
+    train the embeddings and heads even when they are the target's (frozen otherwise)."""
 
     out: str
     target: str = "embedded"
@@ -76,6 +88,7 @@ class SpeculatorRequest(TrainingData):
     inner_dim: int | None = None
     tie_weights: bool | None = None
     scale_input: bool | None = None
+    train_vocab_tables: bool = False
     init: str | None = None  # a trained speculator to continue
     work: str | None = None  # cache for data and features (default OUT/work)
     cached_only: bool = False
@@ -140,9 +153,16 @@ def _log(message: str) -> None:
     print(f"[train] {message}", file=sys.stderr, flush=True)
 
 
+def starts_from_target(request: SpeculatorRequest, hidden: int) -> bool:
+    """Whether a fresh speculator starts from the target: no --init, and its stages as wide
+    as the target's hidden size `hidden`."""
+    return request.init is None and (request.inner_dim or 0) in (0, hidden)
+
+
 def starting_speculator(request: SpeculatorRequest, target: LoadedModel) -> MLPSpeculator:
-    """The --init speculator in float32 (checked against the target), or a fresh one with
-    fms-extras' initialisation, seeded."""
+    """The --init speculator in float32 (checked against the target); or a fresh one, from the
+    target's embedding, output head and final norm when as wide as the target
+    (`starts_from_target`), else with fms-extras' initialisation, seeded."""
     hidden, vocab = target.model.config.hidden_size, target.vocab_size
     if request.init is not None:
         speculator = read_speculator(request.init)
@@ -157,8 +177,58 @@ def starting_speculator(request: SpeculatorRequest, target: LoadedModel) -> MLPS
         scale_input=bool(request.scale_input),
     )
     speculator = MLPSpeculator(config)
-    speculator.reset_parameters(torch.Generator().manual_seed(request.seed))
+    if starts_from_target(request, hidden):
+        model = target.model
+        speculator.start_from_target(
+            model.get_input_embeddings().weight,
+            model.get_output_embeddings().weight,
+            model.model.norm.weight,  # the decoder's final norm (Llama layout)
+        )
+    else:
+        speculator.reset_parameters(torch.Generator().manual_seed(request.seed))
     return speculator
+
+
+def tables_are_targets(speculator: MLPSpeculator, target: LoadedModel) -> bool:
+    """Whether every stage's embedding is the target's input embedding and every head its
+    output head (compared in bfloat16, so a speculator saved in bfloat16 still counts)."""
+    model = target.model
+    if speculator.config.width != model.config.hidden_size:
+        return False
+    pairs = [(m.weight, model.get_input_embeddings().weight) for m in speculator.emb]
+    pairs += [(m.weight, model.get_output_embeddings().weight) for m in speculator.head]
+    return all(
+        torch.equal(
+            mine.detach().to(torch.bfloat16), theirs.detach().to(mine.device, torch.bfloat16)
+        )
+        for mine, theirs in pairs
+    )
+
+
+class _Trained(torch.nn.Module):
+    """The trained part of a speculator whose vocabulary tables are frozen: its projections and
+    norms, under the speculator's own names (what the checkpoint holds)."""
+
+    def __init__(self, speculator: MLPSpeculator) -> None:
+        super().__init__()
+        self.proj, self.ln = speculator.proj, speculator.ln
+
+
+def _refuse_other_tables(out: Path, frozen: bool) -> None:
+    """Refuse to resume OUT/checkpoint.pt of a run that treated the vocabulary tables the other
+    way (its optimiser holds other parameters)."""
+    path = out / "checkpoint.pt"
+    if not path.is_file():
+        return
+    saved = torch.load(path, weights_only=True, map_location="cpu", mmap=True)["model"]
+    trained = any(key.startswith(("emb.", "head.")) for key in saved)
+    if trained == frozen:
+        flag = "with" if trained else "without"
+        raise SpecdecError(
+            f"{path} is from a run that {'trained' if trained else 'froze'} the vocabulary "
+            f"tables, so it cannot resume this one; rerun {flag} --train-vocab-tables, or use "
+            "a new --out"
+        )
 
 
 def stage_inputs(ids: torch.Tensor, mask: torch.Tensor, n_predict: int):
@@ -336,6 +406,17 @@ def train_on_sources(
     budget = budget or Budget(request.seconds)
     target.model.requires_grad_(False)
     speculator = (speculator or starting_speculator(request, target)).to(target.device).float()
+    frozen = not request.train_vocab_tables and tables_are_targets(speculator, target)
+    speculator.requires_grad_(True)
+    for table in speculator.vocab_tables() if frozen else ():
+        table.requires_grad_(False)
+    hidden = target.model.config.hidden_size
+    if request.init is not None:
+        start = f"continued from {request.init}"
+    else:
+        start = FROM_TARGET if starts_from_target(request, hidden) else RANDOM
+    tables = "frozen (the target's)" if frozen else "trained"
+    _log(f"MLP speculator: starts {start}; vocabulary tables {tables}")
     data = _features(request, target, speculator, sources, budget)
     if not data.train:
         raise SpecdecError("no training data; check --data and --tokens (or give more --seconds)")
@@ -343,10 +424,11 @@ def train_on_sources(
     if budget.seconds is not None:
         config.seconds = max(1.0, budget.left() - reserve(budget))
         _log(f"training for at most {config.seconds:.0f}s; {budget.words()}")
-    size = sum(p.numel() for p in speculator.parameters())
+    size = sum(p.numel() for p in speculator.parameters() if p.requires_grad)
     _log(f"MLP speculator: {size / 1e6:.1f}M trained parameters")
     out = Path(request.out)
     out.mkdir(parents=True, exist_ok=True)
+    _refuse_other_tables(out, frozen)
 
     by_stage: list[float] = []
 
@@ -389,6 +471,8 @@ def train_on_sources(
         extra={
             "speculator": speculator.config.to_json(),
             "teacher_forced_top1_by_stage": list(by_stage),
+            "start": start,
+            "vocab_tables": tables,
             "saved_dtype": request.save_dtype,
         },
     )
@@ -425,6 +509,12 @@ class SpeculatorTraining(EpochTraining):
 
     kind = TRAINS
     clip = 1.0
+
+    @property
+    def saved(self) -> torch.nn.Module:
+        """The speculator, or only its projections and norms when its tables are frozen."""
+        model = self.model
+        return model if model.emb[0].weight.requires_grad else _Trained(model)
 
     def batch_loss(self, items: list[Featured]) -> tuple[torch.Tensor, str]:
         ids, hidden, mask, _ = collate(items, self.model.proj[0].weight.device)
