@@ -103,8 +103,14 @@ def test_a_profile_chosen_in_the_panel_reaches_every_run_request(make_window, qt
     wait_idle(qtbot, window)
     window.run_compare()
     wait_idle(qtbot, window)
+    window.show_chat()
+    window.generate()  # the prompt box as the chat's next message
+    wait_idle(qtbot, window)
+    window.tabs.setCurrentIndex(0)  # back to Output; sending took the prompt box's text
+    window.prompt.set_text("Explain speculative decoding in three sentences.")
     methods = [request.method for request in engine.requests]
-    assert methods == ["classic", "ar", "ar", "classic"]  # Generate and its reference; Compare
+    assert methods == ["classic", "ar", "ar", "classic", "classic", "ar"]  # Generate, Compare, chat
+    assert engine.requests[4].conversation  # the chat turn
     assert {request.policy_profile for request in engine.requests} == {str(profile_file)}
     assert engine.requests[0].config.policy == "lossless"  # the engine applies the profile
 
@@ -199,11 +205,16 @@ def test_the_profile_round_trips_through_the_panels_saved_values(make_window, pr
     assert second.decoding.policy.placeholderText() == "by profile: threshold"
     assert second.decoding.values() == values
 
+    second.decoding.apply({**values, "k": 7})  # Tune's point: the profile stays
+    assert second.decoding.k.value() == 7 and second.decoding.profile_path() == str(profile_file)
+    assert second.decoding.policy.currentIndex() == -1
+
     profile_file.unlink()  # gone by the next start: one line, the rest restored
-    second.decoding.apply({**values, "k": 7})
-    assert second.decoding.profile_path() == "" and second.decoding.k.value() == 7
-    assert second.decoding.policy_name() == "threshold"
-    assert "policy profile not found" in second.decoding.profile_note.text()
+    third = make_window()
+    third.decoding.apply({**values, "k": 7})
+    assert third.decoding.profile_path() == "" and third.decoding.k.value() == 7
+    assert third.decoding.policy_name() == "threshold"
+    assert "policy profile not found" in third.decoding.profile_note.text()
 
 
 @pytest.mark.slow  # an engine process

@@ -278,7 +278,11 @@ class DecodingPanel(QGroupBox):
         }
 
     def apply(self, values: dict[str, Any]) -> None:
-        self._leave_profile()
+        """The values by field name (saved settings, Tune's point); the profile is read again
+        only when it is another file."""
+        profile = str(values.get("policy_profile") or "")
+        if profile != self._profile_path:
+            self._leave_profile()
         self._pending = {"method": values["method"], "policy": values["policy"]}
         self.k.setValue(int(values["k"]))
         self.temperature.setValue(float(values["temperature"]))
@@ -290,9 +294,10 @@ class DecodingPanel(QGroupBox):
         self.tree_tokens.setValue(int(values["tree_tokens"]))
         if self._registries is not None:
             self.select(self.method, values["method"])
-            self.select(self.policy, values["policy"])
-        if values.get("policy_profile"):
-            self.set_profile(str(values["policy_profile"]))
+            if self._profile is None:  # else the box shows that the profile decides
+                self.select(self.policy, values["policy"])
+        if profile and profile != self._profile_path:
+            self.set_profile(profile)
 
     # -- policy profile ---------------------------------------------------------------------
     def choose_profile(self) -> None:
