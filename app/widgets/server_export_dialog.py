@@ -1,9 +1,10 @@
 """File ▸ Export to server…: the vLLM and SGLang commands that serve the current setting, and
 the EAGLE head written as the chosen engine loads it.
 
-One box per engine: the command (or why this setting cannot be served), its notes (a
-scrolling area: however many there are, none is cut off), Copy (to the clipboard) and Save
-as shell script… (an executable `#!/usr/bin/env bash` file,
+One box per engine: the command (or why this setting cannot be served; as tall as its
+wrapped lines, up to `COMMAND_LINES`, then it scrolls), its notes (a scrolling area that takes
+all the height the rest leaves: however many there are, none is cut off), Copy (to the
+clipboard) and Save as shell script… (an executable `#!/usr/bin/env bash` file,
 `specdec_core.serve.write_script`). The commands are built by the caller
 (`app/server_controller.py`); the dialog shows only commands that serve what is selected:
 
@@ -30,6 +31,7 @@ folder field, the commands shown and the folder's files stay as they were.
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -37,8 +39,8 @@ from pathlib import Path
 from typing import Protocol, TypeAlias
 
 import numpy as np
-from PySide6.QtCore import Qt
-from PySide6.QtGui import QFont, QGuiApplication
+from PySide6.QtCore import QSize, Qt
+from PySide6.QtGui import QFont, QFontMetrics, QGuiApplication, QResizeEvent, QTextLayout
 from PySide6.QtWidgets import (
     QComboBox,
     QDialog,
@@ -52,6 +54,7 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QPlainTextEdit,
     QPushButton,
+    QSizePolicy,
     QVBoxLayout,
     QWidget,
 )
@@ -73,7 +76,71 @@ NO_DRAFT_LENGTH = (
     "cannot serve this setting: vLLM drafts a chain of num_speculative_tokens, and the tree "
     "size is auto here; set Tree depth, Tree top-k and Tree size in the Decoding panel"
 )
-NOTES_LINES = 4  # the notes area's height in lines; more scroll
+NOTES_LINES = 4  # the notes area's least height in lines; it takes the spare height, more scroll
+COMMAND_LINES = 6  # the most lines a command's box grows to; a longer one scrolls
+SLACK = 4  # pixels below a command's last line (the box lays lines out a little taller)
+SIZE = QSize(900, 760)  # the dialog's size where the screen has room (less where it has not)
+SCREEN_MARGIN = 60  # left free of the screen's height: the window manager's frame and title
+
+
+class CommandText(QPlainTextEdit):
+    """A read-only command in monospace, as tall as its lines wrapped at the box's width (at
+    most `COMMAND_LINES`, then it scrolls): the dialog's spare height goes to the notes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setReadOnly(True)
+        self.setFont(QFont("monospace"))
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self._heights: list[float] = self._line_heights(self.width())
+        self.textChanged.connect(self._refit)
+
+    def wrapped_lines(self, width: int) -> int:
+        """Lines the text takes in a box `width` pixels wide."""
+        return len(self._line_heights(width))
+
+    def _line_heights(self, width: int) -> list[float]:
+        """The heights of the lines of the text in a box `width` pixels wide, laid out as the
+        box lays it out (its wrap mode, its font, the document's margins)."""
+        room = width - 2 * self.frameWidth() - 2 * self.document().documentMargin()
+        option = self.document().defaultTextOption()
+        heights: list[float] = []
+        block = self.document().firstBlock()
+        while block.isValid():
+            layout = QTextLayout(block.text(), self.font())
+            layout.setTextOption(option)
+            layout.beginLayout()
+            while (line := layout.createLine()).isValid():
+                line.setLineWidth(max(1.0, room))
+                line.setLeadingIncluded(True)  # as the box lays its lines out
+                heights.append(line.height())
+            layout.endLayout()
+            block = block.next()
+        return heights or [float(QFontMetrics(self.font()).height())]
+
+    def sizeHint(self) -> QSize:
+        shown = math.ceil(sum(self._heights[:COMMAND_LINES]))
+        margins = 2 * self.frameWidth() + 2 * round(self.document().documentMargin())
+        return QSize(super().sizeHint().width(), shown + margins + SLACK)
+
+    def minimumSizeHint(self) -> QSize:  # a scroll area's own minimum is taller than a line
+        return QSize(super().minimumSizeHint().width(), self.sizeHint().height())
+
+    def _refit(self) -> None:
+        heights = self._line_heights(self.width())
+        if heights != self._heights:
+            self._heights = heights
+            fits = len(heights) <= COMMAND_LINES  # no scroll bar beside a command shown whole
+            self.setVerticalScrollBarPolicy(
+                Qt.ScrollBarPolicy.ScrollBarAlwaysOff
+                if fits
+                else Qt.ScrollBarPolicy.ScrollBarAsNeeded
+            )
+            self.updateGeometry()
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self._refit()
 
 
 HeadDone: TypeAlias = Callable[[ServeCommand | str], None]
@@ -111,7 +178,7 @@ class ServerExportDialog(QDialog):
         self.setWindowTitle("Export to server")
         self.commands = dict(commands)
         self.config = config
-        self.texts: dict[str, QPlainTextEdit] = {}
+        self.texts: dict[str, CommandText] = {}
         self.notes: dict[str, QPlainTextEdit] = {}
         self.boxes: dict[str, QGroupBox] = {}
         self._buttons: dict[str, tuple[QPushButton, QPushButton]] = {}
@@ -129,16 +196,13 @@ class ServerExportDialog(QDialog):
         close = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
         close.rejected.connect(self.reject)
         layout.addWidget(close)
-        self.resize(900, 660 if head is not None else 540)
+        self.resize(fitted_size(self))
 
     # -- the engines' commands ------------------------------------------------------------------
     def _box(self, engine: str) -> QGroupBox:
         box = QGroupBox(ENGINE_NAMES.get(engine, engine))
-        text = QPlainTextEdit()
-        text.setReadOnly(True)
-        text.setFont(QFont("monospace"))
-        text.setMaximumHeight(90)
-        notes = QPlainTextEdit()  # scrolls: no note is cut off, however many
+        text = CommandText()
+        notes = QPlainTextEdit()  # takes the spare height and scrolls: no note is cut off
         notes.setReadOnly(True)
         notes.setFrameShape(QFrame.Shape.NoFrame)
         notes.setStyleSheet("QPlainTextEdit { color: #555; background: transparent; }")
@@ -313,6 +377,14 @@ class ServerExportDialog(QDialog):
         self.head_status.setStyleSheet("color: #c1121f")
         self.head_status.setText(message)
         return False
+
+
+def fitted_size(dialog: QDialog) -> QSize:
+    """`SIZE`, or less where the dialog's screen (its parent's) has less room."""
+    parent = dialog.parentWidget()
+    screen = (parent or dialog).screen() or QGuiApplication.primaryScreen()
+    room = screen.availableGeometry().size() - QSize(SCREEN_MARGIN // 3, SCREEN_MARGIN)
+    return SIZE.boundedTo(room).expandedTo(dialog.minimumSizeHint())
 
 
 def folder_problem(folder: Path) -> str:
