@@ -14,6 +14,12 @@ imports and the target's load, timed on the generation child: the training comma
 budget starts only once it runs). The progress lines are redrawn every
 poll, so they always say how long the step has run, its ETA (never past the budget) and, while
 a batch or the first status is awaited, what runs and for how long.
+
+The children's progress reaches the tab only through their files (the generation job's
+WORK/data/status.json, training's WORK/head/progress.json), read on every poll. Before a
+child has an estimate (its first batch still running) the ETA says what is known instead of a
+bare "?": the budget's end when a time budget is set ("ETA at most 0m37s"),
+else "estimating…" with how long the step has run (`eta_words`).
 """
 
 from __future__ import annotations
@@ -259,10 +265,12 @@ class TrainController(QObject):
             return
         self.view.generation_bar.setValue(round(generation.fraction * 1000))
         rate = f"{generation.tokens_per_s:.0f}" if generation.tokens_per_s else "-"
-        eta_s = generation.eta_s
-        if share is not None:  # never past the budget's share for generation
-            eta_s = share if eta_s is None else min(eta_s, share)
-        eta = "done" if generation.state == "finished" else format_duration(eta_s)
+        if generation.state == "finished":
+            eta = "done"
+        elif generation.state == "running":  # never past the budget's share for generation
+            eta = eta_words(generation.eta_s, share)  # the line says how long it has run
+        else:  # stopped or failed: the estimate it had, if any
+            eta = format_duration(generation.eta_s) if generation.eta_s is not None else "—"
         line = (
             f"{generation.answer_tokens:,} / {generation.budget:,} answer tokens, "
             f"{generation.batches} batches; {rate} tokens/s; ETA {eta} ({generation.state}"
@@ -307,7 +315,9 @@ class TrainController(QObject):
                 )
             return
         rate = f"{training.tokens_per_s:.0f}" if training.tokens_per_s else "-"
-        eta = "done" if training.finished else format_duration(training.eta_s)
+        left = training.budget_left_s if training.budget_left_s is not None else self.left()
+        running = time.monotonic() - self.step_began if self.step == "training" else None
+        eta = "done" if training.finished else eta_words(training.eta_s, left, running)
         note = f" ({training.note})" if training.note and not training.finished else ""
         budget = ""
         if training.budget_left_s is not None and not training.finished:
@@ -325,6 +335,20 @@ class TrainController(QObject):
             where = f"training: {training.tokens or 0:,} / {training.tokens_total or 0:,} tokens"
         self.view.training_text.setText(f"{where}; {rate} tokens/s; ETA {eta}{note}{budget}")
         self.view.show_validation(training.validation)
+
+
+def eta_words(eta_s: float | None, left_s: float | None, running_s: float | None = None) -> str:
+    """A running step's ETA as the tab says it: its estimate, never past the budget's end
+    (`left_s`, None without a budget); before it has one, the budget's end ('at most
+    0m37s'), or without a budget 'estimating…' and how long it has run
+    (`running_s`, when the line does not say so already)."""
+    if eta_s is not None:
+        return format_duration(eta_s if left_s is None else min(eta_s, left_s))
+    if left_s is not None:
+        return f"at most {format_duration(left_s)}"
+    if running_s is not None:
+        return f"estimating… ({format_duration(running_s)} in)"
+    return "estimating…"
 
 
 def _last_line(log: Path) -> str:
