@@ -32,17 +32,24 @@ class GuiSettings:
     target: str = "embedded"
     draft: str = "embedded"
     head: str = "embedded"
+    medusa: str = "embedded"  # Medusa heads (method medusa)
+    speculator: str = ""  # an MLP speculator (none is bundled)
+    mtp: str = "embedded"  # the checkpoint whose MTP layers draft (embedded: the target's own)
     device: str = "auto"
     dtype: str = "auto"
     recent_target: tuple[str, ...] = ()
     recent_draft: tuple[str, ...] = ()
     recent_head: tuple[str, ...] = ()
+    recent_medusa: tuple[str, ...] = ()
+    recent_speculator: tuple[str, ...] = ()
+    recent_mtp: tuple[str, ...] = ()
     device_map: str = "none"  # or auto, balanced, sequential (accelerate)
     max_memory: str = ""  # DEVICE=SIZE[,…] with a device map
     trust_remote_code: bool = False
     model_folders: tuple[str, ...] = ()  # where the pickers look for .gguf files and folders
     method: str = "eagle2-lookup"  # app/first_run.py says why
     policy: str = "lossless"
+    policy_profile: str = ""  # a `specdec tune-policy` profile deciding the policy per prompt
     k: int = 4
     temperature: float = 0.0
     top_p: float = 1.0

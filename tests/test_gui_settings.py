@@ -83,7 +83,10 @@ def test_a_settings_file_of_the_previous_version_loads_every_value(tmp_path):
         server_url="http://gpu-box:8000",
     )
     save_settings(loaded, path)  # written back in the same format, key for key
-    assert json.loads(path.read_text()) == json.loads(PREVIOUS_VERSION)
+    saved, previous = json.loads(path.read_text()), json.loads(PREVIOUS_VERSION)
+    assert {key: saved[key] for key in previous} == previous
+    later = {key: value for key, value in saved.items() if key not in previous}  # newer fields
+    assert later == json.loads(json.dumps({key: asdict(DEFAULTS)[key] for key in later}))
 
 
 def test_settings_round_trip_through_an_atomic_write(tmp_path):
@@ -148,6 +151,27 @@ def test_the_window_restores_models_sliders_method_and_geometry(make_window, tmp
     assert second.size() == size
 
 
+def test_the_window_restores_the_other_heads_and_the_policy_profile(make_window, tmp_path):
+    from specdec_core.policy_profile import KindSetting, PolicyProfile
+
+    chat = KindSetting("chat", 0.1, 0.0, 0.0, 1, (1.0, 0.0))
+    profile = PolicyProfile("threshold", "tau", 0.05, (chat,))
+    profile_file = profile.save(tmp_path / "profile.json")
+    file = tmp_path / "heads.json"
+    first = make_window(settings_file=file)
+    first.models.medusa.set_spec("/models/medusa-heads")
+    first.models.speculator.set_spec("/models/speculator")
+    first.models.mtp.set_spec("/models/copy-with-mtp")
+    first.decoding.set_profile(str(profile_file))
+    first.close()
+
+    second = make_window(settings_file=file)
+    assert second.models.medusa.spec() == "/models/medusa-heads"
+    assert second.models.speculator.spec() == "/models/speculator"
+    assert second.models.mtp.spec() == "/models/copy-with-mtp"
+    assert second.decoding.profile_path() == str(profile_file)
+
+
 def test_a_window_opens_on_the_previous_versions_settings_and_saves_them_alike(
     make_window, tmp_path
 ):
@@ -162,7 +186,7 @@ def test_a_window_opens_on_the_previous_versions_settings_and_saves_them_alike(
     assert window.server.url() == "http://gpu-box:8000"
     window.close()
     saved = json.loads(file.read_text())
-    assert set(saved) == set(json.loads(PREVIOUS_VERSION)) == set(asdict(DEFAULTS))
+    assert set(saved) == set(asdict(DEFAULTS)) and set(json.loads(PREVIOUS_VERSION)) < set(saved)
     unchanged = ("target", "head", "method", "k", "temperature", "prompt", "server_url")
     previous = json.loads(PREVIOUS_VERSION)
     assert {key: saved[key] for key in unchanged} == {key: previous[key] for key in unchanged}
