@@ -35,10 +35,11 @@ What is exact and what stands in:
   span of one token; FLy cannot defer it and applies the native rule), an approximation.
 
 Rules whose accepted count reads no random draw (`threshold`, `typical`, `cosine`, `ngram`,
-`hybrid`) have every path verified once and each repetition costs only its draws, so they take
-at least FIXED_SAMPLES repetitions (the estimate's noise, and the upward bias of a TV computed
-from a noisy P̂, fall with them); the others (`ensemble`, `fly`) verify every path of every
-repetition, as `verify_paths` does, `samples` times.
+`hybrid`) have every path verified once, so a repetition costs only its draws and lookups; the
+single-token ones among them, which approve a child the tree does not hold from one vector of
+the root row, take at least FIXED_SAMPLES repetitions (the estimate's noise, and the upward bias
+of a TV computed from a noisy P̂, fall with them). The others (`ensemble`, `fly`) verify every
+path of every repetition, as `verify_paths` does.
 """
 
 from __future__ import annotations
@@ -54,12 +55,13 @@ from specdec_core.sampling import sample_many
 from specdec_core.verifiers.base import ChainVerifier
 from specdec_core.verifiers.cosine import CosineVerifier
 from specdec_core.verifiers.hybrid import HybridVerifier
+from specdec_core.verifiers.lossy import ScoringPolicy
 from specdec_core.verifiers.ngram import NgramVerifier
 from specdec_core.verifiers.threshold import ThresholdVerifier
 from specdec_core.verifiers.tree import verify_tree
 from specdec_core.verifiers.typical import TypicalVerifier
 
-FIXED_SAMPLES = 4096  # repetitions, at least, where a repetition costs only its draws
+FIXED_SAMPLES = 4096  # repetitions, at least, where one costs only its draws and lookups
 # policies that approve by scores of π and q: the accepted count of a path draws nothing
 FIXED_ACCEPTANCE = (
     ThresholdVerifier,
@@ -126,8 +128,8 @@ def sampled_tree_distance(
     groups: int = 8,
 ) -> Distance:
     """The estimated distance at the first position of a sampled tree (see the module
-    docstring): `samples` repetitions (at least FIXED_SAMPLES for a rule whose accepted counts
-    draw nothing), each the root's `draws` children redrawn from q0 and verified."""
+    docstring): `samples` repetitions (at least FIXED_SAMPLES for `threshold`, `typical` and
+    `cosine`), each the root's `draws` children redrawn from q0 and verified."""
     root = _Root.of(calls)
     vocab = root.p0.shape[-1]
     pi0 = root.pi0 if root.pi0 is not None else root.p0
@@ -136,7 +138,7 @@ def sampled_tree_distance(
         form(policy, root.q0, root.p0, pi0)[1] if form is not None else residual(root.p0, root.q0)
     )
     fixed = policy.lossy and isinstance(policy, FIXED_ACCEPTANCE)
-    samples = max(samples, FIXED_SAMPLES) if fixed else samples
+    samples = max(samples, FIXED_SAMPLES) if fixed and form is not None else samples
     tokens = sample_many(root.q0, draws * samples, generator)  # i.i.d., as the drafter draws
     redrawn = [tokens[i * draws : (i + 1) * draws] for i in range(samples)]
     if not policy.lossy:
@@ -176,26 +178,37 @@ def _paths(root: _Root, policy, tokens: list[int], generator, vocab: int) -> int
     for token, drawn in root.children(tokens):
         for call in root.paths(token, drawn):
             generator.set_state(start)
-            verdict = policy.verify(call.draft, call.q, call.p, generator, p_soft=call.p_soft)
-            if end is None or verdict.accepted > best_accepted:  # the first path, or longer
-                best = token if verdict.accepted else vocab
-                best_accepted, end = verdict.accepted, generator.get_state()
+            if isinstance(policy, ScoringPolicy):  # its uniforms as `verify` draws them
+                accepted = _accepted(policy, call, generator)
+            else:
+                verdict = policy.verify(call.draft, call.q, call.p, generator, p_soft=call.p_soft)
+                accepted = verdict.accepted
+            if end is None or accepted > best_accepted:  # the first path, or a longer prefix
+                best = token if accepted else vocab
+                best_accepted, end = accepted, generator.get_state()
     generator.set_state(end)  # as the chosen path's verification left it: the next draws differ
     return best
 
 
 def _fixed(root: _Root, policy, redrawn: list[list[int]], generator, vocab: int) -> list[int]:
-    """`_paths` for a policy whose accepted counts draw nothing: each child's longest accepted
-    prefix verified once (per root row it can have), then every repetition looked up."""
+    """`_paths` for a policy whose accepted counts draw nothing (a `ScoringPolicy`): each real
+    child's longest accepted prefix counted once (per root row it can have), a child the tree
+    does not hold approved or not at the root row, then every repetition looked up."""
+    form = CLOSED_FORMS.get(type(policy))
+    pi0 = root.pi0 if root.pi0 is not None else root.p0
+    approved = None  # the tokens a single-token rule approves at the root row
+    if form is not None:
+        approved = set(form(policy, root.q0, root.p0, pi0)[0].nonzero().flatten().tolist())
     longest: dict[tuple[int, bool], int] = {}
 
     def length(token: int, drawn: bool) -> int:
         key = (token, drawn or token in root.drawn)
         if key not in longest:
-            longest[key] = max(
-                policy.verify(call.draft, call.q, call.p, generator, p_soft=call.p_soft).accepted
-                for call in root.paths(token, drawn)
-            )
+            if approved is not None and token not in root.drawn and token not in root.added:
+                longest[key] = int(token in approved)  # the one-token path's verdict
+            else:
+                paths = root.paths(token, drawn)
+                longest[key] = max(_accepted(policy, call, generator) for call in paths)
         return longest[key]
 
     first = []
@@ -207,3 +220,10 @@ def _fixed(root: _Root, policy, redrawn: list[list[int]], generator, vocab: int)
                 best, best_accepted = token, accepted
         first.append(best)
     return first
+
+
+def _accepted(policy, call: PathCall, generator) -> int:
+    """The accepted count `verify` gives the path (a `ScoringPolicy`'s rule draws the same
+    uniforms first), without drawing its next token."""
+    pi = call.p_soft if call.p_soft is not None else call.p
+    return policy.accepted(call.draft, call.q, call.p, pi, generator)

@@ -63,7 +63,8 @@ def threshold_enumerated(calls, q0, p0, tau: float, replacement: bool = True) ->
     child the tree does not hold is judged at the root row alone), the first longest wins."""
     paths: dict[int, list[torch.Tensor]] = {}
     for call in calls:
-        approved = call.p_soft[torch.arange(len(call.draft)), call.draft] >= tau
+        pi = call.p_soft if call.p_soft is not None else call.p
+        approved = pi[torch.arange(len(call.draft)), call.draft] >= tau
         run = int(approved.long().cumprod(0).sum())
         paths.setdefault(int(call.draft[0]), []).append(run)
     emitted = torch.zeros(V, dtype=torch.float64)
@@ -112,6 +113,26 @@ def test_a_threshold_estimate_covers_the_enumerated_distance():
         assert_covers(estimate, threshold_enumerated(calls, q0, p0, tau), p0)
 
 
+def test_a_child_with_a_longer_approved_path_is_emitted_before_an_earlier_one():
+    """Child 1's path is approved to depth 2, child 0's only at the root: whenever 1 is drawn it
+    is emitted. Judging every child at the root alone (first approved wins) is excluded."""
+    q0 = torch.tensor([0.4, 0.3, 0.1, 0.1, 0.1])
+    p0 = torch.tensor([0.15, 0.15, 0.3, 0.3, 0.1])
+    refuses = torch.tensor([0.05, 0.05, 0.05, 0.05, 0.8])  # 2 and 3 below τ
+    approves = torch.tensor([0.6, 0.1, 0.1, 0.1, 0.1])  # 0 above it
+    calls = [
+        PathCall(torch.tensor([x, y]), torch.stack([q0, q0]), torch.stack([p0, row, p0]), None)
+        for (x, y), row in [((0, 2), refuses), ((0, 3), refuses), ((1, 0), approves)]
+    ]
+    policy = make_verifier("threshold", tau=0.12)
+    estimate = sampled_tree_distance(policy, calls, DRAWS, torch.Generator().manual_seed(2))
+    exact = threshold_enumerated(calls, q0, p0, 0.12)
+    assert_covers(estimate, exact, p0)
+    at_root = [PathCall(c.draft[:1], c.q[:1], c.p[:2], None) for c in calls]
+    root_tv, _ = divergence(threshold_enumerated(at_root, q0, p0, 0.12), p0)
+    assert abs(estimate.total_variation - root_tv) > 6 * estimate.total_variation_se + 0.01
+
+
 def test_drawing_without_replacement_is_told_apart():
     """Mutated: the root's children drawn without replacement; the estimate must exclude it."""
     calls, q0, p0 = sampled_tree()
@@ -127,6 +148,15 @@ def test_a_sampling_rule_estimate_covers_the_enumerated_distance():
     policy = make_verifier("ensemble", w=0.3)
     estimate = sampled_tree_distance(policy, calls, DRAWS, torch.Generator().manual_seed(3), 3000)
     assert_covers(estimate, ensemble_enumerated(calls, q0, p0, 0.3), p0)
+
+
+def test_fly_that_defers_nothing_is_the_chain_rule_path_by_path():
+    """θ above any entropy: FLy is the native rule, u < p(x) / q(x) with one u for every path,
+    which is `ensemble` at w = 1 verified path by path (not lossless on a tree)."""
+    calls, q0, p0 = sampled_tree(seed=4, depth=1)
+    policy = make_verifier("fly", entropy_threshold=100.0, window=0)
+    estimate = sampled_tree_distance(policy, calls, DRAWS, torch.Generator().manual_seed(5), 3000)
+    assert_covers(estimate, ensemble_enumerated(calls, q0, p0, 1.0), p0)
 
 
 def test_the_lossless_rule_on_a_sampled_tree_emits_the_target():
