@@ -64,10 +64,10 @@ class RunInputs:
         return target.spec if target is not None else ""
 
     def remember_extra(self, method: str) -> None:
-        """A draft / head that just worked goes to the top of its picker's recent list."""
+        """A draft / head / Medusa heads / speculator / MTP checkpoint that just worked goes to
+        the top of its picker's recent list."""
         registries = self.session.registries
         info = registries.method(method) if registries is not None else None
-        pickers = {"draft": self.models.draft, "head": self.models.head}
-        picker = pickers.get(info.needs or "") if info is not None else None
+        picker = self.models.extras.get(info.needs or "") if info is not None else None
         if picker is not None:
             picker.remember(picker.spec())

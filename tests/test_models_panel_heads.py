@@ -142,3 +142,19 @@ def test_local_models_stating_mtp_layers_are_offered_for_mtp(qtbot, tmp_path, mo
     assert offered == [str(folder / "with-mtp")]
     drafts = {text.split()[0] for text, _ in panel.draft.local_items()}
     assert drafts == {str(folder / "with-mtp"), str(folder / "plain")}
+
+
+@pytest.mark.parametrize("needs", ["medusa", "speculator", "mtp"])
+def test_weights_that_just_drafted_go_to_the_top_of_their_pickers_recent_list(make_window, needs):  # noqa: F811
+    from dataclasses import replace
+
+    from app.engine_api import MethodInfo
+
+    window = make_window()
+    registries = window.session.registries
+    method = MethodInfo(f"uses-{needs}", f"uses {needs}", needs)
+    window.session.registries = replace(registries, methods=(*registries.methods, method))
+    picker = window.models.extras[needs]
+    picker.set_spec("/models/that-worked")
+    window.inputs.remember_extra(method.name)
+    assert picker.recent()[0] == "/models/that-worked"

@@ -45,7 +45,13 @@ from specdec_core.policy_profile import PolicyProfile, load_profile
 from specdec_core.run_distance import RunDistance
 
 MAX_NEW_TOKENS = 4096
-NEEDS = {"draft": "uses the Draft model", "head": "uses the EAGLE head"}
+NEEDS = {
+    "draft": "uses the Draft model",
+    "head": "uses the EAGLE head",
+    "medusa": "uses the Medusa heads",
+    "speculator": "uses the MLP speculator",
+    "mtp": "uses the MTP layers",
+}
 NO_PROFILE = "none"
 POLICY_TIP = "how drafts are verified: lossless keeps the target's output exactly"
 PROFILE_FILTER = "Policy profiles (*.json);;All files (*)"
