@@ -167,11 +167,12 @@ def test_a_time_budget_too_short_for_one_batch_is_refused_with_the_budget_that_w
     assert not (tmp_path / "out" / "checkpoint.pt").exists()
 
 
-def test_a_time_budget_ends_training_and_the_card_says_so(tiny_target, tmp_path):
+@pytest.mark.parametrize("inner_dim", [16, None])  # random; from the target, tables frozen
+def test_a_time_budget_ends_training_and_the_card_says_so(tiny_target, tmp_path, inner_dim):
     samples = answers(tiny_target, 8)
     request = SpeculatorRequest(
         out=str(tmp_path / "out"), data=("sharegpt",), epochs=100_000, n_predict=2,
-        inner_dim=16, batch_tokens=128, val_prompts=0, val_kinds=0, save_dtype="float32",
+        inner_dim=inner_dim, batch_tokens=128, val_prompts=0, val_kinds=0, save_dtype="float32",
         feature_dtype="float32", seconds=6.0,
     )  # fmt: skip
     source = Collected("memory", samples, samples[:1], [])
@@ -257,6 +258,11 @@ def test_the_targets_tables_stay_frozen_unless_asked_to_train_while_projections_
     assert card.extra["vocab_tables"] == ("trained" if train_tables else "frozen (the target's)")
     checkpoint = torch.load(tmp_path / "out" / "checkpoint.pt", weights_only=True)["model"]
     assert any(key.startswith("emb.") for key in checkpoint) is train_tables
+    again = train_on_sources(request, tiny_target, [Collected("memory", samples, samples[:1], [])])
+    assert again.epochs == card.epochs  # a rerun resumes from the finished checkpoint
+    assert torch.equal(
+        load_speculator(str(tmp_path / "out"), tiny_target).proj[0].weight, after.proj[0].weight
+    )
     other = replace(request, train_vocab_tables=not train_tables)
     with pytest.raises(SpecdecError, match="cannot resume this one"):
         train_on_sources(other, tiny_target, [Collected("memory", samples, samples[:1], [])])
