@@ -10,6 +10,7 @@ from specdec_core.cli import main
 from specdec_core.errors import SpecdecError
 from specdec_core.models import load_model
 from specdec_core.training import magpie
+from specdec_core.training.generation_job import magpie_samples
 from specdec_core.training.kinds import HELD_OUT, KINDS, held_out_prompts
 from specdec_core.training.magpie import PromptFilter, filter_prompts, normalise
 from tests.tiny import VOCAB, tiny_model, tiny_tokenizer
@@ -106,7 +107,7 @@ def test_generated_prompts_are_unique_and_never_evaluation_prompts(chat_dir, tmp
     target = load_model(str(chat_dir / "target"), device="cpu", dtype="float32")
     exclude = magpie.evaluation_prompts([str(chat_dir / "eval.jsonl")])
     assert exclude == [EVALUATION[0], "w9 w9", EVALUATION[1]]
-    samples, mix = magpie.magpie_samples(
+    samples, mix = magpie_samples(
         target, 3000, tmp_path, seed=0, exclude=exclude, write=stub_writer
     )
     # the template renders a user turn as <s> TEXT </s> <s>: the prompt asked is ids[1:start-2]
@@ -116,13 +117,13 @@ def test_generated_prompts_are_unique_and_never_evaluation_prompts(chat_dir, tmp
     assert not {normalise(t) for t in EVALUATION} & {normalise(t) for t in asked}
     assert sum(mix["kinds"].values()) == len(samples) and set(mix["kinds"]) == set(KINDS)
     assert {"evaluation", "duplicate", "unfinished", "empty", "short"} <= set(mix["rejected"])
-    again, _ = magpie.magpie_samples(target, 3000, tmp_path, seed=0, exclude=exclude, write=None)
+    again, _ = magpie_samples(target, 3000, tmp_path, seed=0, exclude=exclude, write=None)
     assert [s.ids for s in again] == [s.ids for s in samples]  # a rerun reads the cache
 
 
 @pytest.mark.slow
 def test_training_on_magpie_records_the_mix_and_a_table_by_kind(chat_dir, tmp_path, monkeypatch):
-    monkeypatch.setattr(magpie, "sampled_turns", lambda target, directory: stub_writer)
+    monkeypatch.setattr(magpie, "sampled_turns", lambda target: stub_writer)
     out = tmp_path / "head"
     argv = [
         *("train", "eagle", "--target", str(chat_dir / "target"), "--data", "magpie"),

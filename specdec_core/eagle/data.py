@@ -22,6 +22,7 @@ Generated samples are written in shards as they are produced, so a stopped run r
 from __future__ import annotations
 
 import json
+import math
 import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -151,41 +152,36 @@ def split_conversations(count: int, holdout: int, seed: int) -> tuple[list[int],
 
 def length_calls(
     lengths: Sequence[int],
-    rows: int | None = None,
+    rows: float = math.inf,
     *,
-    padded: int | None = None,
+    padded: float = math.inf,
     new_tokens: int = 0,
-    slack: int | None = None,
+    slack: float = math.inf,
     in_order: bool = False,
 ) -> list[list[int]]:
-    """The one rule by which sequences of `lengths` are batched: indices in calls, shortest
-    first (`in_order`: as given, so a prefix of the calls covers a prefix of the sequences),
-    a new call once the current one holds `rows`, once its padded size, (count + 1) x (longest
-    + `new_tokens`), would pass `padded`, or once a sequence is longer than twice the call's
-    shortest plus `slack`. A call pads every row to its longest, and its prefill and every
-    step's attention pay for the padding (a batch of code requests, 35 to 900 tokens in one
-    call of 104, made 39 answer tokens/s; the next batch, in like-length calls, 127)."""
-    order = range(len(lengths))
-    if not in_order:
-        order = sorted(order, key=lambda i: lengths[i])
+    """The one batching rule: indices of `lengths` in calls, shortest first (`in_order`: as
+    given), a new call once one holds `rows`, would pad past `padded` tokens ((count + 1) x
+    (longest + `new_tokens`)) or meets a sequence longer than twice its shortest + `slack`:
+    a call pads every row to its longest, and its prefill and every step's attention pay for
+    the padding (code requests of 35 to 900 tokens in one call: 39 answer tokens/s; in
+    like-length calls, 127)."""
+    order = (
+        range(len(lengths)) if in_order else sorted(range(len(lengths)), key=lengths.__getitem__)
+    )
     calls: list[list[int]] = []
     shortest = longest = 0
     for index in order:
         length = lengths[index]
-        call = calls[-1] if calls else []
         if (
-            not call
-            or (rows is not None and len(call) >= rows)
-            or (
-                padded is not None
-                and (len(call) + 1) * (max(longest, length) + new_tokens) > padded
-            )
-            or (slack is not None and length > 2 * shortest + slack)
+            not calls
+            or len(calls[-1]) >= rows
+            or length > 2 * shortest + slack
+            or (len(calls[-1]) + 1) * (max(longest, length) + new_tokens) > padded
         ):
             calls.append([index])
             shortest = longest = length
         else:
-            call.append(index)
+            calls[-1].append(index)
             shortest, longest = min(shortest, length), max(longest, length)
     return calls
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -123,8 +123,7 @@ def _generated(
 ) -> Collected:
     """Prompts the target wrote itself (`magpie`) or a `specdec data` job's answers (what it
     generated so far), validated on the held-out prompts of every kind, kinds in turn."""
-    from specdec_core.training.generation_job import load_samples
-    from specdec_core.training.magpie import magpie_samples
+    from specdec_core.training.generation_job import load_samples, magpie_samples
     from specdec_core.training.validation import held_out_by_kind
 
     if source == "magpie":
@@ -141,14 +140,19 @@ def _generated(
 
 def _sharegpt(conversations, tokenizer, tokens: int, max_len: int) -> list[datasets.Sample]:
     """ShareGPT conversations rendered with the chat template, until `tokens` tokens."""
-    samples: list[datasets.Sample] = []
-    for conversation in conversations:
-        sample = datasets.render_conversation(tokenizer, conversation, max_len)
-        if sample is not None:
-            samples.append(sample)
-            if sum(len(s.ids) for s in samples) >= tokens:
-                break
-    return samples
+    rendered = (datasets.render_conversation(tokenizer, c, max_len) for c in conversations)
+    return until_tokens((sample for sample in rendered if sample is not None), tokens)
+
+
+def until_tokens(samples: Iterable[datasets.Sample], tokens: int) -> list[datasets.Sample]:
+    """`samples` in order up to the one that brings their length to `tokens`."""
+    kept, total = [], 0
+    for sample in samples:
+        kept.append(sample)
+        total += len(sample.ids)
+        if total >= tokens:
+            break
+    return kept
 
 
 def _self_distilled(
@@ -168,18 +172,10 @@ def _self_distilled(
         if not prompts:
             continue
         samples += datasets.generate_answers(
-            target.model,
-            target.tokenizer,
-            prompts,
-            128,
-            64,
-            work / source / f"chunk-{number:04d}",
-            progress=lambda n, total, made: _log(
-                f"self-distillation batch {n}/{total}: {made} tokens"
-            ),
-            budget=tokens - sum(len(s.ids) for s in samples),
-            cached_only=cached_only,
-        )
+            target.model, target.tokenizer, prompts, 128, 64, work / source / f"chunk-{number:04d}",
+            progress=lambda n, of, made: _log(f"self-distillation batch {n}/{of}: {made} tokens"),
+            budget=tokens - sum(len(s.ids) for s in samples), cached_only=cached_only,
+        )  # fmt: skip
         if sum(len(s.ids) for s in samples) >= tokens:
             break
     return samples
@@ -187,13 +183,7 @@ def _self_distilled(
 
 def _answers(path: str, tokens: int, max_len: int) -> list[datasets.Sample]:
     """Answers saved by `datasets.save_answers` (scripts/gpu_distill.py), up to `tokens`."""
-    samples, total = [], 0
-    for sample in trimmed(datasets.load_answers(path), max_len):
-        samples.append(sample)
-        total += len(sample.ids)
-        if total >= tokens:
-            break
-    return samples
+    return until_tokens(trimmed(datasets.load_answers(path), max_len), tokens)
 
 
 def trimmed(samples, max_len: int) -> list[datasets.Sample]:
@@ -221,10 +211,4 @@ def _jsonl(path: str, target: LoadedModel, tokens: int, work: Path, max_len: int
         samples += datasets.generate_answers(
             target.model, target.tokenizer, prompts, 128, 64, work / "jsonl"
         )
-    kept, total = [], 0
-    for sample in samples:
-        kept.append(sample)
-        total += len(sample.ids)
-        if total >= tokens:
-            break
-    return kept
+    return until_tokens(samples, tokens)

@@ -167,15 +167,10 @@ class TimedAnswers:
                 break
             began = time.monotonic()
             samples += datasets.generate_answers(
-                self.target.model,
-                self.target.tokenizer,
-                [prompts[i] for i in group],
-                settings.max_new,
-                len(group),
-                settings.work_dir / f"{label}-{n:04d}",
-                keep_features=False,
-                temperature=temperature,
-            )
+                self.target.model, self.target.tokenizer, [prompts[i] for i in group],
+                settings.max_new, len(group), settings.work_dir / f"{label}-{n:04d}",
+                keep_features=False, temperature=temperature,
+            )  # fmt: skip
             self.spent.append(time.monotonic() - began)
             made = sum(len(s.ids) - s.start for s in samples)
             seconds = self.spent[-1]

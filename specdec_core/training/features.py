@@ -64,7 +64,7 @@ def extract_features(
     if layers:
         samples = [type(s)(s.ids, s.start) for s in samples]  # one forward for every layer
     if all(s.hidden is not None for s in samples):
-        out = [_from_generation(s) for s in samples]
+        out = [Featured(**_from_generation(s)) for s in samples]
         if progress is not None:
             progress(len(samples), len(samples), sum(len(f.ids) for f in out))
         return out
@@ -85,10 +85,7 @@ def extract_features(
         todo = chunk[len(made) :]  # a shard saved under a smaller budget is extended
         count(made)
         if todo:
-            kept = {i: s for i, s in enumerate(todo) if s.hidden is not None}  # from generation
-            for i, sample in kept.items():
-                made_item = _from_generation(sample)
-                kept[i] = {"ids": made_item.ids, "start": sample.start, "hidden": made_item.hidden}
+            kept = {i: _from_generation(s) for i, s in enumerate(todo) if s.hidden is not None}
             forward = [i for i in range(len(todo)) if i not in kept]
             count(list(kept.values()))
             found = _forward_all(
@@ -166,10 +163,10 @@ def _forward_all(
     return results
 
 
-def _from_generation(sample: Sample) -> Featured:
+def _from_generation(sample: Sample) -> dict:
     """A generated sample's own features cover ids[:-1]; drop the last token."""
     ids = torch.tensor(sample.ids[: len(sample.hidden)])
-    return Featured(ids=ids, start=sample.start, hidden=sample.hidden)
+    return {"ids": ids, "start": sample.start, "hidden": sample.hidden}
 
 
 def _forward(model, batch: list[Sample], pad: int, layers: tuple[int, ...]) -> list[dict]:

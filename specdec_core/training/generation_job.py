@@ -38,7 +38,8 @@ from specdec_core.eagle import data as datasets
 from specdec_core.errors import SpecdecError
 from specdec_core.files import write_atomic
 from specdec_core.models import LoadedModel
-from specdec_core.training.kinds import held_out_prompts
+from specdec_core.training import magpie
+from specdec_core.training.kinds import HINTS, KINDS, held_out_prompts
 from specdec_core.training.magpie import PromptFilter, evaluation_prompts
 from specdec_core.training.request_streams import (
     SOURCES,
@@ -236,6 +237,48 @@ def load_samples(work: Path, tokens: int | None = None) -> tuple[list[datasets.S
     }
 
 
+def magpie_samples(
+    target: LoadedModel,
+    tokens: int,
+    work: Path,
+    seed: int,
+    exclude: Sequence[str] = (),
+    cached_only: bool = False,
+    write: magpie.Writer | None = None,
+    per_hint: int = 4,
+    batches: int = 200,
+) -> tuple[list[datasets.Sample], dict]:
+    """`--data magpie`: a job of magpie alone in WORK/magpie-SEED, `per_hint` user turns per
+    hint a batch, run (`cached_only`: only read) until its batches hold `tokens` tokens, a batch
+    keeps nothing new or `batches` were made; -> (the answered samples of whole batches, about
+    `tokens` tokens; the mix: samples per kind, rejected turns per reason)."""
+    folder = work / f"magpie-{seed}"
+    batch = per_hint * sum(len(HINTS[kind]) for kind in KINDS)
+    plan = JobPlan(target=target.spec, mix={"magpie": 1.0}, tokens=tokens, batch=batch, rows=64,
+                   max_new_tokens=128, seed=seed)  # fmt: skip
+    prepare(folder, plan)
+    job = GenerationJob(folder, plan, target, exclude=exclude, write=write)
+    found = read_shards(folder, "magpie")
+    samples: list[datasets.Sample] = []
+    kinds, rejected, made = Counter(), Counter(), 0
+    for _ in range(batches):
+        shard = next(found, None)
+        if shard is None and cached_only:
+            break
+        shard = shard or job.run_batch(job.sources["magpie"])
+        samples += [datasets.Sample(s["ids"], s["start"]) for s in shard["samples"]]
+        made += sum(len(s["ids"]) for s in shard["samples"])
+        kinds.update(s["kind"] for s in shard["samples"])
+        rejected.update(shard["rejected"])
+        rejected.update("unfinished" for w in shard["written"] if w["text"] is None)
+        if made >= tokens or not shard["samples"]:
+            break  # enough, or nothing new: more batches would only repeat themselves
+    return samples, {
+        "kinds": {k: kinds[k] for k in KINDS},
+        "rejected": dict(sorted(rejected.items())),
+    }
+
+
 def is_job(source: str) -> bool:
     """Does `source` name a generation job's folder (a --data source)?"""
     return (Path(source) / "job.json").is_file()
@@ -298,7 +341,11 @@ class GenerationJob:
         target: LoadedModel,
         conversations: Sequence[Sequence[dict]] | None = None,
         log: Callable[[str], None] | None = None,
+        exclude: Sequence[str] = (),
+        write: magpie.Writer | None = None,
     ) -> None:
+        """`exclude`: evaluation prompts beside the plan's files; `write`: magpie's writer
+        (default `magpie.sampled_turns`)."""
         self.work, self.plan, self.target = work, plan, target
         self.log = log or (lambda message: print(f"[data] {message}", file=sys.stderr, flush=True))
         self.tok = target.tokenizer
@@ -306,14 +353,16 @@ class GenerationJob:
         self.eos = set(target.eos_ids)
         self.started = time.time()
         self.state, self.message = "running", ""
-        exclude = [*evaluation_prompts(plan.exclude), *held_out_prompts()]
+        exclude = [*evaluation_prompts(plan.exclude), *exclude, *held_out_prompts()]
         self.budgets = plan.budgets()
         if conversations is None and set(self.budgets) - {"magpie"}:
             conversations = _read_conversations(plan.conversations)
         self.sources: dict[str, _Source] = {}
         for name, budget in self.budgets.items():
             stream: RequestStream = (
-                MagpieStream(target, plan.seed, self.pad)
+                MagpieStream(
+                    magpie.openings(self.tok), write or magpie.sampled_turns(target), plan.seed
+                )
                 if name == "magpie"
                 else ConversationStream(conversation_requests(conversations, name, plan.seed))
             )
@@ -364,8 +413,8 @@ class GenerationJob:
             self.state = "stopped"
         return self.write_status()
 
-    def run_batch(self, source: _Source) -> None:
-        """Generate `source`'s next batch and write its shard."""
+    def run_batch(self, source: _Source) -> dict:
+        """Generate `source`'s next batch and write its shard; -> the shard."""
         number = source.progress.batches
         began = time.monotonic()
         size = self.plan.batch_of(source.name)
@@ -394,6 +443,7 @@ class GenerationJob:
             f"{source.name} batch {number}: {len(answered)} answers, {made} tokens in "
             f"{shard['seconds']:.0f}s ({made / max(shard['seconds'], 1e-9):.0f} tokens/s)"
         )
+        return shard
 
     def _answer(self, requests: list[Request], limit: int, rejected: Counter) -> list[Answered]:
         """Answer every request turn by turn, each turn with the earlier answers in context;

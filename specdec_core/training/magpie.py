@@ -5,21 +5,21 @@ Aligned LLMs with Nothing"): an instruction-tuned model given only its chat temp
 including the user role header writes a plausible user turn. Here a system prompt per kind
 (`kinds.HINTS`: writing, coding, maths, extraction, role-play, summarisation, QA) steers what
 it writes; it samples at temperature 1 until its end-of-turn token (`user_turn_opening`,
-`sampled_turns`). The prompts are then filtered (`PromptFilter`): empty, too short, too long
-or unfinished ones are dropped, so are exact duplicates (after `normalise`) and near-duplicates
+`sampled_turns`), a batch of turns at a time until `ENOUGH` of them have ended. The prompts
+are then filtered (`PromptFilter`): empty, too short, too long or unfinished ones are
+dropped, so are exact duplicates (after `normalise`) and near-duplicates
 (`NEAR` of the word 3-grams of the shorter one shared, `overlap`), and so is any prompt that
 matches or nearly matches an evaluation prompt (the caller's `exclude` texts, e.g. every
-benchmark prompt file, and `kinds.HELD_OUT`). The survivors are answered greedily like
-`--data self`. Everything is cached under WORK/magpie by round, so a rerun resumes.
+benchmark prompt file, and `kinds.HELD_OUT`). The survivors are answered greedily. Writing,
+filtering and answering are the generation job's (generation_job.py): `specdec data` runs it
+over every source, `--data magpie` over this one alone (`generation_job.magpie_samples`).
 """
 
 from __future__ import annotations
 
 import glob
-import hashlib
 import json
 import re
-import sys
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -29,14 +29,15 @@ import torch
 
 from specdec_core.eagle import data as datasets
 from specdec_core.errors import SpecdecError
-from specdec_core.files import write_atomic
 from specdec_core.models import LoadedModel
-from specdec_core.training.kinds import HINTS, KINDS, held_out_prompts
+from specdec_core.training.kinds import HINTS, KINDS
 
 MARK = "\x00specdec-user-turn\x00"  # where the user's text would start in the template
-PER_HINT = 4  # prompts written per hint and round (7 kinds x 3 hints x 4 = 84 a round)
-ROUNDS = 200  # at most; a round that keeps nothing new also ends the collection
-PROMPT_TOKENS = 96  # the longest user turn written; one cut off there is dropped
+TURN_TOKENS = 128  # the longest user turn the target writes; longer ones are dropped
+PROMPT_TOKENS = 256  # the longest prompt (chat template included) answered
+# writing ends once this share of the user turns has ended: the few still going would run to
+# TURN_TOKENS, mostly to be dropped unfinished, at the cost of every row's steps
+ENOUGH = 0.9
 NEAR = 0.8  # share of the shorter prompt's word 3-grams found in the other: a near-duplicate
 MIN_WORDS, MAX_WORDS = 4, 300
 SHINGLE = 3
@@ -52,10 +53,6 @@ class Opening:
 
 
 Writer = Callable[[list[Opening], int], list[tuple[Opening, "str | None"]]]
-
-
-def _log(message: str) -> None:
-    print(f"[train] {message}", file=sys.stderr, flush=True)
 
 
 # -- filtering (pure) ---------------------------------------------------------------------------
@@ -198,91 +195,21 @@ def openings(tokenizer) -> list[Opening]:
     ]
 
 
-def finished_text(tokenizer, turn: list[int], eos: set[int]) -> str | None:
-    """A written turn's text, or None when it was cut off before its end-of-turn token."""
-    finished = bool(turn) and turn[-1] in eos
-    return tokenizer.decode(turn, skip_special_tokens=True).strip() if finished else None
-
-
-def sampled_turns(target: LoadedModel, directory: Path) -> Writer:
-    """The default writer: the target samples each opening's user turn at temperature 1 until
-    its end-of-turn token, seeded; a turn cut off at `PROMPT_TOKENS` comes back as None."""
+def sampled_turns(target: LoadedModel) -> Writer:
+    """The default writer: the target samples the openings' user turns at temperature 1 in one
+    call, seeded, until `ENOUGH` of them have ended; a turn cut off comes back as None."""
     tok, eos = target.tokenizer, set(target.eos_ids)
+    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
 
     def write(asked: list[Opening], seed: int) -> list[tuple[Opening, str | None]]:
-        by_ids = {opening.ids: opening for opening in asked}
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            samples = datasets.generate_answers(
-                target.model, tok, [list(o.ids) for o in asked], PROMPT_TOKENS, 64,
-                directory / f"turns-{seed}", keep_features=False, temperature=1.0,
+            turns = datasets.answer_batch(
+                target.model, [list(o.ids) for o in asked], TURN_TOKENS, pad, eos,
+                temperature=1.0, enough=ENOUGH,
             )  # fmt: skip
-        written = []
-        for sample in samples:
-            text = finished_text(tok, sample.ids[sample.start :], eos)
-            written.append((by_ids[tuple(sample.ids[: sample.start])], text))
-        return written
+        ended = [bool(turn) and turn[-1] in eos for turn, _ in turns]  # else cut off: None
+        texts = [tok.decode(turn, skip_special_tokens=True).strip() for turn, _ in turns]
+        return [(o, t if end else None) for o, t, end in zip(asked, texts, ended, strict=True)]
 
     return write
-
-
-def magpie_samples(
-    target: LoadedModel,
-    tokens: int,
-    work: Path,
-    seed: int,
-    exclude: Sequence[str] = (),
-    cached_only: bool = False,
-    write: Writer | None = None,
-    per_hint: int = PER_HINT,
-    rounds: int = ROUNDS,
-) -> tuple[list[datasets.Sample], dict]:
-    """-> (answered samples, about `tokens` tokens; the mix: kept prompts per kind, rejected
-    ones per reason). Round r writes `per_hint` prompts per hint with seed `seed`·1000 + r
-    (`write`, default `sampled_turns`), filters them against every earlier one, `exclude` and
-    the held-out prompts, and answers the survivors greedily."""
-    tok = target.tokenizer
-    directory = work / "magpie"
-    directory.mkdir(parents=True, exist_ok=True)
-    asked = [o for o in openings(tok) for _ in range(per_hint)]
-    by_key = {(o.kind, o.hint): o for o in asked}
-    write = write or sampled_turns(target, directory)
-    gate = PromptFilter([*exclude, *held_out_prompts()])
-    samples: list[datasets.Sample] = []
-    kinds: Counter[str] = Counter()
-    for number in range(rounds):
-        cache = directory / f"prompts-{number:04d}.json"
-        if cache.is_file():
-            saved = json.loads(cache.read_text())
-            written = [(by_key[(w["kind"], w["hint"])], w["text"]) for w in saved]
-        elif cached_only:
-            break
-        else:
-            written = write(asked, seed * 1000 + number)
-            saved = [{"kind": o.kind, "hint": o.hint, "text": text} for o, text in written]
-            write_atomic(cache, json.dumps(saved))
-        kind_of: dict[tuple[int, ...], str] = {}
-        for opening, text in written:
-            if not gate.keep(text):
-                continue
-            ids = datasets.first_prompt(tok, [{"from": "human", "value": text}], 256)
-            if ids is None:
-                gate.rejected["long"] += 1
-            else:
-                kind_of[tuple(ids)] = opening.kind
-        if not kind_of:
-            break  # nothing new: more rounds would only repeat themselves
-        digest = hashlib.sha1(repr(sorted(kind_of)).encode()).hexdigest()[:10]
-        answered = datasets.generate_answers(  # cached under the prompts it answers
-            target.model, tok, [list(ids) for ids in kind_of], 128, 64,
-            directory / f"answers-{number:04d}-{digest}",
-            budget=tokens - sum(len(s.ids) for s in samples), cached_only=cached_only,
-        )  # fmt: skip
-        samples += answered
-        kinds.update(kind_of[tuple(s.ids[: s.start])] for s in answered)
-        made = sum(len(s.ids) for s in samples)
-        _log(f"magpie round {number + 1}: {len(kind_of)} new prompts, {made} tokens")
-        if made >= tokens:
-            break
-    mix = {"kinds": {k: kinds[k] for k in KINDS}, "rejected": dict(sorted(gate.rejected.items()))}
-    return samples, mix

@@ -16,11 +16,10 @@ sources share a conversation's prompt:
   answered with the target's answer to the first in context;
 - `sharegpt-first`: the first user turn of the rest.
 
-`magpie` requests are written by the target itself (magpie.py) batch by batch: batch n's with
-seed `seed`·1000003 + n. Every stream is a pure function of the conversations (or the target)
-and the seed: candidate number i is the same in every run, which is what makes a job resumable
-batch by batch. Both kinds of stream are a `RequestStream`: a batch of `Candidates`, and the
-texts of a finished batch's candidates (to rebuild the filter's memory on a restart).
+`magpie` requests are written by the target itself (magpie.py), batch n with seed
+`seed`·1000003 + n. Every stream (`RequestStream`) is a pure function of the conversations (or
+the target) and the seed: candidate number i is the same in every run, which is what makes a
+job resumable batch by batch.
 """
 
 from __future__ import annotations
@@ -31,11 +30,8 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import Protocol
 
-import torch
-
 from specdec_core.eagle import data as datasets
 from specdec_core.eagle.data import HOLDOUT
-from specdec_core.models import LoadedModel
 from specdec_core.training import magpie
 
 SOURCES = ("magpie", "sharegpt-first", "sharegpt-later", "long", "code")
@@ -44,11 +40,6 @@ ARTICLE_WORDS = (150, 700)  # a first answer of this many words is an article to
 ARTICLE_EVERY = 3
 MAX_PROMPT_TOKENS = 1024  # a longer request (history included) is dropped as "long"
 MAX_WORDS = 2000  # words of one request before its tokens are counted
-MAGPIE_TURN_TOKENS = 128  # the longest user turn the target writes; longer ones are dropped
-MAGPIE_PROMPT_TOKENS = 256
-# writing ends once this share of the user turns has ended: the few still going would run to
-# MAGPIE_TURN_TOKENS, mostly to be dropped unfinished, at the cost of every row's steps
-MAGPIE_ENOUGH = 0.9
 CODE = re.compile(
     r"```|\bdef \w+\(|\bfunction\b|#include|\bclass \w+|console\.log|\bSELECT\b.+\bFROM\b|"
     r"\bimport \w+|\bpublic static\b|\bpython\b|\bjavascript\b|\btypescript\b|\bSQL\b|\bregex\b|"
@@ -141,9 +132,8 @@ def joined(request: Request) -> str:
 
 @dataclass(frozen=True)
 class Candidates:
-    """One batch of a stream: the requests to filter and answer, how many candidates were
-    drawn (fewer than asked: the stream ran out) and, for turns the target wrote, each one
-    written (kind, hint, text; text None for an unfinished turn)."""
+    """A batch: the requests to filter and answer, the candidates drawn (fewer than asked: the
+    stream ran out) and the turns the target wrote (kind, hint, text; None: unfinished)."""
 
     requests: list[Request]
     count: int
@@ -151,16 +141,15 @@ class Candidates:
 
 
 class RequestStream(Protocol):
-    """Where a source's candidate requests come from, batch by batch."""
+    """A source's candidates batch by batch, and the texts of a finished batch's candidates in
+    order (`replayed`: the filter's memory on a restart)."""
 
     max_words: int  # the filter's limit on one request
     max_prompt: int  # tokens of a prompt (history included) past which it is dropped
 
     def batch(self, number: int, size: int) -> Candidates: ...
 
-    def replayed(self, shard: dict) -> list[str | None]:
-        """The texts of a finished batch's candidates, in order (the filter's memory)."""
-        ...
+    def replayed(self, shard: dict) -> list[str | None]: ...
 
 
 class ConversationStream:
@@ -180,30 +169,19 @@ class ConversationStream:
 
 
 class MagpieStream:
-    """User turns the target writes itself (magpie.py), openings in turn; batch n sampled at
-    temperature 1 with seed `seed`·1000003 + n, until `MAGPIE_ENOUGH` of them have ended."""
+    """User turns the target writes itself (`write`: magpie.py), `openings` in turn; batch n
+    written with seed `seed`·1000003 + n."""
 
-    max_words, max_prompt = magpie.MAX_WORDS, MAGPIE_PROMPT_TOKENS
+    max_words, max_prompt = magpie.MAX_WORDS, magpie.PROMPT_TOKENS
 
-    def __init__(self, target: LoadedModel, seed: int, pad: int) -> None:
-        self.target, self.seed, self.pad = target, seed, pad
-        self.openings = magpie.openings(target.tokenizer)
+    def __init__(self, openings: list[magpie.Opening], write: magpie.Writer, seed: int) -> None:
+        self.openings, self.write, self.seed = openings, write, seed
 
     def batch(self, number: int, size: int) -> Candidates:
-        count, eos = len(self.openings), set(self.target.eos_ids)
-        asked = [self.openings[(number * size + i) % count] for i in range(size)]
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(self.seed * 1_000_003 + number)
-            turns = datasets.answer_batch(
-                self.target.model, [list(o.ids) for o in asked], MAGPIE_TURN_TOKENS, self.pad,
-                eos, temperature=1.0, enough=MAGPIE_ENOUGH,
-            )  # fmt: skip
-        written, requests = [], []
-        for opening, (turn, _) in zip(asked, turns, strict=True):
-            text = magpie.finished_text(self.target.tokenizer, turn, eos)
-            written.append({"kind": opening.kind, "hint": opening.hint, "text": text})
-            if text is not None:
-                requests.append(Request(opening.kind, (text,)))
+        asked = [self.openings[(number * size + i) % len(self.openings)] for i in range(size)]
+        turns = self.write(asked, self.seed * 1_000_003 + number)
+        written = [{"kind": o.kind, "hint": o.hint, "text": text} for o, text in turns]
+        requests = [Request(w["kind"], (w["text"],)) for w in written if w["text"] is not None]
         return Candidates(requests, len(written), written)
 
     def replayed(self, shard: dict) -> list[str | None]:
