@@ -81,15 +81,19 @@ def collect(
 ) -> Collected:
     """Samples from one source until about `tokens` tokens; plus held-out samples / prompts.
     `exclude`: prompts (evaluation sets) that generated prompts must not match (magpie)."""
-    from specdec_core.training.generation_job import is_job
+    from specdec_core.training.generation_job import is_job, load_samples, magpie_samples
 
     check_source(source)
     if source.endswith(".jsonl"):
         return Collected(source, _jsonl(source, target, tokens, work, max_len))
     if source.endswith(".npz"):
         return Collected(source, _answers(source, tokens, max_len))
-    if source == "magpie" or is_job(source):
-        return _generated(source, target, tokens, work, max_len, seed, cached_only, exclude)
+    if source == "magpie":
+        samples, mix = magpie_samples(target, tokens, work, seed, exclude, cached_only)
+        return _by_kind(source, trimmed(samples, max_len), mix, target, work)
+    if is_job(source):  # what a `specdec data` job generated so far
+        samples, generated = load_samples(Path(source), tokens)
+        return _by_kind(source, trimmed(samples, max_len), {"generated": generated}, target, work)
     conversations = list(datasets.iter_sharegpt())
     rest, held = datasets.split_conversations(len(conversations), HOLDOUT, seed)
     tok = target.tokenizer
@@ -111,31 +115,16 @@ def collect(
     return Collected(source, samples, held_answers or held_samples, held_prompts)
 
 
-def _generated(
-    source: str,
-    target: LoadedModel,
-    tokens: int,
-    work: Path,
-    max_len: int,
-    seed: int,
-    cached_only: bool,
-    exclude: Sequence[str],
-) -> Collected:
-    """Prompts the target wrote itself (`magpie`) or a `specdec data` job's answers (what it
-    generated so far), validated on the held-out prompts of every kind, kinds in turn."""
-    from specdec_core.training.generation_job import load_samples, magpie_samples
+def _by_kind(source: str, samples, mix: dict, target: LoadedModel, work: Path) -> Collected:
+    """Generated samples (magpie's or a job's), validated on the held-out prompts of every
+    kind, kinds in turn."""
     from specdec_core.training.validation import held_out_by_kind
 
-    if source == "magpie":
-        samples, mix = magpie_samples(target, tokens, work, seed, exclude, cached_only)
-    else:
-        samples, generated = load_samples(Path(source), tokens)
-        mix = {"generated": generated}
     held = list(held_out_by_kind(target, work, 3).values())
     held_answers = [s for _, answers in held for s in answers]
     rows = zip(*(prompts for prompts, _ in held), strict=False)  # kinds in turn
     held_prompts = [p for row in rows for p in row]
-    return Collected(source, trimmed(samples, max_len), held_answers, held_prompts, mix)
+    return Collected(source, samples, held_answers, held_prompts, mix)
 
 
 def _sharegpt(conversations, tokenizer, tokens: int, max_len: int) -> list[datasets.Sample]:
