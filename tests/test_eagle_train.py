@@ -292,9 +292,9 @@ def test_a_time_budget_stops_training_with_the_schedule_decayed(tiny_target, tmp
     assert all(e.stopped is None for e in epochs) and len(epochs) < 10**6
     assert record.stopped == "time" and record.step == len(rates) > 10
     # decayed over the time, not the million epochs' steps (which would keep it near lr): the
-    # last batch starts a batch before the budget ends, and on a busy machine the epochs' saves
-    # take some of the last share, so it ends low but not at zero
-    assert rates[-1] < 0.3 * config.lr < rates[len(rates) // 4]
+    # schedule ends where the last batch can start, each batch's rate read after it and the
+    # epoch's save that follows it, so the last one runs near 0 on a busy machine too
+    assert rates[-1] < 0.1 * config.lr and rates[len(rates) // 4] > 0.3 * config.lr
 
 
 def test_feature_shards_of_other_samples_are_redone_not_reused(tiny_target, tmp_path):

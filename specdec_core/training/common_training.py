@@ -3,7 +3,13 @@
 
 AdamW (0.9, 0.95, no weight decay) over shuffled length-grouped batches (`batches`), a linear
 warm-up then cosine decay (`Schedule`, over the epochs or the time budget, whichever ends
-first; a resumed run's earlier training time added to both), checkpoints in
+first; a resumed run's earlier training time added to both). Under a time budget the decay's
+horizon is the time batches can start in (the budget less the mean batch time so far), and a
+batch's rate is read where the next batch would start: after the batch itself and the pause
+that follows it (the epoch's validation and save when it ends an epoch, a save every
+`save_every` steps), each the mean of those measured so far in this run. So the last batch
+before the budget ends runs at a rate near 0 however long the saves take (from the second
+epoch on: the first epoch's end is not measured before it comes). Checkpoints in
 OUT/checkpoint.pt (`Checkpoint`: the trained weights, the optimiser, the batch order's
 generator at the epoch's start and the input-feature noise's random state) every `save_every`
 steps and after each epoch; a rerun with the same OUT resumes at the step saved and ends with
@@ -131,27 +137,32 @@ def set_noise_state(state: dict | None) -> None:
 
 class Schedule:
     """Linear warm-up, then cosine decay over the steps or the time budget, whichever is ahead;
-    `seconds_before`: training time a resumed run already spent."""
+    `seconds_before`: training time a resumed run already spent. Under a time budget the decay
+    ends `reserve` seconds before the budget does (the mean batch time: no batch starts later)."""
 
     def __init__(self, config: TrainConfig, total_steps: int, seconds_before: float) -> None:
         self.config, self.total = config, total_steps
         self.clock = time.monotonic() - seconds_before
+        self.reserve = 0.0
 
     def seconds(self) -> float:
         """Training time so far, a resumed run's earlier time included."""
         return time.monotonic() - self.clock
 
-    def done(self, step: int) -> float:
-        """Share of the schedule done: of the steps, or of the time budget if that is ahead."""
+    def done(self, step: int, ahead: float = 0.0) -> float:
+        """Share of the schedule done: of the steps, or of the time batches can start in if
+        that is ahead; `ahead`: seconds from now it is read at."""
         done = step / self.total
         if self.config.seconds:
-            done = max(done, self.seconds() / self.config.seconds)
+            horizon = self.config.seconds - self.reserve
+            time_done = (self.seconds() + ahead) / horizon if horizon > 0 else 1.0
+            done = max(done, time_done)
         return min(1.0, done)
 
-    def rate(self, step: int) -> float:
-        """The learning rate of optimiser step `step` + 1."""
+    def rate(self, step: int, ahead: float = 0.0) -> float:
+        """The learning rate of optimiser step `step` + 1, read `ahead` seconds from now."""
         lr = self.config.lr * min(1.0, (step + 1) / self.config.warmup)
-        return lr * (0.5 * (1 + math.cos(math.pi * self.done(step))))
+        return lr * (0.5 * (1 + math.cos(math.pi * self.done(step, ahead))))
 
 
 def saved_plan(directory: Path) -> dict | None:
@@ -206,6 +217,8 @@ class EpochTraining:
         self.schedule = Schedule(timed, self.total, before)
         self.deadline = time.monotonic() + config.seconds if config.seconds else None
         self.batch_seconds: list[float] = []  # this run's batches
+        self.epoch_end_seconds: list[float] = []  # this run's ends of epochs (validation, save)
+        self.save_seconds: list[float] = []  # this run's saves every `save_every` steps
         self.tokens_per_step = plan["tokens"] / max(1, self.steps_per_epoch)
         self.clock = StageClock(
             "training",
@@ -240,7 +253,9 @@ class EpochTraining:
         with Heartbeat(self.tick, HEARTBEAT_S):
             while state["epoch"] < self.config.epochs and not state.get("out_of_time"):
                 self.epoch()
+                began = time.monotonic()
                 self.end_epoch()
+                self.epoch_end_seconds.append(time.monotonic() - began)
         return self.history()
 
     def history(self) -> list[EpochRecord]:
@@ -262,6 +277,20 @@ class EpochTraining:
         mean = sum(self.batch_seconds) / len(self.batch_seconds)
         return time.monotonic() + mean > self.deadline
 
+    def until_next_batch(self, ends_epoch: bool, saves: bool) -> float:
+        """Seconds expected from now until the batch after the one about to run can start: a
+        batch's mean time so far, then the mean end of an epoch so far if it ends one and the
+        mean save so far if a save follows it."""
+        seconds = 0.0
+        for follows, measured in (
+            (True, self.batch_seconds),
+            (ends_epoch, self.epoch_end_seconds),
+            (saves, self.save_seconds),
+        ):
+            if follows and measured:
+                seconds += sum(measured) / len(measured)
+        return seconds
+
     def epoch(self) -> None:
         """The epoch's batches from where the state stands (mid-epoch after a resume)."""
         state, config = self.state, self.config
@@ -273,12 +302,15 @@ class EpochTraining:
             if self._out_of_time():
                 state["out_of_time"] = True
                 break
-            for group in self.optimizer.param_groups:
-                group["lr"] = self.schedule.rate(state["step"])
+            saves = (state["step"] + 1) % config.save_every == 0
+            ahead = self.until_next_batch(number == len(order), saves)
+            for group in self.optimizer.param_groups:  # read where the next batch would start
+                group["lr"] = self.schedule.rate(state["step"], ahead)
             self.clock.begin_unit(f"epoch {state['epoch'] + 1}, batch {number}/{len(order)}")
             began = time.monotonic()
             said = self.step(items)
             self.batch_seconds.append(time.monotonic() - began)
+            self.schedule.reserve = sum(self.batch_seconds) / len(self.batch_seconds)
             state["step"] += 1
             self.clock.advance(round(state["step"] * self.tokens_per_step))
             self.clock.note = ""
@@ -287,7 +319,9 @@ class EpochTraining:
             if number % LOG_EVERY == 0 or number == len(order):
                 _log(f"epoch {state['epoch'] + 1} batch {number}/{len(order)}: {said}")
             if state["step"] % config.save_every == 0:
+                saving = time.monotonic()
                 self.save()
+                self.save_seconds.append(time.monotonic() - saving)
             self.stepped()
 
     def end_epoch(self) -> None:
