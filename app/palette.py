@@ -37,13 +37,6 @@ METHOD_COLORS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D55E00", "#56B4E9
 AR_COLOR = "#6b6b6b"
 
 
-def method_color(method: str, index: int) -> str:
-    """Colour of the index-th method of a run (stable for a given order)."""
-    if method == "ar":
-        return AR_COLOR
-    return METHOD_COLORS[index % len(METHOD_COLORS)]
-
-
 def token_tooltip(token: Token) -> str:
     q = "—" if token.q_draft is None else f"{token.q_draft:.3f}"
     p = "—" if token.kind is TokenKind.REJECTED_DRAFT else f"{token.p_target:.3f}"

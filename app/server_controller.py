@@ -27,7 +27,7 @@ from PySide6.QtCore import QObject, Slot
 
 from app.engine_api import HEAD_KINDS, Engine, HeadExportRequest, no_head
 from app.jobs import JobRunner
-from app.palette import method_color
+from app.method_style import MethodStyle
 from app.server_worker import ServerWorker
 from app.session import Activity, Session
 from app.widgets.decoding_panel import DecodingPanel
@@ -217,10 +217,7 @@ class ServerController(QObject):
         autoregressive reference that follows a Generate is not)."""
         summary = self.session.last_results.get("run") if what == "result:run" else None
         if summary is not None and summary.method != "ar":
-            registries = self.session.registries
-            names = [m.name for m in registries.methods] if registries else []
-            index = names.index(summary.method) if summary.method in names else 0
-            self.view.set_playground(summary, method_color(summary.method, index))
+            self.view.set_playground(summary, MethodStyle(self.session).color(summary.method))
 
 
 def export_commands(

@@ -1,9 +1,10 @@
 """Compare tab: pick methods, run them one after another, see columns and the table, export.
 
 The table fits the tab of a 1280-pixel window without scrolling sideways: the numbers keep
-their width (the longer headers on two lines), the method's name takes what they leave and is
-cut with "…" where it must (whole in its tooltip; its colour swatch stays), and the Policy
-column shows only when some run is lossy (the Method header then says "all lossless")."""
+their width (the longer headers on two lines), the method's name takes what they leave and
+wraps onto a second line where it must (whole in its tooltip too; its colour swatch stays),
+and the Policy column shows only when some run is lossy (the Method header then says "all
+lossless")."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ ALL_LOSSLESS = "Method\n(all lossless)"
 
 def fit_table(table: CompareTable) -> None:
     """Headers on two lines where they are longer than their cells; the name column takes
-    the width the numbers leave (cut with "…" when narrow) instead of the last column."""
+    the width the numbers leave (a longer name wraps) instead of the last column."""
     header = table.horizontalHeader()
     metrics = header.fontMetrics()
     for column, text in enumerate(HEADERS):
@@ -138,7 +139,7 @@ class ComparePanel(QWidget):
         self.results.append(result)
         self.columns.columns[result.method].finish(result.summary)
         self.table.show_results(self.results)
-        for row, shown in enumerate(self.results):  # a name cut with "…" is whole here
+        for row, shown in enumerate(self.results):  # the whole name on hover too
             self.table.item(row, 0).setToolTip(shown.label)
         self._show_policy(any(shown.summary.lossy for shown in self.results))
         self.export_button.setEnabled(True)
