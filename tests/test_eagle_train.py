@@ -261,10 +261,11 @@ def test_a_checkpoint_from_other_data_is_refused_not_resumed_at_a_wrong_step(
     assert "cannot resume" in capsys.readouterr().err
 
 
-def test_a_time_budget_stops_training_with_the_schedule_decayed(tiny_target, tmp_path):
+def _one_second_of_training(tiny_target, monkeypatch):
+    """A tiny EAGLE head's training asked for a million epochs within a 1-second budget, and
+    the list the learning rate of each optimiser step goes to."""
     from specdec_core.eagle.data import Sample
     from specdec_core.training.features import extract_features
-    from specdec_core.training.loop import train
     from specdec_core.training.objective import Objective
     from specdec_core.training.starting_model import build_model
     from specdec_core.training.train_config import TrainConfig
@@ -276,18 +277,22 @@ def test_a_time_budget_stops_training_with_the_schedule_decayed(tiny_target, tmp
     head = build_model("eagle", model, torch.arange(VOCAB))
     objective = Objective("eagle", head, model.lm_head, torch.arange(VOCAB), 0.2, 2)
     config = TrainConfig(epochs=10**6, batch_tokens=40, warmup=1, seconds=1.0, save_every=10**9)
-    rates = []
+    rates: list[float] = []
     step = torch.optim.AdamW.step
 
     def spy(self, *args, **kwargs):
         rates.append(self.param_groups[0]["lr"])
         return step(self, *args, **kwargs)
 
-    torch.optim.AdamW.step = spy
-    try:
-        history = train(objective, data, config, tmp_path)
-    finally:
-        torch.optim.AdamW.step = step
+    monkeypatch.setattr(torch.optim.AdamW, "step", spy)
+    return objective, data, config, rates
+
+
+def test_a_time_budget_stops_training_with_the_schedule_decayed(tiny_target, tmp_path, monkeypatch):
+    from specdec_core.training.loop import train
+
+    objective, data, config, rates = _one_second_of_training(tiny_target, monkeypatch)
+    history = train(objective, data, config, tmp_path)
     *epochs, record = history  # a million epochs asked for; one second given
     assert all(e.stopped is None for e in epochs) and len(epochs) < 10**6
     assert record.stopped == "time" and record.step == len(rates) > 10
@@ -295,6 +300,28 @@ def test_a_time_budget_stops_training_with_the_schedule_decayed(tiny_target, tmp
     # schedule ends where the last batch can start, each batch's rate read after it and the
     # epoch's save that follows it, so the last one runs near 0 on a busy machine too
     assert rates[-1] < 0.1 * config.lr and rates[len(rates) // 4] > 0.3 * config.lr
+
+
+def test_slow_epoch_saves_still_end_the_schedule_near_zero(tiny_target, tmp_path, monkeypatch):
+    """Each epoch's save takes a quarter of the budget (a busy disk): the budget never ends
+    during a save with the rate still high."""
+    import time
+
+    from specdec_core.training.common_training import Checkpoint
+    from specdec_core.training.loop import train
+
+    objective, data, config, rates = _one_second_of_training(tiny_target, monkeypatch)
+    save = Checkpoint.save
+
+    def slow_save(self, *args):
+        time.sleep(0.25)
+        save(self, *args)
+
+    monkeypatch.setattr(Checkpoint, "save", slow_save)
+    *epochs, last = train(objective, data, config, tmp_path)
+    assert len(epochs) >= 2 and last.stopped == "time"  # an epoch's end timed before the last
+    assert rates[-1] < 0.05 * config.lr  # with the saves' time left out of it, the decay ends
+    assert rates[0] > 0.99 * config.lr  # the first batch at the peak
 
 
 def test_feature_shards_of_other_samples_are_redone_not_reused(tiny_target, tmp_path):

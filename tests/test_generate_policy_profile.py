@@ -23,8 +23,9 @@ def target_dir(tmp_path_factory):
     return root / "target"
 
 
-@pytest.fixture
-def profile_file(tmp_path, tiny_target):
+@pytest.fixture(name="profile_file")
+def profile_file_fixture(tmp_path, tiny_target):
+    """A profile for the tiny target: loops run threshold tau=0.01, words the lossless rule."""
     loop = KindSetting("loop", 0.01, 0.0, 0.0, 1, prompt_feature(tiny_target, LOOP))
     words = KindSetting("words", None, 0.0, 0.0, 1, prompt_feature(tiny_target, WORDS))
     profile = PolicyProfile("threshold", "tau", 0.05, (loop, words), method="ngram")

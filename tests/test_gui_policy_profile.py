@@ -16,27 +16,21 @@ from specdec_core.config import DecodeConfig
 from specdec_core.errors import SpecdecError
 from specdec_core.events import Finished, Started
 from specdec_core.measure import run_distance
-from specdec_core.policy_profile import KindSetting, PolicyProfile, prompt_feature
+from specdec_core.policy_profile import KindSetting, PolicyProfile
 from specdec_core.prompts import encode_prompt
 from tests.gui_fake import METHODS, POLICIES, FakeEngine
 from tests.gui_window import make_window_fixture, wait_idle  # noqa: F401  (fixture)
+from tests.test_generate_policy_profile import (  # loops: threshold tau=0.01, words: lossless
+    LOOP,
+    WORDS,
+    profile_file_fixture,  # noqa: F401  (a fixture)
+)
 
-LOOP = "w7 w8 w7 w8 w7 w8"  # the n-gram drafter finds its continuations in the prompt
-WORDS = "w3 w14 w20 w5"
 NEVER = threading.Event()
 
 
 def quiet(message: str, fraction: float) -> None:
     """Progress nobody shows."""
-
-
-@pytest.fixture
-def profile_file(tmp_path, tiny_target):
-    """A profile for the tiny target: loops run threshold tau=0.01, words the lossless rule."""
-    loop = KindSetting("loop", 0.01, 0.0, 0.0, 1, prompt_feature(tiny_target, LOOP))
-    words = KindSetting("words", None, 0.0, 0.0, 1, prompt_feature(tiny_target, WORDS))
-    profile = PolicyProfile("threshold", "tau", 0.05, (loop, words), method="ngram")
-    return profile.save(tmp_path / "profile.json")
 
 
 def run(engine: SpecdecEngine, request: RunRequest) -> tuple[Started, Finished]:
