@@ -130,6 +130,7 @@ class SpecdecEngine:
             extra = self.extra(request.method, request.specs, progress)
             costs, acceptance = self._tree_sizing()
             history = self._history(request)
+            costs = costs.watching(stop)  # Stop ends a first tree run's timing of forwards
             drafter = build_drafter(request.method, target, extra, history, costs, acceptance)
             prefix = None
             if request.conversation:

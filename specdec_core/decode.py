@@ -10,9 +10,11 @@
 
 Contract: yields `Started`, one `Step` per target forward after the prefill, then `Finished`.
 The caller owns randomness (a `torch.Generator`) and cancellation (`stop`, anything with
-`is_set()`, checked between steps). Timings synchronise CUDA before reading the clock
-(step_clock.py); each `Step` carries its `StepPhases` (draft, target forward, acceptance,
-cache keep, commit, loop), which add up to the step's wall time, and the summary their sums.
+`is_set()`, checked between steps, and by a drafter's first tree sizing between its timed
+forwards, through `ForwardCosts.watching`: a run stopped there ends before its prefill).
+Timings synchronise CUDA before reading the clock (step_clock.py); each `Step` carries its
+`StepPhases` (draft, target forward, acceptance, cache keep, commit, loop), which add up to
+the step's wall time, and the summary their sums.
 A drafter that sizes its tree by forward costs (`forward_costs.TimedForwards`) is handed each
 step's timed target forward before its `commit`, so its sizing follows the machine.
 Each `Step` carries the drafter's `status()` after its `commit` (the drafter's own, also
@@ -43,7 +45,7 @@ from specdec_core.events import (
     Token,
 )
 from specdec_core.events import TokenKind as Kind
-from specdec_core.forward_costs import TimedForwards
+from specdec_core.forward_costs import TimedForwards, TimingStopped
 from specdec_core.models import LoadedModel
 from specdec_core.prefix_cache import PrefixCache
 from specdec_core.sampling import probs
@@ -92,7 +94,12 @@ def generate(
     method = method or drafter.name
     greedy = config.temperature <= 0.0 and isinstance(verifier, LosslessVerifier)
     info = {**config.as_dict(), "policy": verifier.name, "lossy": verifier.lossy}
-    info.update(drafter.describe(config))  # e.g. the tree size a drafter chose
+    try:
+        info.update(drafter.describe(config))  # e.g. the tree size a drafter chose
+    except TimingStopped:  # Stop while a first tree run timed forwards: stopped before prefill
+        yield Started(len(prompt_ids), method, {**info, **(started_info or {})})
+        yield Finished(_stopped_before_prefill(method, verifier, prompt_ids, info))
+        return
     yield Started(len(prompt_ids), method, {**info, **(started_info or {})})
 
     started = now(target.device)
@@ -194,6 +201,26 @@ def generate(
         phases=phases,
     )
     yield Finished(summary)
+
+
+def _stopped_before_prefill(
+    method: str, verifier: ChainVerifier, prompt_ids: list[int], info: dict
+) -> RunSummary:
+    """The summary of a run Stop ended before its prefill: no tokens, no steps, no time."""
+    return RunSummary(
+        method=method,
+        policy=verifier.name,
+        lossy=verifier.lossy,
+        prompt_tokens=len(prompt_ids),
+        new_tokens=0,
+        token_ids=(),
+        text="",
+        steps=0,
+        wall_seconds=0.0,
+        prefill_seconds=0.0,
+        stop_reason="stopped",
+        config=info,
+    )
 
 
 class _Kept:

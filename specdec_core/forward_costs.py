@@ -40,6 +40,7 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
+from specdec_core.control import StopFlag
 from specdec_core.target import Target
 from specdec_core.tree_sizing import Costs, interpolate
 
@@ -50,6 +51,10 @@ REPEATS = 5  # timed rounds over all sizes when first measured
 OUTLIER = 1.5  # a timing beyond 1.5x (or below 1/1.5x) its size's median is another cause's
 WINDOW = 32  # latest step ratios kept per measured size
 PRIOR = 4  # ratios of 1 each window starts with: the measurement's weight against steps
+
+
+class TimingStopped(Exception):
+    """Stop came while forward passes were being timed: nothing of that timing is kept."""
 
 
 @runtime_checkable
@@ -93,16 +98,24 @@ class ForwardCosts:
     """Target costs measured once per model and followed by its steps; head costs measured
     once per head key."""
 
-    def __init__(self) -> None:
+    def __init__(self, stop: StopFlag | None = None) -> None:
         self._target: dict[tuple, TargetTable] = {}
         self._head: dict[tuple, dict[int, float]] = {}
+        self._stop = stop  # checked between the timed forwards of a first measurement
+
+    def watching(self, stop: StopFlag | None) -> ForwardCosts:
+        """These costs (the same tables, shared) for one run: a measurement it starts ends
+        with `TimingStopped` when `stop` is set between two timed forwards."""
+        view = ForwardCosts(stop)
+        view._target, view._head = self._target, self._head
+        return view
 
     def target(self, model) -> dict[int, float]:
         """Seconds per target forward over n tree tokens after a cached prefix (the table in
         use: measured at the first call, then following `observe_target`)."""
         key = _model_key(model)
         if key not in self._target:
-            self._target[key] = TargetTable(_measure_target(model))
+            self._target[key] = TargetTable(_measure_target(model, self._stop))
         return self._target[key].costs()
 
     def observe_target(self, model, tokens: int, seconds: float) -> None:
@@ -121,7 +134,7 @@ class ForwardCosts:
         """Seconds per head step over k rows; `step(k)` runs one (measured once per `key`)."""
         if key not in self._head:
             runs = {k: (lambda k=k: step(k)) for k in HEAD_ROWS}
-            self._head[key] = monotone(typical_costs(runs))
+            self._head[key] = monotone(typical_costs(runs, stop=self._stop))
         return self._head[key]
 
     def for_sizing(self, model, head_key: tuple, step: Callable[[int], None]) -> Costs:
@@ -132,7 +145,7 @@ class ForwardCosts:
 
 
 @torch.inference_mode()
-def _measure_target(model) -> dict[int, float]:
+def _measure_target(model, stop: StopFlag | None = None) -> dict[int, float]:
     runner = Target(model)
     vocab = int(model.config.vocab_size)
     prefix = min(PREFIX, int(getattr(model.config, "max_position_embeddings", 2048)) // 2)
@@ -144,22 +157,27 @@ def _measure_target(model) -> dict[int, float]:
         runner.forward([7 % vocab] * n, chain if n > 1 else None)
         runner.keep(prefix, [])
 
-    return monotone(typical_costs({n: (lambda n=n: forward(n)) for n in sizes}))
+    return monotone(typical_costs({n: (lambda n=n: forward(n)) for n in sizes}, stop=stop))
 
 
 def rounds(
-    runs: dict[int, Callable[[], None]], repeats: int = REPEATS, clock=time.perf_counter
+    runs: dict[int, Callable[[], None]],
+    repeats: int = REPEATS,
+    clock=time.perf_counter,
+    stop: StopFlag | None = None,
 ) -> dict[int, list[float]]:
     """Seconds of each of `repeats` runs of each of `runs`, after one warm-up run each. The
     repeats go round all the sizes in turn, so a burst of load inflates one round of every
     size, not every run of the sizes it falls on. (Timed size by size, such a burst once made
     a benchmark run choose trees several times larger than the fastest size;
-    docs/benchmarks.md.)"""
+    docs/benchmarks.md.) `stop` set before any run raises `TimingStopped`."""
     for run in runs.values():
+        _check(stop)
         run()  # warm-up
     seconds: dict[int, list[float]] = {n: [] for n in runs}
     for _ in range(repeats):
         for n, run in runs.items():
+            _check(stop)
             _sync()
             start = clock()
             run()
@@ -169,10 +187,13 @@ def rounds(
 
 
 def typical_costs(
-    runs: dict[int, Callable[[], None]], repeats: int = REPEATS, clock=time.perf_counter
+    runs: dict[int, Callable[[], None]],
+    repeats: int = REPEATS,
+    clock=time.perf_counter,
+    stop: StopFlag | None = None,
 ) -> dict[int, float]:
-    """The `typical` seconds of each of `runs` over `repeats` `rounds`."""
-    return {n: typical(times) for n, times in rounds(runs, repeats, clock).items()}
+    """The `typical` seconds of each of `runs` over `repeats` `rounds` (`stop` as there)."""
+    return {n: typical(times) for n, times in rounds(runs, repeats, clock, stop).items()}
 
 
 def fastest(
@@ -214,6 +235,11 @@ def _ratio_at(timed: dict[int, float], n: int) -> float:
     low, high = max(below), min(above)
     share = math.log(n / low) / math.log(high / low)
     return timed[low] + share * (timed[high] - timed[low])
+
+
+def _check(stop: StopFlag | None) -> None:
+    if stop is not None and stop.is_set():
+        raise TimingStopped()
 
 
 def _sync() -> None:

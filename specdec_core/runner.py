@@ -172,7 +172,7 @@ def run(
     so the run never depends on what ran before it); an EAGLE-2 method sizes its tree with
     `costs` and `acceptance` (None: a fresh pair of its own)."""
     history = history if history is not None else History()
-    costs = costs if costs is not None else ForwardCosts()
+    costs = (costs if costs is not None else ForwardCosts()).watching(stop)
     acceptance = acceptance if acceptance is not None else AcceptanceEstimates()
     drafter = build_drafter(method, target, extra, history, costs, acceptance)
     events = generate(target, drafter, prompt_ids, config, method=method, stop=stop, prefix=prefix)

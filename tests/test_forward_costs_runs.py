@@ -1,13 +1,16 @@
 """Runs feed their own timed target forwards into the forward costs that size their trees: the
 next run of the same owner sizes with the followed table, reports it, and still decodes what
-`ar` decodes."""
+`ar` decodes. Stop during a first run's timing of forwards ends that run before its prefill
+and keeps nothing of the timing."""
 
 from __future__ import annotations
+
+import pytest
 
 from specdec_core.config import DecodeConfig
 from specdec_core.decode import generate
 from specdec_core.events import Finished, Step
-from specdec_core.forward_costs import ForwardCosts, TimedForwards
+from specdec_core.forward_costs import ForwardCosts, TimedForwards, TimingStopped
 from specdec_core.runner import run
 from specdec_core.tree_sizing import AcceptanceEstimates
 from tests.eagle_tiny import tiny_head
@@ -15,6 +18,18 @@ from tests.test_medusa import random_heads
 from tests.tiny import prompt
 
 CONFIG = DecodeConfig(max_new_tokens=30)
+
+
+class StopAfter:
+    """A Stop pressed once `is_set` has been asked `checks` times (the timing asks it before
+    each timed forward)."""
+
+    def __init__(self, checks: int) -> None:
+        self.left = checks
+
+    def is_set(self) -> bool:
+        self.left -= 1
+        return self.left < 0
 
 
 def test_every_step_of_a_run_feeds_the_table_the_next_run_sizes_with(tiny_target):
@@ -66,3 +81,21 @@ def test_the_hover_shows_the_table_in_use_on_a_line_of_its_own(tiny_target):
     sizes = summary.config["forward_costs"]["target_ms"]
     assert lines[-1].startswith("target ms by tokens 1: ")
     assert lines[-1].endswith("(timed at load)") and lines[-1].count(":") == len(sizes)
+
+
+def test_stop_during_the_first_timing_of_forwards_ends_the_run_before_its_prefill(tiny_target):
+    head = tiny_head(tiny_target)
+    costs, acceptance = ForwardCosts(), AcceptanceEstimates()
+    ids = prompt()
+    stopped = run(
+        tiny_target, "eagle2", ids, CONFIG, head, stop=StopAfter(3), costs=costs,
+        acceptance=acceptance,
+    )  # fmt: skip
+    assert stopped.stop_reason == "stopped"
+    assert (stopped.steps, stopped.new_tokens, stopped.prefill_seconds) == (0, 0, 0.0)
+    assert "tree_sizing" not in stopped.config
+    with pytest.raises(TimingStopped):  # nothing of the stopped timing was kept
+        costs.watching(StopAfter(0)).target(tiny_target.model)
+    again = run(tiny_target, "eagle2", ids, CONFIG, head, costs=costs, acceptance=acceptance)
+    assert again.config["tree_sizing"].endswith("(timed at load)")
+    assert again.token_ids == run(tiny_target, "ar", ids, CONFIG).token_ids
