@@ -1,6 +1,7 @@
 """Compare's table shows every method's name whole in a 1280×800 window: a name longer than
 the column the numbers leave wraps onto a second line (its row grows) instead of being cut
-with "…"; the numbers stay on one line."""
+with "…"; the numbers stay on one line. With every method compared, the columns still show
+several lines of text: the tab scrolls up and down instead."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from PySide6.QtGui import QFontMetrics
 from PySide6.QtWidgets import QStyle, QStyleOptionViewItem
 
 from app.export import CompareResult
+from app.widgets.compare_panel import COLUMN_LINES
 from app.widgets.compare_table import HEADERS, CompareTable
 from specdec_core.methods import METHODS
 from tests.gui_window import make_window_fixture  # noqa: F401  (fixture)
@@ -39,8 +41,7 @@ def _shown_whole(table: CompareTable, row: int) -> bool:
     return words_fit and wrapped.height() <= room.height()
 
 
-def test_every_method_name_is_whole_in_compare_at_1280_by_800(make_window, qtbot):
-    window = make_window()
+def _every_method_compared(window, qtbot):
     window.tabs.setCurrentIndex([window.tabs.tabText(i) for i in range(4)].index("Compare"))
     window.resize(1280, 800)
     panel = window.compare
@@ -49,7 +50,11 @@ def test_every_method_name_is_whole_in_compare_at_1280_by_800(make_window, qtbot
         panel.columns.add_column(name, method.label, "#000000")
         panel.add_result(CompareResult(name, method.label, "#000000", summary))
     qtbot.wait(50)
-    table = panel.table
+    return panel
+
+
+def test_every_method_name_is_whole_in_compare_at_1280_by_800(make_window, qtbot):
+    table = _every_method_compared(make_window(), qtbot).table
     metrics = QFontMetrics(table.font())
     longest = max(metrics.horizontalAdvance(method.label) for method in METHODS.values())
     assert table.columnWidth(0) < longest  # the column cannot hold every name on one line
@@ -63,6 +68,22 @@ def test_every_method_name_is_whole_in_compare_at_1280_by_800(make_window, qtbot
         min(table.rowHeight(r) for r in range(table.rowCount())) < one_line
     )  # short names: one line
     assert table.columnWidth(speedup) >= metrics.horizontalAdvance("timing disturbed")
+
+
+def test_with_every_method_compared_each_column_shows_lines_and_the_tab_scrolls(make_window, qtbot):
+    window = make_window()
+    panel = _every_method_compared(window, qtbot)
+    assert window.height() <= 800
+    line = panel.columns.fontMetrics().lineSpacing()
+    for column in panel.columns.columns.values():
+        assert column.view.height() >= COLUMN_LINES * line, column.header.text()
+    assert panel.table.height() >= panel.table.verticalHeader().length()  # every row shows
+    bar = panel.scroll.verticalScrollBar()
+    assert bar.maximum() > 0  # taller than the tab: it scrolls rather than squeezing
+    bar.setValue(bar.maximum())
+    qtbot.wait(20)
+    bottom = panel.table.mapTo(panel.scroll.viewport(), panel.table.rect().bottomLeft()).y()
+    assert bottom <= panel.scroll.viewport().height()  # the table's last row can be reached
 
 
 def test_a_narrower_window_wraps_names_again_and_grows_their_rows(qtbot):

@@ -12,6 +12,7 @@ import pytest
 
 from app.engine import SpecdecEngine
 from app.engine_api import POLICY_KIND, MethodInfo, Registries, RunRequest
+from app.widgets.decoding_panel import NO_PROFILE
 from specdec_core.config import DecodeConfig
 from specdec_core.errors import SpecdecError
 from specdec_core.events import Finished, Started
@@ -108,7 +109,7 @@ def test_a_profile_chosen_in_the_panel_reaches_every_run_request(make_window, qt
     assert {request.policy_profile for request in engine.requests} == {str(profile_file)}
     assert engine.requests[0].config.policy == "lossless"  # the engine applies the profile
 
-    decoding.profile_clear.click()  # None: the policy box decides again, as it was
+    decoding.profile_clear.click()  # Clear: the policy box decides again, as it was
     assert decoding.profile_path() == "" and decoding.policy.isEnabled()
     assert decoding.policy_name() == "threshold"
     assert decoding.params["tau"].value() == pytest.approx(0.42)
@@ -175,7 +176,7 @@ def test_a_file_not_a_profile_is_one_line_and_no_profile(make_window, tmp_path, 
         assert not decoding.set_profile(str(path))
         note = decoding.profile_note.text()
         assert why in note and note.endswith("no policy profile is used") and "\n" not in note
-        assert decoding.profile_path() == "" and decoding.profile_name.text() == "none"
+        assert decoding.profile_path() == "" and decoding.profile_name.text() == NO_PROFILE
         assert decoding.policy.isEnabled() and decoding.policy.currentIndex() >= 0
 
 

@@ -4,18 +4,22 @@ The table fits the tab of a 1280-pixel window without scrolling sideways: the nu
 their width (the longer headers on two lines), the method's name takes what they leave and
 wraps onto a second line where it must (whole in its tooltip too; its colour swatch stays),
 and the Policy column shows only when some run is lossy (the Method header then says "all
-lossless")."""
+lossless"). The columns keep COLUMN_LINES lines of text in view whatever the number of
+methods: when the check boxes, the columns and the table together are taller than the tab,
+the tab scrolls up and down (the table still shows every row)."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
+    QFrame,
     QHBoxLayout,
     QHeaderView,
     QLabel,
     QMenu,
     QPushButton,
+    QScrollArea,
     QVBoxLayout,
     QWidget,
 )
@@ -29,6 +33,7 @@ from app.widgets.legend import Legend
 
 TWO_LINES = {"Speedup vs AR": "Speedup\nvs AR", "Identical to AR": "Identical\nto AR"}
 POLICY = HEADERS.index("Policy")
+COLUMN_LINES = 6  # lines of a column's text that stay in view
 ALL_LOSSLESS = "Method\n(all lossless)"
 
 
@@ -84,12 +89,31 @@ class ComparePanel(QWidget):
         fit_table(self.table)
         self._show_policy(False)
         self.table.setFixedHeight(self.table.fitted_height())
-        layout = QVBoxLayout(self)
+        lines = self.columns.fontMetrics().lineSpacing() * COLUMN_LINES
+        self.columns.setMinimumHeight(lines + 4 * self.fontMetrics().height())  # + header, status
+        body = QWidget()
+        layout = QVBoxLayout(body)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addLayout(top)
         layout.addLayout(second)
         layout.addWidget(self.columns, 1)
         layout.addWidget(self.table)
+        self.scroll = QScrollArea()  # up and down only: the columns scroll sideways themselves
+        self.scroll.setWidget(body)
+        self.scroll.setWidgetResizable(True)
+        self.scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        outer.addWidget(self.scroll)
+
+    def minimumSizeHint(self) -> QSize:
+        """As wide as what it holds needs (the tab scrolls up and down only), as low as the
+        scroll area lets it be."""
+        hint = super().minimumSizeHint()
+        return QSize(
+            max(hint.width(), self.scroll.widget().minimumSizeHint().width()), hint.height()
+        )
 
     def set_registries(self, registries: Registries) -> None:
         """A check box per method; what was checked stays checked (a restarted engine)."""

@@ -139,7 +139,7 @@ class DecodingPanel(QGroupBox):
         self.profile_button = QPushButton("Policy profile…")
         self.profile_button.clicked.connect(self.choose_profile)
         self.profile_name = QLabel(NO_PROFILE)
-        self.profile_clear = QPushButton(NO_PROFILE.capitalize())
+        self.profile_clear = QPushButton("Clear")
         self.profile_clear.clicked.connect(lambda: self.set_profile(""))
         self.profile_clear.setEnabled(False)
         self.profile_note = QLabel("")  # what the profile gives, the last run's kind, or why not
@@ -176,7 +176,7 @@ class DecodingPanel(QGroupBox):
             self.policy: POLICY_TIP,
             self.profile_button: "a policy profile (specdec tune-policy): the policy and its "
             "parameter chosen per kind of request, the kind picked from each prompt",
-            self.profile_clear: "no policy profile: the policy box decides",
+            self.profile_clear: "use no policy profile: the policy box decides again",
             self.k: "draft length k: tokens drafted per step by chain methods (1–16)",
             self.temperature: "sampling temperature, 0 = greedy (0–2); applied to target and draft",
             self.top_p: "nucleus sampling: keep the smallest set of tokens with this mass (0.05–1)",
@@ -349,7 +349,7 @@ class DecodingPanel(QGroupBox):
         self.policy.setPlaceholderText(f"by profile: {profile.policy}")
         self.policy.setCurrentIndex(-1)  # the placeholder: the profile decides
         self.policy.setEnabled(False)
-        self.policy.setToolTip("the policy profile decides the policy per prompt; None: this box")
+        self.policy.setToolTip("the policy profile decides the policy per prompt; Clear: this box")
         self.profile_name.setText(Path(path).name)
         self.profile_name.setToolTip(path)
         self.profile_clear.setEnabled(True)
