@@ -374,9 +374,22 @@ class SpecdecEngine:
             if loader is None:
                 raise SpecdecError(f"this install cannot load a {needs} yet; choose another method")
             progress(f"loading {needs} '{spec}'", 0.0)
-            self._extras[key] = loader(spec, self._target, progress=progress)
-            progress(f"loaded {needs} '{spec}'", 1.0)
+            self._extras[key] = extra = loader(spec, self._target, progress=progress)
+            progress(f"loaded {needs} '{spec}'{_pairing(needs, self._target, extra)}", 1.0)
         return self._extras[key]
+
+
+def _pairing(needs: str, target: LoadedModel, extra: Extra) -> str:
+    """For a draft model: how it drafts for this target (its tokenizer's or another's), as the
+    load's last progress line says it; nothing for a head."""
+    if needs != "draft":
+        return ""
+    from specdec_core.drafters.cross_tokenizer import draft_pairing
+    from specdec_core.models import LoadedModel
+
+    if not isinstance(extra, LoadedModel):
+        return ""
+    return f" ({draft_pairing(target.tokenizer, extra.tokenizer)})"
 
 
 def _profiled(target: LoadedModel, request: RunRequest) -> tuple[RunRequest, str]:

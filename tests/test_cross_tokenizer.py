@@ -24,6 +24,7 @@ from specdec_core.drafters.cross_tokenizer import (
     DraftModel,
     build_classic,
     draft_algorithm,
+    draft_pairing,
     target_continuation,
 )
 from specdec_core.errors import SpecdecError
@@ -169,6 +170,20 @@ def test_the_choice_rule_names_the_algorithm(target, other):
     assert draft_algorithm(target.tokenizer, other.tokenizer, 0.7) == Algorithm.TLI.value
     assert isinstance(build_classic(target, tiny_loaded(2)), ClassicDrafter)
     assert isinstance(build_classic(target, other), CrossTokenizerDrafter)
+
+
+def test_the_window_says_how_a_draft_drafts_when_it_loads(target, other, monkeypatch):
+    from app.engine import SpecdecEngine
+    from specdec_core import runner
+
+    drafts = {"same": tiny_loaded(2), "other": other}
+    monkeypatch.setitem(runner.EXTRA_LOADERS, "draft", lambda spec, _t, progress: drafts[spec])
+    engine = SpecdecEngine(target)
+    lines: list[str] = []
+    for spec, words in (("same", "same tokenizer"), ("other", "universal assisted generation")):
+        engine.extra("classic", {"draft": spec}, lambda line, _f: lines.append(line))
+        assert lines[-1].startswith(f"loaded draft '{spec}' (") and words in lines[-1]
+    assert "token-level intersection at T > 0" in draft_pairing(target.tokenizer, other.tokenizer)
 
 
 # --- re-tokenization ---------------------------------------------------------------------------

@@ -69,6 +69,17 @@ def draft_algorithm(target_tokenizer, draft_tokenizer, temperature: float) -> st
     return (Algorithm.UAG if temperature <= 0.0 else Algorithm.TLI).value
 
 
+def draft_pairing(target_tokenizer, draft_tokenizer) -> str:
+    """How a classic draft with `draft_tokenizer` drafts for this target at any temperature, in
+    words (the window says it when the draft loads)."""
+    if tokenizers_match(target_tokenizer, draft_tokenizer):
+        return f"{Algorithm.SAME.value}: its drafts are verified as they are"
+    return (
+        f"another tokenizer: {Algorithm.UAG.value.removesuffix(' (T = 0)')} at T = 0, "
+        f"{Algorithm.TLI.value.removesuffix(' (T > 0)')} at T > 0"
+    )
+
+
 def build_classic(
     target: LoadedModel, draft: LoadedModel, history=None, costs=None, acceptance=None
 ) -> Drafter:
