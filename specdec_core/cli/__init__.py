@@ -21,6 +21,7 @@ from specdec_core.cli import (
     export,
     generate,
     methods,
+    serve_check,
     sweep,
     train,
     train_mlp_speculator,
@@ -31,7 +32,19 @@ from specdec_core.cli import (
 from specdec_core.environment import command_line
 from specdec_core.errors import SpecdecError, is_out_of_memory, out_of_memory
 
-COMMANDS = (generate, bench, sweep, tune_policy, export, train, validate, data, watch, methods)
+COMMANDS = (
+    generate,
+    bench,
+    sweep,
+    tune_policy,
+    export,
+    serve_check,
+    train,
+    validate,
+    data,
+    watch,
+    methods,
+)
 
 
 def interruptible() -> None:
