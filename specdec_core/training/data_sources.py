@@ -5,6 +5,10 @@ from conversations 4096..8191 of the rest, prompts for self-distillation from al
 (first 0..4095, then 8192 onwards), so the two sources never overlap. `magpie` prompts are
 written by the target itself (magpie.py), never one of the `exclude` (evaluation) prompts or
 the held-out prompts per kind (kinds.py), on whose answers it validates.
+
+Every answer the target generates here comes from `eagle/data.answer_prompts`, cached under
+WORK so that a rerun reads it: WORK/SOURCE/chunk-NNNN (`self`, `self-long`), WORK/jsonl,
+WORK/self-heldout, WORK/kinds-heldout/KIND, and `magpie`'s job folder WORK/magpie-SEED.
 """
 
 from __future__ import annotations
@@ -162,7 +166,9 @@ def _self_distilled(
             continue
         samples += datasets.generate_answers(
             target.model, target.tokenizer, prompts, 128, 64, work / source / f"chunk-{number:04d}",
-            progress=lambda n, of, made: _log(f"self-distillation batch {n}/{of}: {made} tokens"),
+            progress=lambda done: _log(
+                f"self-distillation batch {done.number}/{done.calls}: {done.answer_tokens} tokens"
+            ),
             budget=tokens - sum(len(s.ids) for s in samples), cached_only=cached_only,
         )  # fmt: skip
         if sum(len(s.ids) for s in samples) >= tokens:

@@ -24,12 +24,16 @@ validation, the head and its card):
    with their own `out` and `work` can share one GPU (epoch times: docs/eagle.md).
 3. `smoke`: the same stages on a random model of the target's shape, a few batches each, to
    time generation and catch device problems before a real run.
+
+Answers are `eagle/data.answer_prompts`' shards under `work` (WORK/greedy, WORK/sampled,
+WORK/held), so a rerun with the same prompts and settings reads what an earlier one generated.
+Folders of one batch each (WORK/greedy-NNNN), as earlier versions cached them, are not read:
+those answers are generated again.
 """
 
 from __future__ import annotations
 
 import json
-import random
 import sys
 import time
 from dataclasses import asdict, dataclass, replace
@@ -140,44 +144,6 @@ def export_prompts(settings: ExportSettings, log: Log | None = None) -> None:
     log(f"{len(train_prompts)} prompts ({len(tf)} tokens), {len(held_prompts)} held out")
 
 
-class TimedAnswers:
-    """The target's answers batch by batch while the slowest batch so far still fits before
-    `deadline` (time.monotonic()); the batch times are shared by every `answer` call."""
-
-    def __init__(
-        self, target: LoadedModel, settings: DistillSettings, deadline: float, log: Log
-    ) -> None:
-        self.target, self.settings, self.deadline, self.log = target, settings, deadline, log
-        self.spent: list[float] = []  # seconds per batch so far
-
-    def answer(
-        self, prompts: list[list[int]], temperature: float, seed: int, label: str
-    ) -> list[Sample]:
-        """Answers to `prompts` in length-sorted batches taken in random order (`seed`)."""
-        settings = self.settings
-        groups = datasets.length_calls(
-            [len(p) for p in prompts], settings.batch, padded=settings.gen_batch_tokens,
-            new_tokens=settings.max_new,
-        )  # fmt: skip
-        random.Random(seed).shuffle(groups)
-        samples: list[Sample] = []
-        for n, group in enumerate(groups):
-            left = self.deadline - time.monotonic()
-            if left <= 0 or (self.spent and left < 1.1 * max(self.spent)):
-                break
-            began = time.monotonic()
-            samples += datasets.generate_answers(
-                self.target.model, self.target.tokenizer, [prompts[i] for i in group],
-                settings.max_new, len(group), settings.work_dir / f"{label}-{n:04d}",
-                keep_features=False, temperature=temperature,
-            )  # fmt: skip
-            self.spent.append(time.monotonic() - began)
-            made = sum(len(s.ids) - s.start for s in samples)
-            seconds = self.spent[-1]
-            self.log(f"{label} batch {n + 1}/{len(groups)}: {seconds:.1f}s, {made} answer tokens")
-        return samples
-
-
 def train_request(settings: DistillSettings, command: str) -> TrainRequest:
     """The `specdec train eagle` request of a timed run (checked when made: before the model
     loads). Features stay in memory; checkpoints only after each epoch, apart from the head."""
@@ -259,8 +225,22 @@ def _answers(
     recorded in `report`'s generate stage; with `settings.answers`, the greedy ones are those."""
     out, work = Path(settings.out), settings.work_dir
     began = time.monotonic()
-    timed = TimedAnswers(target, settings, began + settings.gen_seconds, log)
+    deadline = datasets.Deadline(began + settings.gen_seconds)  # greedy and sampled share it
     model, tok = target.model, target.tokenizer
+
+    def timed(temperature: float, seed: int, label: str) -> list[Sample]:
+        """Answers to `prompts` in like-length calls taken in random order (`seed`) while
+        `deadline` allows, cached under WORK/LABEL."""
+        return datasets.generate_answers(
+            model, tok, prompts, settings.max_new, settings.batch, work / label,
+            padded=settings.gen_batch_tokens, shuffle=seed, deadline=deadline,
+            keep_features=False, temperature=temperature,
+            progress=lambda done: log(
+                f"{label} batch {done.number}/{done.calls}: {done.seconds:.1f}s, "
+                f"{done.answer_tokens} answer tokens"
+            ),
+        )  # fmt: skip
+
     held = datasets.generate_answers(
         model, tok, held_prompts[:32], settings.max_new, 32, work / "held", keep_features=False
     )
@@ -269,8 +249,8 @@ def _answers(
         greedy = greedy[: 3 * settings.batch if settings.smoke else None]
         sampled = []
     else:
-        greedy = timed.answer(prompts, 0.0, settings.seed, "greedy")
-        sampled = timed.answer(prompts, 1.0, settings.seed + 1, "sampled")
+        greedy = timed(0.0, settings.seed, "greedy")
+        sampled = timed(1.0, settings.seed + 1, "sampled")
     report["stages"]["generate"] = {
         "seconds": round(time.monotonic() - began, 1),
         "greedy_answers": len(greedy),

@@ -18,6 +18,9 @@ Contract:
   filter is rebuilt by replaying the finished batches' candidates.
 - Budgets are answer tokens (the tokens a head learns from) per source: `tokens` × the
   source's share of `mix`. The next batch goes to the source furthest behind its budget.
+- The kept requests are answered greedily by `eagle/data.answer_prompts`, the answering of
+  every training source: calls of up to `rows` like-length prompts (`PADDING_SLACK`); the
+  batch's shard, not the calls, is what a rerun reads.
 """
 
 from __future__ import annotations
@@ -349,7 +352,6 @@ class GenerationJob:
         self.work, self.plan, self.target = work, plan, target
         self.log = log or (lambda message: print(f"[data] {message}", file=sys.stderr, flush=True))
         self.tok = target.tokenizer
-        self.pad = self.tok.pad_token_id if self.tok.pad_token_id is not None else 0
         self.eos = set(target.eos_ids)
         self.started = time.time()
         self.state, self.message = "running", ""
@@ -464,18 +466,17 @@ class GenerationJob:
                     continue
                 rows.append(row)
                 prompts.append(ids)
-            lengths = [len(p) for p in prompts]
-            for chunk in datasets.length_calls(lengths, self.plan.rows, slack=PADDING_SLACK):
-                results = datasets.answer_batch(
-                    self.target.model, [prompts[i] for i in chunk], self.plan.max_new_tokens,
-                    self.pad, self.eos,
-                )  # fmt: skip
-                for i, (answer, _) in zip(chunk, results, strict=True):
-                    request = requests[rows[i]]
-                    kind = request.kind if turn == 0 else f"{request.kind}-turn{turn + 1}"
-                    answered.append(Answered(prompts[i] + answer, len(prompts[i]), kind))
-                    text = self.tok.decode(answer, skip_special_tokens=True).strip()
-                    histories[rows[i]].append({"role": "assistant", "content": text})
+            found = datasets.answer_prompts(
+                self.target.model, self.tok, prompts, self.plan.max_new_tokens, self.plan.rows,
+                None, slack=PADDING_SLACK, keep_features=False, eos_ids=self.eos,
+            )  # fmt: skip
+            for i, sample in found:
+                request = requests[rows[i]]
+                kind = request.kind if turn == 0 else f"{request.kind}-turn{turn + 1}"
+                answered.append(Answered(sample.ids, sample.start, kind))
+                answer = sample.ids[sample.start :]
+                text = self.tok.decode(answer, skip_special_tokens=True).strip()
+                histories[rows[i]].append({"role": "assistant", "content": text})
         return answered
 
     # -- reporting -----------------------------------------------------------------------------
