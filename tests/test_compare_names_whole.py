@@ -78,12 +78,18 @@ def test_with_every_method_compared_each_column_shows_lines_and_the_tab_scrolls(
     for column in panel.columns.columns.values():
         assert column.view.height() >= COLUMN_LINES * line, column.header.text()
     assert panel.table.height() >= panel.table.verticalHeader().length()  # every row shows
+    button = panel.run_button  # nothing is cut at the right by the scroll bar
+    right = button.mapTo(panel.scroll.viewport(), button.rect().topRight()).x()
+    assert right < panel.scroll.viewport().width()
     bar = panel.scroll.verticalScrollBar()
     assert bar.maximum() > 0  # taller than the tab: it scrolls rather than squeezing
-    bar.setValue(bar.maximum())
-    qtbot.wait(20)
-    bottom = panel.table.mapTo(panel.scroll.viewport(), panel.table.rect().bottomLeft()).y()
-    assert bottom <= panel.scroll.viewport().height()  # the table's last row can be reached
+
+    def last_row_reached() -> bool:  # scrolled to the end (once the rows' refit has settled)
+        bar.setValue(bar.maximum())
+        bottom = panel.table.mapTo(panel.scroll.viewport(), panel.table.rect().bottomLeft()).y()
+        return bottom <= panel.scroll.viewport().height()
+
+    qtbot.waitUntil(last_row_reached, timeout=2000)
 
 
 def test_a_narrower_window_wraps_names_again_and_grows_their_rows(qtbot):

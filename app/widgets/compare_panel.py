@@ -111,9 +111,9 @@ class ComparePanel(QWidget):
         """As wide as what it holds needs (the tab scrolls up and down only), as low as the
         scroll area lets it be."""
         hint = super().minimumSizeHint()
-        return QSize(
-            max(hint.width(), self.scroll.widget().minimumSizeHint().width()), hint.height()
-        )
+        bar = self.scroll.verticalScrollBar().sizeHint().width()  # room for it when it shows
+        width = self.scroll.widget().minimumSizeHint().width() + bar
+        return QSize(max(hint.width(), width), hint.height())
 
     def set_registries(self, registries: Registries) -> None:
         """A check box per method; what was checked stays checked (a restarted engine)."""
