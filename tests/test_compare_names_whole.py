@@ -92,6 +92,16 @@ def test_with_every_method_compared_each_column_shows_lines_and_the_tab_scrolls(
     qtbot.waitUntil(last_row_reached, timeout=2000)
 
 
+def test_the_plots_key_shows_every_compared_method_at_1280_by_800(make_window, qtbot):
+    window = make_window()
+    window.resize(1280, 800)
+    for method in METHODS.values():
+        window.plots.begin_series(method.label, "#000000")
+    qtbot.wait(50)
+    key = window.plots.key
+    assert key.height() >= key.heightForWidth(key.width())  # no line of the key is cut
+
+
 def test_a_narrower_window_wraps_names_again_and_grows_their_rows(qtbot):
     from app.widgets.compare_panel import ComparePanel
 

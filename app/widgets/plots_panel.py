@@ -29,6 +29,8 @@ from specdec_core.events import Step
 
 REDRAW_MS = 1000  # the shortest interval between redraws during a run
 PAINT_SHARE = 0.05  # of one core, at most, for redrawing the plots
+# each plot's least height: four plots and a key of every method (seven lines) fit 800 pixels
+PLOT_HEIGHT = 135
 
 
 class PlotsPanel(QWidget):
@@ -47,7 +49,7 @@ class PlotsPanel(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.key)
         for plot in self.plots:
-            plot.setMinimumHeight(150)
+            plot.setMinimumHeight(PLOT_HEIGHT)
             fit_width(plot)
             cache_axes(plot)
             layout.addWidget(plot)
@@ -70,7 +72,7 @@ class PlotsPanel(QWidget):
         self.series[name] = Series(name, color)
         self.key.setText(
             "&nbsp;&nbsp; ".join(
-                f'<span style="color:{s.color}; font-size:14pt">■</span>&nbsp;{_nbsp(s.name)}'
+                f'<span style="color:{s.color}; font-size:12pt">■</span>&nbsp;{_nbsp(s.name)}'
                 for s in self.series.values()
             )
         )
