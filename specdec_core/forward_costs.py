@@ -11,7 +11,14 @@ Measured when first asked: each size is timed REPEATS times, the rounds going ro
 sizes in turn (a burst of load inflates one round of every size, not every run of the sizes it
 falls on), and each size costs the `typical` of its timings: the mean of those within OUTLIER×
 of their median, so a repeat far above it (another process's time slice) or far below it
-counts for nothing. `monotone` then makes costs never fall with size.
+counts for nothing. `monotone` then makes costs never fall with size. A table whose sizes all
+lie within LINE_FIT of a straight line a + b·n (fitted by least squares on relative errors,
+`line_fit`) is that line: on a CPU a forward's cost grows by the same time per token (SmolLM2:
+within 3 %), and one size's timing carries 5-9 % of noise between two loads (a quiet 2-core
+machine: 9 % at one token, 8 % the other way at 32), which moved the choice between trees a
+few per cent apart in speed. The line spends all sizes' timings on two numbers, so two loads
+choose the same tree far more often (tests/test_forward_costs_follow.py); a table the line
+misses (a GPU's flat start and knee) stays as timed.
 
 Followed as runs go: every decode step already times its one target forward over n tokens
 (`StepPhases.target`, decode.py), and a drafter that sizes with these costs (`TimedForwards`)
@@ -48,6 +55,7 @@ TARGET_SIZES = (1, 2, 4, 8, 16, 32, 60)  # tokens per measured target forward
 HEAD_ROWS = (1, 2, 4, 7, 10)  # beam widths per measured head step
 PREFIX = 128  # cached tokens under the measured forwards (a short chat prompt)
 REPEATS = 5  # timed rounds over all sizes when first measured
+LINE_FIT = 0.12  # a timed table within 12 % of a line at every size is that line
 OUTLIER = 1.5  # a timing beyond 1.5x (or below 1/1.5x) its size's median is another cause's
 WINDOW = 32  # latest step ratios kept per measured size
 PRIOR = 4  # ratios of 1 each window starts with: the measurement's weight against steps
@@ -69,7 +77,9 @@ class TargetTable:
     """One model's target forward costs: `measured` once, then following step timings."""
 
     def __init__(self, measured: dict[int, float]) -> None:
-        self.measured = monotone(measured)
+        timed = monotone(measured)
+        self.measured = line_fit(timed)
+        self.line = self.measured != timed  # the timings lie on a line, which is used
         self.steps = 0  # step timings fed in (outliers included: they are trimmed on reading)
         self._ratios: dict[int, deque[float]] = {}  # measured size -> latest step ratios
         self._costs: dict[int, float] | None = self.measured
@@ -125,6 +135,11 @@ class ForwardCosts:
         if table is not None:
             table.observe(tokens, seconds)
 
+    def target_line(self, model) -> bool:
+        """Whether the model's measured table is the line through its timings (`line_fit`)."""
+        table = self._target.get(_model_key(model))
+        return table is not None and table.line
+
     def target_steps(self, model) -> int:
         """Step timings the model's table has taken in (0 before it is measured)."""
         table = self._target.get(_model_key(model))
@@ -134,14 +149,15 @@ class ForwardCosts:
         """Seconds per head step over k rows; `step(k)` runs one (measured once per `key`)."""
         if key not in self._head:
             runs = {k: (lambda k=k: step(k)) for k in HEAD_ROWS}
-            self._head[key] = monotone(typical_costs(runs, stop=self._stop))
+            self._head[key] = line_fit(monotone(typical_costs(runs, stop=self._stop)))
         return self._head[key]
 
     def for_sizing(self, model, head_key: tuple, step: Callable[[int], None]) -> Costs:
         """The tables a sizer chooses with now: the model's target table in use and the
         head's step costs, with how many step timings the target table follows."""
         target = self.target(model)
-        return Costs(target=target, head=self.head(head_key, step), steps=self.target_steps(model))
+        head = self.head(head_key, step)
+        return Costs(target, head, self.target_steps(model), self.target_line(model))
 
 
 @torch.inference_mode()
@@ -219,6 +235,22 @@ def monotone(costs: dict[int, float]) -> dict[int, float]:
         lowest = min(lowest, costs[n])
         out[n] = lowest
     return dict(sorted(out.items()))
+
+
+def line_fit(costs: dict[int, float], tolerance: float = LINE_FIT) -> dict[int, float]:
+    """`costs` on the line a + b·n nearest them in relative error (weighted least squares),
+    when every size lies within `tolerance` of it and b ≥ 0; else `costs` as they are."""
+    sizes = sorted(costs)
+    if len(sizes) < 3:
+        return dict(costs)
+    x = torch.tensor(sizes, dtype=torch.float64)
+    y = torch.tensor([costs[n] for n in sizes], dtype=torch.float64)
+    design = torch.stack([torch.ones_like(x), x], dim=1) / y[:, None]  # relative errors
+    a, b = torch.linalg.lstsq(design, torch.ones_like(y)[:, None]).solution[:, 0].tolist()
+    line = {n: a + b * n for n in sizes}
+    if b < 0 or a <= 0 or any(abs(line[n] / costs[n] - 1) > tolerance for n in sizes):
+        return dict(costs)
+    return line
 
 
 def _ratio_at(timed: dict[int, float], n: int) -> float:

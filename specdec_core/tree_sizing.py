@@ -53,6 +53,7 @@ class Costs:
     target: dict[int, float]  # tokens -> seconds per target forward
     head: dict[int, float]  # rows -> seconds per head step (layer + lm_head + top-k)
     steps: int = 0  # decode steps' timings the target table follows (forward_costs.py)
+    line: bool = False  # the target table timed at load is the line through its timings
 
     def target_seconds(self, n: int) -> float:
         return interpolate(self.target, n)
@@ -66,13 +67,15 @@ class Costs:
             "target_ms": {n: round(1000 * s, 3) for n, s in sorted(self.target.items())},
             "head_ms": {k: round(1000 * s, 3) for k, s in sorted(self.head.items())},
             "target_steps": self.steps,
+            "target_line": self.line,
         }
 
     def text(self) -> str:
         """The target table in use in one line (the reason's last part: bench JSON, hover)."""
         table = ", ".join(f"{n}: {1000 * s:.2f}" for n, s in sorted(self.target.items()))
+        line = ", a line through the timings" if self.line else ""
         since = f", followed over {self.steps} steps" if self.steps else ""
-        return f"target ms by tokens {table} (timed at load{since})"
+        return f"target ms by tokens {table} (timed at load{line}{since})"
 
 
 @dataclass(frozen=True)

@@ -162,3 +162,29 @@ def test_input_norms_train_an_eagle3_1_head_that_reloads_and_decodes_losslessly(
 
 def test_input_norms_without_a_fresh_eagle3_head_are_refused(deep_dir, tmp_path):
     assert main(_argv(deep_dir, tmp_path / "h", "--input-norms")) == 2
+
+
+def test_an_eagle3_head_started_from_an_eagle1_head_projects_as_its_layer_does(deep_target):
+    """`--init EAGLE1 --arch eagle3`: the midlayer's q / k / v of [embedding; state] are the
+    EAGLE-1 layer's of fc([embedding; feature]) (fc's bias aside); MLP, o_proj and the
+    post-attention norm copied; the draft vocabulary the head's."""
+    from specdec_core.training.layout import resolve_arch, resolve_layers
+    from specdec_core.training.starting_model import starting_model
+    from tests.eagle_tiny import tiny_head
+
+    eagle1 = tiny_head(deep_target, "eagle1", draft_vocab=16)
+    assert resolve_arch("eagle3", eagle1) == "eagle3"
+    assert resolve_layers("eagle3", eagle1, None) == 1
+    model, draft_ids = starting_model("eagle", eagle1, deep_target, [], 16, "eagle3")
+    assert model.kind == "eagle3" and torch.equal(draft_ids, eagle1.draft_ids())
+    h = deep_target.model.config.hidden_size
+    both = torch.randn(5, 2 * h)
+    layer, midlayer = eagle1.layers[0], model.midlayer
+    for name in ("q_proj", "k_proj", "v_proj"):
+        ours = getattr(midlayer.self_attn, name)(both)
+        theirs = getattr(layer.self_attn, name)(both @ eagle1.fc.weight.T)
+        torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
+    copied = ((midlayer.mlp, layer.mlp), (midlayer.self_attn.o_proj, layer.self_attn.o_proj))
+    for ours, theirs in copied:
+        for key, value in theirs.state_dict().items():
+            assert torch.equal(ours.state_dict()[key], value)

@@ -5,6 +5,8 @@ and keeps nothing of the timing."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from specdec_core.config import DecodeConfig
@@ -16,6 +18,8 @@ from specdec_core.tree_sizing import AcceptanceEstimates
 from tests.eagle_tiny import tiny_head
 from tests.test_medusa import random_heads
 from tests.tiny import prompt
+
+TIMED_AT_LOAD = r"\(timed at load(, a line through the timings)?\)$"  # the table's last words
 
 CONFIG = DecodeConfig(max_new_tokens=30)
 
@@ -39,7 +43,7 @@ def test_every_step_of_a_run_feeds_the_table_the_next_run_sizes_with(tiny_target
     first = run(tiny_target, "eagle2", ids, CONFIG, head, costs=costs, acceptance=acceptance)
     assert costs.target_steps(tiny_target.model) == first.steps > 0
     assert first.config["forward_costs"]["target_steps"] == 0  # sized before its steps ran
-    assert first.config["tree_sizing"].endswith("(timed at load)")
+    assert re.search(TIMED_AT_LOAD, first.config["tree_sizing"])
     second = run(tiny_target, "eagle2", ids, CONFIG, head, costs=costs, acceptance=acceptance)
     table = second.config["forward_costs"]
     assert table["target_steps"] == first.steps
@@ -80,7 +84,8 @@ def test_the_hover_shows_the_table_in_use_on_a_line_of_its_own(tiny_target):
     assert lines[0].startswith("tree sizing: auto: E[tau]")
     sizes = summary.config["forward_costs"]["target_ms"]
     assert lines[-1].startswith("target ms by tokens 1: ")
-    assert lines[-1].endswith("(timed at load)") and lines[-1].count(":") == len(sizes)
+    assert re.search(TIMED_AT_LOAD, lines[-1])
+    assert lines[-1].count(":") == len(sizes)
 
 
 def test_stop_during_the_first_timing_of_forwards_ends_the_run_before_its_prefill(tiny_target):
@@ -97,5 +102,5 @@ def test_stop_during_the_first_timing_of_forwards_ends_the_run_before_its_prefil
     with pytest.raises(TimingStopped):  # nothing of the stopped timing was kept
         costs.watching(StopAfter(0)).target(tiny_target.model)
     again = run(tiny_target, "eagle2", ids, CONFIG, head, costs=costs, acceptance=acceptance)
-    assert again.config["tree_sizing"].endswith("(timed at load)")
+    assert re.search(TIMED_AT_LOAD, again.config["tree_sizing"])
     assert again.token_ids == run(tiny_target, "ar", ids, CONFIG).token_ids

@@ -90,6 +90,8 @@ def resolve_arch(arch: str | None, init_head) -> str:
     """The head layout to train: --arch, else the --init head's (`read_init`), else eagle1."""
     if init_head is None:
         return arch or "eagle1"
+    if arch == "eagle3" and init_head.kind == "eagle1":
+        return arch  # a fresh EAGLE-3 head started from the EAGLE-1 head's layer (starting_model)
     if arch and arch != init_head.kind:
         raise SpecdecError(
             f"the --init head is an {init_head.kind} head, so it cannot continue as --arch "
@@ -106,10 +108,11 @@ def input_layers(arch: str, target: LoadedModel) -> tuple[int, ...]:
 def resolve_layers(arch: str, init_head, layers: int | None) -> int:
     """The decoder layers to train (--layers, else the --init head's, else 1); checked before
     any data is collected."""
-    have = head_layers(init_head) if init_head is not None else 1
+    continues = init_head is not None and init_head.kind == arch
+    have = head_layers(init_head) if continues else 1
     layers = have if layers is None else layers
     check_depth(arch, layers)
-    if init_head is not None and layers < have:
+    if continues and layers < have:
         raise SpecdecError(
             f"the --init head has {have} decoder layers; --layers can add layers, not remove "
             f"them: give --layers {have} or more, or drop --init to train a fresh head"

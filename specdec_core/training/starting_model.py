@@ -8,6 +8,11 @@ embedding and lm_head, which it does not train).
   at zero, so it drafts exactly as the head it grew from until training moves them.
 - EAGLE-3 head: fc passes the highest of the three fused layers through, its norm and lm_head
   are copied from the target's final norm and lm_head rows, the output projections scaled down.
+  Started from an EAGLE-1 head (`--init HEAD --arch eagle3`) its midlayer takes that head's
+  layer where the shapes allow (`eagle1_layer_into_midlayer`): the MLP, the output projection
+  and the post-attention norm as they are, and q / k / v composed with the EAGLE-1 fc, so that
+  the midlayer's projections of [token embedding; state] are the EAGLE-1 layer's projections of
+  fc([token embedding; feature]) (less fc's bias); the draft vocabulary is the head's.
 - token-level draft (docs/architecture.md#token-level-draft): one decoder layer on the target's
   frozen embedding, its own final norm, the target's lm_head; it starts from the target's first
   layer and final norm. Saved as a LlamaForCausalLM config with only its own weights (layer +
@@ -61,6 +66,10 @@ def starting_model(
         return build_model(trains, target.model, draft_ids, arch, layers, variant), draft_ids
     if not repick_vocab:
         draft_ids = init_head.draft_ids()
+    if init_head.kind != arch:  # an EAGLE-1 head starting a fresh EAGLE-3 head
+        model = build_model(trains, target.model, draft_ids, arch, 1)
+        eagle1_layer_into_midlayer(init_head, model)
+        return model, draft_ids
     have = head_layers(init_head)
     layers = max(layers, have)
     model = build_model(trains, target.model, draft_ids, init_head.kind, layers, init_head.variant)
@@ -122,6 +131,21 @@ def build_model(
     draft.model.embed_tokens = target.get_input_embeddings()
     draft.lm_head = target.get_output_embeddings()
     return draft.float().to(target.device)
+
+
+@torch.no_grad()
+def eagle1_layer_into_midlayer(eagle1: EagleHead, eagle3: EagleHead) -> None:
+    """Start `eagle3`'s midlayer from `eagle1`'s (first) decoder layer where shapes allow: the
+    MLP, o_proj and post-attention norm copied; q / k / v (over [embedding; state], 2h wide)
+    composed with the EAGLE-1 fc (over [embedding; feature]): W3 = W1 · fc."""
+    source, midlayer = eagle1.layers[0], eagle3.midlayer
+    fc = eagle1.fc.weight.float()  # [h, 2h]
+    for name in ("q_proj", "k_proj", "v_proj"):
+        weight = getattr(source.self_attn, name).weight.float()  # [out, h]
+        getattr(midlayer.self_attn, name).weight.copy_(weight @ fc)
+    midlayer.self_attn.o_proj.weight.copy_(source.self_attn.o_proj.weight)
+    midlayer.mlp.load_state_dict(source.mlp.state_dict())
+    midlayer.post_attention_layernorm.load_state_dict(source.post_attention_layernorm.state_dict())
 
 
 def trainable(model: nn.Module, trains: str) -> list[nn.Parameter]:
