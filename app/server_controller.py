@@ -5,9 +5,10 @@ each `Interval` into the view, and words every other poll as the view's status l
 unreachable server or a restart is a line, never a dialog, and polling goes on. It shows
 the playground's last finished speculative run (`Session.last_results["run"]`) beside the
 server. The URL is remembered in the settings (`server_url`, read from the view when they are
-saved). `export_commands` gives the vLLM and SGLang commands for the current model and
-decoding settings (`specdec_core.serve`), which `open_export` shows (File ▸ Export to
-server…); the window adds the tab.
+saved). After a baseline the status line counts down to the first numbers, once a second.
+`export_commands` gives the vLLM and SGLang commands for the current model and decoding
+settings (`specdec_core.serve`), which `open_export` shows (File ▸ Export to server…); the
+window adds the tab.
 
 Below the commands, the dialog writes the EAGLE head the method drafts with for the chosen
 engine: `write_head` asks the engine (`Engine.export_head`, in the engine process by default)
@@ -23,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QObject, Slot
+from PySide6.QtCore import QElapsedTimer, QObject, QTimer, Slot
 
 from app.engine_api import HEAD_KINDS, Engine, HeadExportRequest, no_head
 from app.jobs import JobRunner
@@ -78,6 +79,10 @@ class ServerController(QObject):
         self.polls = 0
         self.failed = False
         self.last_poll: Poll | None = None
+        self.countdown = QTimer(self)  # the status line's countdown after a baseline
+        self.countdown.setInterval(1000)
+        self.countdown.timeout.connect(self._count_down)
+        self._since_poll = QElapsedTimer()
         self.export_dialog: ServerExportDialog | None = None
         self.head_job: Job | None = None  # writing a head for a server
         self._head_done: HeadDone | None = None
@@ -194,19 +199,37 @@ class ServerController(QObject):
     def _on_poll(self, poll: Poll) -> None:
         self.polls += 1
         self.last_poll = poll
-        self.view.status.setText(poll.message)
+        self.view.status.setText(poll.line())
+        self._since_poll.start()
+        if poll.wait is None:
+            self.countdown.stop()
+        else:
+            self.countdown.start()
         if poll.state == RESET:
             self.view.restarted()
         if poll.interval is not None:
             self.view.add_interval(poll.interval)
 
+    @Slot()
+    def _count_down(self) -> None:
+        poll = self.last_poll
+        if poll is None or poll.wait is None or self.job is None:
+            self.countdown.stop()
+            return
+        remaining = poll.wait - self._since_poll.elapsed() / 1000
+        self.view.status.setText(poll.line(remaining))
+        if remaining <= 0:
+            self.countdown.stop()
+
     @Slot(str, bool)
     def _on_error(self, message: str, user: bool) -> None:
+        self.countdown.stop()
         self.failed = True
         self.view.status.setText(f"polling stopped: {message}")
 
     @Slot()
     def _on_done(self) -> None:
+        self.countdown.stop()
         self.job = None
         self.view.set_running(False)
         if not self.failed:

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import math
 import threading
 import time
 import urllib.error
@@ -140,6 +141,15 @@ class Poll:
     state: str  # BASELINE, MEASURED, RESET, UNREACHABLE or NO_SPECULATION
     message: str  # one line for a status bar
     interval: Interval | None = None
+    wait: float | None = None  # after a baseline: seconds until the first numbers
+
+    def line(self, remaining: float | None = None) -> str:
+        """The status line; after a baseline with the countdown to the first numbers
+        (`remaining` seconds of `wait` left, all of it when not given)."""
+        if self.wait is None:
+            return self.message
+        left = self.wait if remaining is None else remaining
+        return f"{self.message}; first numbers in {max(0, math.ceil(left))} s"
 
 
 def base_url(url: str) -> str:
@@ -313,9 +323,15 @@ class MetricsPoller:
         reset = previous is not None and is_reset(previous, sample)
         interval = interval_between(None if reset else previous, sample, self._start)
         if reset:
-            return Poll(RESET, "counters went down (server restarted): new baseline", interval)
+            return Poll(
+                RESET,
+                "counters went down (server restarted): new baseline",
+                interval,
+                self.interval,
+            )
         if interval is None:
-            return Poll(BASELINE, f"{sample.engine} at {self.base}: baseline taken", None)
+            message = f"{sample.engine} at {self.base}: baseline taken"
+            return Poll(BASELINE, message, None, self.interval)
         if interval.tau is None:
             return Poll(MEASURED, f"{sample.engine}: no drafts in the last interval", interval)
         return Poll(MEASURED, f"{sample.engine} at {self.base}: τ {interval.tau:.2f}", interval)

@@ -31,8 +31,15 @@ lossless settings:
 6. stops the engine (`stop_engine`: SIGTERM, then SIGKILL to its whole process group after
    `stop_timeout`), also when a step fails or the user presses Ctrl+C;
 7. returns a `ServeCheck`: one `PromptCheck` per prompt (identical to the playground's `ar`,
-   or the first differing position with both tokens; the engine's and the playground's τ
-   and acceptance by position; both tokens/s) and the totals over all prompts.
+   or the first differing position with both tokens and its cause; the engine's and the
+   playground's τ and acceptance by position; both tokens/s) and the totals over all prompts.
+
+The cause of a difference is the target's logit margin there, measured by the playground
+(`first_difference`: its token's logit over the engine's, after the shared prefix). Two
+engines' float32 kernels sum in different orders, so where the target's top two logits lie
+within `ENGINE_NEAR_TIE` (0.001) of each other either may pick either: a **float near-tie**,
+the same model computed two ways. A larger margin means the engine computed another model
+(weights, dtype, a flag) or a bug; it is named as such.
 
 τ is compared as vLLM counts it: 1 + accepted drafts ÷ drafts, a draft being a step that
 verified at least one drafted token (vLLM's scheduler counts a draft only where a request had
@@ -81,6 +88,7 @@ SERVING_ENV_VARIABLE = "SPECDEC_SERVING_ENV"
 SERVED_NAME = "serve-check"  # --served-model-name: what the requests ask for
 HOST = "127.0.0.1"
 HEALTH_POLL = 0.25  # seconds between /health polls while the engine starts
+ENGINE_NEAR_TIE = 1e-3  # logits: a first difference within this margin is a float near-tie
 
 Progress = Callable[[str], None]
 
@@ -146,12 +154,22 @@ class PromptCheck:
     reference_tokens_per_second: float  # the playground's ar
     engine_token_text: str = ""  # the tokens at the first difference, decoded
     reference_token_text: str = ""
+    # the playground target's logit of its token over the engine's at the first difference
+    # (None: identical, or one side stopped there)
+    reference_gap: float | None = None
+
+    @property
+    def near_tie(self) -> bool:
+        """The first difference lies where the target's two tokens are within
+        `ENGINE_NEAR_TIE` logits: the engines' float rounding, not another computation."""
+        return self.reference_gap is not None and abs(self.reference_gap) <= ENGINE_NEAR_TIE
 
     def to_record(self) -> dict[str, Any]:
         return {
             **asdict(self),
             "engine_position_rates": list(self.engine_position_rates),
             "playground_position_rates": list(self.playground_position_rates),
+            "near_tie": self.near_tie,
         }
 
     def verdict(self) -> str:
@@ -160,7 +178,11 @@ class PromptCheck:
             return "identical"
         engine = _shown(self.engine_token, self.engine_token_text)
         reference = _shown(self.reference_token, self.reference_token_text)
-        return f"differs at {self.first_difference}: engine {engine}, playground {reference}"
+        where = f"differs at {self.first_difference}: engine {engine}, playground {reference}"
+        if self.reference_gap is None:
+            return where
+        cause = "a float near-tie" if self.near_tie else "not a near-tie"
+        return f"{where} (margin {self.reference_gap:.2g} logits: {cause})"
 
 
 @dataclass(frozen=True)
@@ -559,11 +581,12 @@ def _row(
     run: PlaygroundRun,
     answer: EngineAnswer,
 ) -> PromptCheck:
-    from specdec_core.fidelity import common_prefix
+    from specdec_core.first_difference import first_difference
 
     engine, reference = answer.token_ids, run.reference.token_ids
-    same = common_prefix(engine, reference)
-    identical = same == len(engine) == len(reference)
+    difference = first_difference(target.model, prompt_ids, engine, reference)
+    identical = difference is None
+    same = min(len(engine), len(reference)) if difference is None else difference.position
     engine_token = engine[same] if not identical and same < len(engine) else None
     reference_token = reference[same] if not identical and same < len(reference) else None
     interval = answer.interval
@@ -588,6 +611,7 @@ def _row(
         reference_tokens_per_second=run.reference.tokens_per_second,
         engine_token_text=_decoded(target, engine_token),
         reference_token_text=_decoded(target, reference_token),
+        reference_gap=difference.reference_gap if difference is not None else None,
     )
 
 

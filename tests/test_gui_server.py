@@ -11,7 +11,7 @@ import pytest
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QPushButton
 
-from specdec_core.server_metrics import UNREACHABLE
+from specdec_core.server_metrics import BASELINE, UNREACHABLE
 from tests.gui_fake import FakeEngine
 from tests.gui_window import make_window_fixture, wait_idle  # noqa: F401  (fixture)
 from tests.serving_server import FixtureServer
@@ -81,6 +81,24 @@ def test_a_vanishing_server_is_a_status_line_and_polling_resumes(qtbot, make_win
     assert window.server.running
     window.server.stop()
     qtbot.waitUntil(lambda: not window.server.running, timeout=5000)
+
+
+def test_after_a_baseline_the_status_line_counts_down_to_the_first_numbers(
+    qtbot, make_window, server
+):
+    window = make_window()
+    view = window.server.view
+    view.url.setText(server.url)
+    view.period.setValue(4.0)
+    assert window.server.start()
+    qtbot.waitUntil(lambda: window.server.last_poll is not None, timeout=10000)
+    assert window.server.last_poll.state == BASELINE
+    assert view.status.text().endswith("baseline taken; first numbers in 4 s")
+    qtbot.waitUntil(lambda: view.status.text().endswith("first numbers in 2 s"), timeout=5000)
+    qtbot.waitUntil(lambda: view.trace.intervals >= 1, timeout=10000)
+    assert "first numbers" not in view.status.text()
+    window.server.stop()
+    qtbot.waitUntil(lambda: not window.server.running, timeout=10000)
 
 
 def test_a_bad_url_is_a_status_line(make_window):

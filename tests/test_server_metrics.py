@@ -150,6 +150,14 @@ def test_watch_polls_until_stopped_or_counted(server):
     assert [p.state for p in polls] == [BASELINE, MEASURED, MEASURED]
 
 
+def test_a_baseline_says_how_long_until_the_first_numbers(server):
+    poll = MetricsPoller(server.url, interval=30.0).poll()
+    assert poll.state == BASELINE and poll.wait == 30.0
+    assert poll.line().endswith("baseline taken; first numbers in 30 s")
+    assert poll.line(remaining=12.2).endswith("first numbers in 13 s")
+    assert poll.line(remaining=-1).endswith("first numbers in 0 s")
+
+
 def test_cli_watch_prints_one_line_per_interval(server, capsys):
     server.then("vllm_metrics_2.txt")  # the second poll sees the second recording
     argv = ["watch", server.url, "--interval", "0.2", "--count", "1", "--json"]
@@ -159,7 +167,7 @@ def test_cli_watch_prints_one_line_per_interval(server, capsys):
     assert record["engine"] == "vllm"
     assert record["tau"] == pytest.approx(2.8)
     assert record["position_rates"] == pytest.approx([0.8, 0.6, 0.4])
-    assert "baseline" in captured.err
+    assert "baseline taken; first numbers in 1 s" in captured.err  # 0.2 s, rounded up
     sglang = FixtureServer("sglang_metrics_2.txt", "sglang_server_info.json")
     try:
         assert main(["watch", sglang.url, "--count", "1"]) == 0

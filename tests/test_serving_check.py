@@ -13,12 +13,14 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
 
 from specdec_core.cli import main
 from specdec_core.config import DecodeConfig
 from specdec_core.errors import SpecdecError
 from specdec_core.runner import run
 from specdec_core.serving_check import (
+    ENGINE_NEAR_TIE,
     SERVING_ENV_VARIABLE,
     EngineLaunch,
     EngineOptions,
@@ -102,6 +104,25 @@ def test_a_differing_token_is_reported_at_its_position_with_both_tokens(tiny_tar
     assert (two.first_difference, two.engine_token, two.reference_token) == (7, None, second[7])
     assert "engine stopped" in two.verdict() and two.engine_finish == "stop"
     assert not result.identical and "0/2 identical" in result.table()
+
+
+def test_a_first_difference_carries_the_targets_margin_and_whether_it_is_a_near_tie(
+    tiny_target, tmp_path
+):
+    first, _ = (list(ids) for ids in references(tiny_target).values())
+    changed = [*first[:5], (first[5] + 1) % VOCAB, *first[6:]]
+    launcher = FakeLauncher(script(tmp_path / "fake.json", {tuple(PROMPTS[0]): changed}))
+    result = serve_check(
+        tiny_target, "ar", PROMPTS[:1], CONFIG, options(tmp_path), launcher=launcher
+    )
+    row = result.rows[0]
+    with torch.inference_mode():
+        logits = tiny_target.model(torch.tensor([[*PROMPTS[0], *first[:5]]])).logits[0, -1]
+    assert row.reference_gap == pytest.approx(float(logits[first[5]] - logits[changed[5]]))
+    assert row.reference_gap > ENGINE_NEAR_TIE and not row.near_tie
+    assert "logits: not a near-tie)" in row.verdict() and row.to_record()["near_tie"] is False
+    tie = replace(row, reference_gap=ENGINE_NEAR_TIE / 2)
+    assert tie.near_tie and tie.verdict().endswith("logits: a float near-tie)")
 
 
 def test_tau_and_acceptance_by_position_come_from_the_metrics_deltas(tiny_target, tmp_path):

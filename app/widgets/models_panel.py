@@ -36,7 +36,7 @@ from app.engine_api import LoadSettings, TargetInfo
 from app.widgets.spec_picker import LocalEntry, SpecPicker
 from specdec_core.local_models import LocalModel, list_local, ranked, suggested_heads
 from specdec_core.mtp.layouts import stated_count
-from specdec_core.resources import HEAD, bundled_heads
+from specdec_core.resources import EAGLE3_HEAD, HEAD, bundled_heads
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
@@ -76,9 +76,7 @@ class ModelsPanel(QGroupBox):
         )
         self.head = SpecPicker(
             {
-                name: "the bundled EAGLE head for the embedded model"
-                if name == HEAD
-                else f"an earlier bundled head ({name}), to compare with the current one"
+                name: _bundled_head_line(name)
                 for name in {HEAD: None, **bundled_heads()}
             }
         )
@@ -310,3 +308,12 @@ def _states_mtp(model: LocalModel) -> bool:
         return any(stated_count(config) for config in configs)
     except (TypeError, ValueError):  # a count that is not a number: not a checkpoint to offer
         return False
+
+
+def _bundled_head_line(name: str) -> str:
+    """The head picker's line for a bundled head."""
+    if name == HEAD:
+        return "the bundled EAGLE head for the embedded model"
+    if name == EAGLE3_HEAD:
+        return "the bundled EAGLE-3 head for the embedded model (vLLM serves it as eagle3)"
+    return f"an earlier bundled head ({name}), to compare with the current one"

@@ -81,7 +81,8 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--head",
         default="embedded",
-        help="EAGLE head: embedded (bundled), embedded-vN (one it replaced), a folder or hub id",
+        help="EAGLE head: embedded (bundled), embedded-eagle3 (bundled EAGLE-3), embedded-vN "
+        "(one it replaced), a folder or hub id",
     )
     parser.add_argument(
         "--medusa",

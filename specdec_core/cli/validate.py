@@ -23,7 +23,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--head",
         default="embedded",
-        help="EAGLE head: embedded (bundled), embedded-vN (one it replaced), a folder or hub id",
+        help="EAGLE head: embedded (bundled), embedded-eagle3 (bundled EAGLE-3), embedded-vN "
+        "(one it replaced), a folder or hub id",
     )
     parser.add_argument("--target", default="embedded", help="embedded, hub id, dir or .gguf")
     parser.add_argument("--per-kind", type=int, default=3, help="held-out prompts per kind")

@@ -47,6 +47,6 @@ def run(args: argparse.Namespace) -> int:
             if args.count is not None and measured >= args.count:
                 return 0
         elif poll.message != last:  # a status repeats while it lasts: say it once
-            print(f"# {poll.message}", file=sys.stderr, flush=True)
+            print(f"# {poll.line()}", file=sys.stderr, flush=True)
         last = poll.message
     return 0
