@@ -10,6 +10,7 @@ live in app/engine_api.py, where the window and the tests take them from.
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from collections.abc import Iterator
 from dataclasses import replace
@@ -27,6 +28,7 @@ from app.engine_api import (
     Progress,
     Registries,
     RunRequest,
+    ServeCheckRequest,
     StopFlag,
     SweepRequest,
     TargetInfo,
@@ -37,6 +39,7 @@ from specdec_core.errors import SpecdecError
 from specdec_core.events import Event, Finished, RunSummary
 from specdec_core.run_distance import RunDistance
 from specdec_core.serve import ServeCommand
+from specdec_core.serving_check import ServeCheck
 
 END_LABEL = "⟨end⟩"  # the label of the end-of-text / end-of-turn token in the draft tree
 SPECIAL_LABEL = "⟨special⟩"  # of any other special token
@@ -295,6 +298,46 @@ class SpecdecEngine:
             request.tensor_parallel_size,
         )
         return replace(command, notes=[*written.notes, *command.notes])
+
+    def serve_check(
+        self, request: ServeCheckRequest, progress: Progress, stop: StopFlag
+    ) -> ServeCheck:
+        """`serving_check.serve_check` on the loaded target and the method's cached draft /
+        head, the engine's log in a new temporary file. What can be checked is checked before
+        the models are taken: the setting, the method, the serving environment."""
+        import tempfile
+        from pathlib import Path
+
+        from specdec_core.prompts import encode_prompt
+        from specdec_core.serving_check import (
+            EngineOptions,
+            check_setting,
+            serve_check,
+            served_model,
+            serving_python,
+        )
+
+        check_setting(request.config)
+        model = served_model(request.method, request.specs)
+        python = serving_python(request.serving_env or None)
+        with self._held() as target:
+            ids = encode_prompt(target.tokenizer, request.prompt, request.raw)
+            extra = None
+            if request.method != AUTOREGRESSIVE:
+                extra = self.extra(request.method, request.specs, progress)
+            handle, log = tempfile.mkstemp(prefix="specdec-serve-check-", suffix=".log")
+            os.close(handle)
+            return serve_check(
+                target,
+                request.method,
+                [ids],
+                request.config,
+                EngineOptions(python=python, log_path=Path(log)),
+                model,
+                extra,
+                progress=lambda message: progress(message, 0.0),
+                stop=stop,
+            )
 
     def sweep(self, request: SweepRequest, on_point: OnPoint, stop: StopFlag) -> SweepResult:
         """The benchmark's measurement on the loaded target and its cached draft / head."""

@@ -26,6 +26,7 @@ from specdec_core.control import Progress, StopFlag
 from specdec_core.events import Event, RunSummary
 from specdec_core.run_distance import RunDistance
 from specdec_core.serve import ServeCommand
+from specdec_core.serving_check import ServeCheck
 from specdec_core.sweep_records import Grid, SweepProgress, SweepResult, TuneResult
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "Progress",
     "Registries",
     "RunRequest",
+    "ServeCheckRequest",
     "StopFlag",
     "SweepRequest",
     "TargetInfo",
@@ -189,6 +191,22 @@ class HeadExportRequest:
     tensor_parallel_size: int = 1
 
 
+@dataclass(frozen=True)
+class ServeCheckRequest:
+    """Serve `method` at `config` (greedy, lossless) with vLLM from the serving environment
+    and check it against the playground on `prompt` (File ▸ Export to server… ▸ Check with
+    vLLM): `specdec_core.serving_check.serve_check` on the loaded target, as `specdec
+    serve-check` runs it. `serving_env` "": $SPECDEC_SERVING_ENV, else .venv-serving beside
+    the playground's environment."""
+
+    method: str
+    config: DecodeConfig
+    prompt: str
+    specs: dict[str, str] = field(default_factory=dict)
+    raw: bool = False
+    serving_env: str = ""
+
+
 def no_head(label: str) -> str:
     """Why a method has no head to write for a server, `label` as the Method box names it."""
     return f"{label} drafts without an EAGLE head: choose an EAGLE method to export one"
@@ -267,6 +285,16 @@ class Engine(Protocol):
         serves the written folder, the export's notes first. `SpecdecError`, one line: a
         method that drafts without a head, what the engine cannot carry, a folder that cannot
         take the head."""
+        ...
+
+    def serve_check(
+        self, request: ServeCheckRequest, progress: Progress, stop: StopFlag
+    ) -> ServeCheck:
+        """Serve the setting with vLLM and check it against the playground (the models held
+        meanwhile; minutes: the engine's start); `stop` ends it between prompts and while the
+        engine starts, the engine stopped with it (`serving_check.CheckStopped`). One-line
+        `SpecdecError`s: no serving environment, a method vLLM does not serve, an engine that
+        does not start."""
         ...
 
     def close(self) -> None:

@@ -121,6 +121,7 @@ class MainWindow(QMainWindow):
         self.server = ServerController(  # the Server tab, File ▸ Export to server…
             self.session, self.engine, self.settings.saved.server_url, self.jobs,
             self.settings.save, self.decoding, self.models, self,
+            lambda: (self.prompt.text(), self.prompt.raw.isChecked()),
         )  # fmt: skip
         self.training = TrainController(  # the Train tab
             TrainView(), lambda: self.target.spec if self.target else None, self
@@ -264,6 +265,9 @@ class MainWindow(QMainWindow):
     def stop(self) -> None:
         if self.sweep.running:  # a sweep or Tune k: it ends after the point being measured
             self.sweep.stop()
+        if self.server.checking:  # Check with vLLM here: between prompts, the engine with it
+            self.server.stop_check()
+            self.state.show("stopping the serving check…")
         if self.controller.running:
             self.controller.stop()
             self.state.show("stopping…")

@@ -26,14 +26,19 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QElapsedTimer, QObject, QTimer, Slot
 
-from app.engine_api import HEAD_KINDS, Engine, HeadExportRequest, no_head
+from app.engine_api import HEAD_KINDS, Engine, HeadExportRequest, ServeCheckRequest, no_head
 from app.jobs import JobRunner
 from app.method_style import MethodStyle
 from app.server_worker import ServerWorker
 from app.session import Activity, Session
 from app.widgets.decoding_panel import DecodingPanel
 from app.widgets.models_panel import ModelsPanel
-from app.widgets.server_export_dialog import HeadDone, HeadExportSource, ServerExportDialog
+from app.widgets.server_export_dialog import (
+    CheckDone,
+    HeadDone,
+    HeadExportSource,
+    ServerExportDialog,
+)
 from app.widgets.server_view import ServerView
 from app.worker import Job, TaskWorker
 from specdec_core.config import DecodeConfig
@@ -48,6 +53,8 @@ if TYPE_CHECKING:
 
 WAIT_FOR_RUN = "wait until the run or measurement ends, then write the head"
 WAIT_FOR_LOAD = "wait until the model has loaded, then write the head"
+WAIT_FOR_RUN_CHECK = "wait until the run or measurement ends, then check with vLLM"
+WAIT_FOR_LOAD_CHECK = "wait until the model has loaded, then check with vLLM"
 
 
 class ServerController(QObject):
@@ -61,10 +68,12 @@ class ServerController(QObject):
         decoding: DecodingPanel,
         models: ModelsPanel,
         parent: QObject | None = None,
+        prompt: Callable[[], tuple[str, bool]] = lambda: ("", False),
     ) -> None:
         """`engine`: writes the head for a server; `url`: the server to watch, as last saved;
         `save()` saves the settings (a URL polled is remembered); `decoding` and `models`:
-        what Export to server… serves."""
+        what Export to server… serves; `prompt()`: the window's prompt and whether it goes
+        raw (no chat template), for Check with vLLM here."""
         super().__init__(parent)
         self.session = session
         self.engine = engine
@@ -83,7 +92,9 @@ class ServerController(QObject):
         self.countdown.setInterval(1000)
         self.countdown.timeout.connect(self._count_down)
         self._since_poll = QElapsedTimer()
+        self.prompt = prompt
         self.export_dialog: ServerExportDialog | None = None
+        self.check_job: Job | None = None  # Check with vLLM here
         self.head_job: Job | None = None  # writing a head for a server
         self._head_done: HeadDone | None = None
         session.on_change(self._on_session_change)
@@ -116,6 +127,7 @@ class ServerController(QObject):
             parent=self.view.window(),
             head=self._head_source(method, specs, request),
             config=config,
+            checker=ServingCheck(self, method, config, specs),
         )
         self.export_dialog.open()
         return self.export_dialog
@@ -136,6 +148,49 @@ class ServerController(QObject):
             self.write_head(request(engine, folder), done)
 
         return HeadExportSource(specs.get(info.needs) or "embedded", write)
+
+    def check_serving(
+        self, request: ServeCheckRequest, progress: Callable[[str], None], done: CheckDone
+    ) -> bool:
+        """Run the serving check in a worker, the window measuring meanwhile (Stop and Esc
+        reach it); `done` later hears its result or the error's line (at once, the reason,
+        when it cannot start)."""
+        if self.check_job is not None or self.session.busy:
+            loading = self.session.activity in (Activity.LOADING, Activity.STARTING)
+            done(WAIT_FOR_LOAD_CHECK if loading else WAIT_FOR_RUN_CHECK)
+            return False
+        if self.session.target is None:
+            done("load a model first (Models ▸ Load), then check it with vLLM")
+            return False
+        if not request.prompt.strip():
+            done("type a prompt in the window first: the check sends it to vLLM")
+            return False
+        engine = self.engine
+        worker = TaskWorker(
+            lambda progress, stop: engine.serve_check(request, progress, stop),
+            stoppable=True,
+            what="serving check",
+        )
+        worker.progress.connect(lambda message, _fraction: progress(message))
+        worker.result.connect(done)
+        worker.errored.connect(lambda message, _user: done(message))
+        worker.done.connect(self._on_check_done)
+        self.session.begin(Activity.MEASURING)
+        self.check_job = self.jobs.start(worker)
+        return True
+
+    @property
+    def checking(self) -> bool:
+        return self.check_job is not None
+
+    def stop_check(self) -> None:
+        if self.check_job is not None:
+            self.check_job.stop()
+
+    @Slot()
+    def _on_check_done(self) -> None:
+        self.check_job = None
+        self.session.end()
 
     def write_head(self, request: HeadExportRequest, done: HeadDone) -> bool:
         """Ask the engine to write the head in a worker; `done` later hears the command
@@ -264,3 +319,25 @@ def export_commands(
         except SpecdecError as error:
             commands[engine] = f"cannot serve this setting: {error}"
     return commands
+
+
+class ServingCheck:
+    """Check with vLLM here for the setting the export dialog shows (`ServeChecker`)."""
+
+    def __init__(
+        self,
+        controller: ServerController,
+        method: str,
+        config: DecodeConfig,
+        specs: dict[str, str],
+    ) -> None:
+        self.controller = controller
+        self.method, self.config, self.specs = method, config, specs
+
+    def start(self, progress: Callable[[str], None], done: CheckDone) -> bool:
+        text, raw = self.controller.prompt()
+        request = ServeCheckRequest(self.method, self.config, text, self.specs, raw)
+        return self.controller.check_serving(request, progress, done)
+
+    def stop(self) -> None:
+        self.controller.stop_check()

@@ -48,6 +48,10 @@ drafted tokens; an n-gram miss is a step without one). The playground's side com
 steps without a draft included) is in the record too. The engine's tokens/s is the answer's
 tokens ÷ the request's wall time (prefill and HTTP included).
 
+`stop` (a `StopFlag`, e.g. the window's Stop) ends the check between prompts on either side
+and while the engine starts, within a quarter of a second there: the engine is stopped, and
+`CheckStopped` says so.
+
 How the engine starts is a `Launcher` (`start_engine` by default): a callable taking the
 `EngineLaunch` (argv, port, log file, environment) and returning the `subprocess.Popen`.
 Errors are `SpecdecError`s of one line that say what to do.
@@ -73,6 +77,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specdec_core.config import DecodeConfig
+from specdec_core.control import StopFlag
 from specdec_core.errors import SpecdecError, first_line
 from specdec_core.serve import serve_command
 from specdec_core.server_metrics import Interval, Sample, http_get, interval_between, parse_metrics
@@ -91,6 +96,18 @@ HEALTH_POLL = 0.25  # seconds between /health polls while the engine starts
 ENGINE_NEAR_TIE = 1e-3  # logits: a first difference within this margin is a float near-tie
 
 Progress = Callable[[str], None]
+
+
+class CheckStopped(SpecdecError):
+    """The user stopped the check; the engine is stopped with it."""
+
+    def __init__(self) -> None:
+        super().__init__("the serving check was stopped (the engine with it); check again to rerun")
+
+
+def _check_stop(stop: StopFlag | None) -> None:
+    if stop is not None and stop.is_set():
+        raise CheckStopped()
 
 
 @dataclass(frozen=True)
@@ -371,13 +388,18 @@ def stop_engine(process: subprocess.Popen, timeout: float) -> None:
 
 
 def wait_until_ready(
-    process: subprocess.Popen, launch: EngineLaunch, timeout: float, progress: Progress | None
+    process: subprocess.Popen,
+    launch: EngineLaunch,
+    timeout: float,
+    progress: Progress | None,
+    stop: StopFlag | None = None,
 ) -> float:
     """Poll `/health` until it answers 200; -> the seconds it took. An engine that exits
     first, or does not answer within `timeout`, is a `SpecdecError` naming the log file."""
     started = time.monotonic()
     said = started
     while True:
+        _check_stop(stop)
         code = process.poll()
         if code is not None:
             raise SpecdecError(
@@ -457,6 +479,7 @@ def ask_engine(
     max_new_tokens: int,
     options: EngineOptions,
     progress: Progress | None = None,
+    stop: StopFlag | None = None,
 ) -> tuple[list[EngineAnswer], Interval | None]:
     """Send each prompt in turn; -> the answers (each with the /metrics interval it spanned)
     and the interval over all of them."""
@@ -465,6 +488,7 @@ def ask_engine(
     for number, prompt_ids in enumerate(prompts, 1):
         if progress is not None:
             progress(f"engine: prompt {number}/{len(prompts)}")
+        _check_stop(stop)
         started = time.perf_counter()
         choice = complete(url, prompt_ids, max_new_tokens, options.request_timeout)
         seconds = time.perf_counter() - started
@@ -483,19 +507,24 @@ def run_playground(
     config: DecodeConfig,
     extra: Extra = None,
     progress: Progress | None = None,
+    stop: StopFlag | None = None,
 ) -> list[PlaygroundRun]:
     """`ar` and `method` on every prompt, in this process (the method's draft or head
-    loaded as `extra`)."""
+    loaded as `extra`); `stop` ends a run within a step and the check with it."""
     from specdec_core.runner import run
 
     runs = []
     for number, prompt_ids in enumerate(prompts, 1):
         if progress is not None:
             progress(f"playground: prompt {number}/{len(prompts)}")
-        reference = run(target, "ar", list(prompt_ids), config)
+        reference = run(target, "ar", list(prompt_ids), config, stop=stop)
+        _check_stop(stop)
         summary = (
-            reference if method == "ar" else run(target, method, list(prompt_ids), config, extra)
+            reference
+            if method == "ar"
+            else run(target, method, list(prompt_ids), config, extra, stop=stop)
         )
+        _check_stop(stop)
         runs.append(PlaygroundRun(reference, summary))
     return runs
 
@@ -510,12 +539,13 @@ def serve_check(
     extra: Extra = None,
     launcher: Launcher = start_engine,
     progress: Progress | None = None,
+    stop: StopFlag | None = None,
 ) -> ServeCheck:
     """The check the module docstring describes; `model` is the method's draft / head spec
     as `specdec export` takes it, `extra` the same loaded for the playground."""
     check_setting(config)
     serve, notes = serve_argv(method, config, target.source, model, target.dtype_name)
-    runs = run_playground(target, method, prompts, config, extra, progress)
+    runs = run_playground(target, method, prompts, config, extra, progress, stop)
     port = free_port()
     launch = EngineLaunch(
         engine_argv(options.python, serve, port, options.extra_args),
@@ -527,13 +557,15 @@ def serve_check(
         progress(f"starting vLLM on port {port} (log: {options.log_path})")
     process = launcher(launch)
     try:
-        startup = wait_until_ready(process, launch, options.startup_timeout, progress)
+        startup = wait_until_ready(process, launch, options.startup_timeout, progress, stop)
         if progress is not None:
             progress(f"vLLM ready after {startup:.0f} s")
         try:
             answers, total = ask_engine(
-                launch.url, prompts, config.max_new_tokens, options, progress
+                launch.url, prompts, config.max_new_tokens, options, progress, stop
             )
+        except CheckStopped:
+            raise
         except SpecdecError as error:
             raise SpecdecError(f"{error}; read the engine's log: {options.log_path}") from None
     finally:
@@ -561,6 +593,26 @@ def serve_check(
         playground_position_rates=_position_rates(played),
         notes=tuple(notes),
     )
+
+
+def served_methods() -> list[str]:
+    """The methods the check serves: `ar`, and every method vLLM serves (`export.SERVING`)."""
+    from specdec_core.export import SERVING
+
+    return ["ar", *(name for name, entry in SERVING.items() if entry.vllm)]
+
+
+def served_model(method: str, specs: Mapping[str, str]) -> str:
+    """The draft / head spec vLLM serves `method` with (`specs` by kind, "embedded" where
+    not given; "" for a method without one); one line for a method vLLM does not serve."""
+    from specdec_core.export import SERVING
+
+    if method not in served_methods():
+        raise SpecdecError(
+            f"vLLM does not serve {method}; check one of {', '.join(served_methods())}"
+        )
+    needs = SERVING[method].needs if method != "ar" else None
+    return (specs.get(needs) or "embedded") if needs else ""
 
 
 def check_setting(config: DecodeConfig) -> None:

@@ -20,6 +20,7 @@ from app.engine_api import (
     Progress,
     Registries,
     RunRequest,
+    ServeCheckRequest,
     StopFlag,
     SweepRequest,
     TargetInfo,
@@ -45,6 +46,7 @@ from specdec_core.sweep_records import SweepResult, TuneResult
 if TYPE_CHECKING:
     from specdec_core.measure import Measurement
     from specdec_core.serve import ServeCommand
+    from specdec_core.serving_check import ServeCheck
 
 METHODS = (
     MethodInfo("ar", "Autoregressive", None),
@@ -136,6 +138,9 @@ class FakeEngine:
         self.head_exports: list[HeadExportRequest] = []
         self.export_gate = threading.Event()  # holds a head export until set (set by default)
         self.export_gate.set()
+        self.serve_checks: list[ServeCheckRequest] = []
+        self.check_seconds = 0.2  # how long a serving check takes here
+        self.check_tau = 1.5
         self.closed = False
         self.token_distance = 0.1  # each emitted token's total variation under a lossy policy
         self.distances: list[RunRequest] = []  # the runs whose distance was asked for
@@ -235,6 +240,41 @@ class FakeEngine:
         from specdec_core.autotune import autotune_k
 
         return autotune_k(request.method, request.config, self.measure, None, on_point, stop)
+
+    def serve_check(
+        self, request: ServeCheckRequest, progress: Progress, stop: StopFlag
+    ) -> ServeCheck:
+        """Says it starts vLLM, waits `check_seconds` (stop honoured every 20 ms, as the
+        real check between prompts), then reports vLLM's answer identical to the playground's
+        ar with `check_tau` on both sides. `fail_next` fails it instead."""
+        from specdec_core.serving_check import CheckStopped, PromptCheck, ServeCheck
+
+        self.serve_checks.append(request)
+        if self.fail_next is not None:
+            error, self.fail_next = self.fail_next, None
+            raise error
+        progress("starting vLLM on port 8000 (log: /tmp/fake.log)", 0.0)
+        deadline = time.monotonic() + self.check_seconds
+        while time.monotonic() < deadline:
+            if stop.is_set():
+                raise CheckStopped()
+            time.sleep(0.02)
+        progress("engine: prompt 1/1", 0.0)
+        tau = self.check_tau
+        row = PromptCheck(
+            index=1, prompt_tokens=12, engine_tokens=24, reference_tokens=24, identical=True,
+            first_difference=None, engine_token=None, reference_token=None,
+            engine_finish="length", engine_tau=tau, engine_position_rates=(0.5,),
+            engine_drafts=10.0, engine_tokens_per_second=30.0, playground_tau=tau,
+            playground_position_rates=(0.5,), playground_mean_accept_length=tau,
+            playground_tokens_per_second=20.0, reference_tokens_per_second=15.0,
+        )  # fmt: skip
+        return ServeCheck(
+            method=request.method, model="/models/fake", command="python -m vllm …",
+            log_path="/tmp/fake.log", max_new_tokens=request.config.max_new_tokens,
+            startup_seconds=1.0, rows=(row,), engine_tau=tau, engine_position_rates=(0.5,),
+            playground_tau=tau, playground_position_rates=(0.5,),
+        )  # fmt: skip
 
     def export_head(self, request: HeadExportRequest) -> ServeCommand:
         """Writes a config.json naming the head into the folder (no weights), then serves the

@@ -9,6 +9,8 @@ import json
 import signal
 import subprocess
 import sys
+import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,6 +24,7 @@ from specdec_core.runner import run
 from specdec_core.serving_check import (
     ENGINE_NEAR_TIE,
     SERVING_ENV_VARIABLE,
+    CheckStopped,
     EngineLaunch,
     EngineOptions,
     engine_argv,
@@ -179,6 +182,33 @@ def test_the_engine_is_stopped_when_the_check_fails(tiny_target, tmp_path, setti
     assert "\n" not in str(failure.value)
     if "ready" in message or "answer" in message:
         assert str(tmp_path / "engine.log") in str(failure.value)
+
+
+@pytest.mark.parametrize("when", ["starting vLLM", "engine: prompt 2", "playground: prompt 2"])
+def test_stop_ends_the_check_and_the_engine_at_each_stage(tiny_target, tmp_path, when):
+    settings = {"health_after": 600} if when == "starting vLLM" else {}
+    launcher = FakeLauncher(script(tmp_path / "fake.json", references(tiny_target), **settings))
+    stop = threading.Event()
+    pressed: list[float] = []
+
+    def press_stop(message: str) -> None:
+        if message.startswith(when):
+            stop.set()
+            pressed.append(time.monotonic())
+
+    with pytest.raises(CheckStopped, match="the serving check was stopped"):
+        serve_check(
+            tiny_target,
+            "ar",
+            PROMPTS,
+            CONFIG,
+            options(tmp_path),
+            launcher=launcher,
+            progress=press_stop,
+            stop=stop,
+        )
+    assert time.monotonic() - pressed[0] < 10  # a step, a quarter second or an engine's stop
+    assert launcher.stopped() or when.startswith("playground")  # no engine started yet
 
 
 def test_the_engine_is_stopped_on_ctrl_c(tiny_target, tmp_path):

@@ -17,6 +17,13 @@ clipboard) and Save as shell script… (an executable `#!/usr/bin/env bash` file
   export, so it is the Decoding panel's k (`config`), with a note; without `config` the box
   says to set the tree's size instead.
 
+In vLLM's box, Check with vLLM here serves the setting on this machine with vLLM from the
+serving environment (`./playground serving-env`) and checks it against the playground on the
+window's prompt (`specdec serve-check`'s check: the caller passes a `ServeChecker` that runs it
+in the engine process); while it runs the button stops it, its progress is the status line,
+and its table (same output as `ar` or the first difference and its cause, τ and tokens/s on
+both sides) then shows under the box; what went wrong is one line there.
+
 Below, for a method that drafts with an EAGLE head: the engine (vLLM / SGLang), a folder and
 Write head. Writing the head reads and rewrites its weights, which needs torch, and the
 window's process never imports torch: the caller passes a `HeadWriter` that starts the writing
@@ -65,6 +72,7 @@ from specdec_core.errors import SpecdecError
 from specdec_core.export import head_format
 from specdec_core.resources import bundled_head, names_bundled_head
 from specdec_core.serve import ServeCommand, write_script
+from specdec_core.serving_check import ServeCheck
 
 ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
 HEAD_HELP = (
@@ -146,6 +154,28 @@ class CommandText(QPlainTextEdit):
 HeadDone: TypeAlias = Callable[[ServeCommand | str], None]
 
 
+CheckDone: TypeAlias = Callable[[ServeCheck | str], None]
+CHECK = "Check with vLLM here"
+CHECK_HELP = (
+    "serve this setting with vLLM on this machine (from the serving environment: "
+    "./playground serving-env) and check it against the playground on the prompt in the "
+    "window: the same output as ar, tau and tokens/s on both sides (minutes: vLLM's start)"
+)
+
+
+class ServeChecker(Protocol):
+    """Runs the serving check off the GUI thread."""
+
+    def start(self, progress: Callable[[str], None], done: CheckDone) -> bool:
+        """Start the check; `progress` hears its status lines and `done`, once, the result
+        or the one line saying why there is none (at once, and False, when it cannot start)."""
+        ...
+
+    def stop(self) -> None:
+        """Stop a check under way (its engine is stopped with it)."""
+        ...
+
+
 class HeadWriter(Protocol):
     def __call__(self, engine: str, folder: Path, done: HeadDone) -> None:
         """Start writing the head into `folder` as `engine` loads it, off the GUI thread;
@@ -169,11 +199,13 @@ class ServerExportDialog(QDialog):
         parent: QWidget | None = None,
         head: HeadExportSource | str | None = None,
         config: DecodeConfig | None = None,
+        checker: ServeChecker | None = None,
     ) -> None:
         """`commands`: engine -> its command, or the reason there is none. `head`: the head
         to write for a server, or why this setting has none (None: no head section).
         `config`: the decoding settings the commands serve (its k fills a draft length the
-        commands leave to the engine)."""
+        commands leave to the engine). `checker`: runs Check with vLLM here (None: no such
+        button)."""
         super().__init__(parent)
         self.setWindowTitle("Export to server")
         self.commands = dict(commands)
@@ -184,6 +216,9 @@ class ServerExportDialog(QDialog):
         self._buttons: dict[str, tuple[QPushButton, QPushButton]] = {}
         self.status = QLabel("")
         self.head_source = head
+        self.checker = checker
+        self.checking = False
+        self.check_result: ServeCheck | str | None = None
         folder = head_folder(head.head) if isinstance(head, HeadExportSource) else None
         self.refusals = {"vllm": vllm_refusal(folder) if folder is not None else ""}
         layout = self._layout = QVBoxLayout(self)
@@ -220,6 +255,21 @@ class ServerExportDialog(QDialog):
         layout.addWidget(text)
         layout.addWidget(notes, 1)
         layout.addLayout(buttons)
+        if engine == "vllm" and self.checker is not None:
+            self.check_button = QPushButton(CHECK)
+            self.check_button.setToolTip(CHECK_HELP)
+            self.check_button.clicked.connect(self._check_clicked)
+            buttons.insertWidget(0, self.check_button)
+            self.check_table = QPlainTextEdit()  # the check's table: monospace, scrolls
+            self.check_table.setReadOnly(True)
+            self.check_table.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
+            self.check_table.setFont(QFont("monospace"))
+            self.check_table.setVisible(False)
+            self.check_status = QLabel("")
+            self.check_status.setWordWrap(True)
+            self.check_status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+            layout.addWidget(self.check_status)
+            layout.addWidget(self.check_table, 1)
         self.boxes[engine] = box
         self.texts[engine] = text
         self.notes[engine] = notes
@@ -238,6 +288,8 @@ class ServerExportDialog(QDialog):
         self._layout.setStretchFactor(self.boxes[engine], 1 if notes else 0)
         for button in self._buttons[engine]:
             button.setEnabled(served)
+        if engine == "vllm" and self.checker is not None and not self.checking:
+            self.check_button.setEnabled(served)
 
     def _vetted(self, engine: str, command: ServeCommand | str) -> ServeCommand | str:
         if not isinstance(command, ServeCommand):
@@ -269,6 +321,63 @@ class ServerExportDialog(QDialog):
             self.status.setText(f"could not save {path}: {error}")
             return
         self.status.setText(f"saved {path} (run it on the server machine)")
+
+    # -- the serving check ----------------------------------------------------------------------
+    def reject(self) -> None:
+        """Close (Esc, Close, the title bar's ×): a check under way stops with its engine."""
+        self.stop_check()
+        super().reject()
+
+    def _check_clicked(self) -> None:
+        if self.checking:
+            self.stop_check()
+        else:
+            self.check()
+
+    def check(self) -> bool:
+        """Start Check with vLLM here; False (with its line) when it cannot start."""
+        if self.checker is None or self.checking:
+            return False
+        if not isinstance(self.commands.get("vllm"), ServeCommand):
+            return False
+        self.checking, self.check_result = True, None
+        self.check_button.setText("Stop check")
+        self.check_button.setToolTip("stop the check and the vLLM it started")
+        self.check_status.setStyleSheet("")
+        self.check_status.setText("checking with vLLM…")
+        started = self.checker.start(self._check_progress, self.check_done)
+        return started and self.checking
+
+    def stop_check(self) -> None:
+        if self.checker is not None and self.checking:
+            self.checker.stop()
+            self.check_status.setText("stopping the check and its vLLM…")
+
+    def _check_progress(self, message: str) -> None:
+        if self.checking:
+            self.check_status.setText(message)
+
+    def check_done(self, result: ServeCheck | str) -> None:
+        """The check ended: its table, or the one line saying why there is none."""
+        self.checking = False
+        self.check_result = result
+        self.check_button.setText(CHECK)
+        self.check_button.setToolTip(CHECK_HELP)
+        self.check_button.setEnabled(isinstance(self.commands.get("vllm"), ServeCommand))
+        if isinstance(result, ServeCheck):
+            same = sum(row.identical for row in result.rows)
+            self.check_status.setStyleSheet("" if result.identical else "color: #c1121f")
+            self.check_status.setText(
+                f"vLLM served it: {same}/{len(result.rows)} identical to the playground's ar; "
+                f"engine log {result.log_path}"
+            )
+            notes = "".join(f"\n# {note}" for note in result.notes)
+            self.check_table.setPlainText(result.table() + notes)
+            self.check_table.setVisible(True)
+            self._layout.setStretchFactor(self.boxes["vllm"], 1)
+        else:
+            self.check_status.setStyleSheet("color: #c1121f")
+            self.check_status.setText(one_line(result))
 
     # -- the head -------------------------------------------------------------------------------
     def _head_box(self, head: HeadExportSource | str) -> QGroupBox:

@@ -32,14 +32,14 @@ from specdec_core.errors import SpecdecError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from specdec_core.export import SERVING
+    from specdec_core.serving_check import served_methods
 
     parser = sub.add_parser(
         "serve-check",
         help="serve a setting with vLLM and check its output, tau and speed against the "
         "playground's on a few prompts",
     )
-    methods = ["ar", *(name for name, entry in SERVING.items() if entry.vllm)]
+    methods = served_methods()
     parser.add_argument(
         "--method",
         default="ar",
@@ -82,13 +82,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specdec_core.export import SERVING
     from specdec_core.prompts import encode_prompt, read_prompt_file
     from specdec_core.serving_check import (
         EngineOptions,
         check_setting,
         serve_argv,
         serve_check,
+        served_model,
         serving_python,
     )
 
@@ -100,8 +100,7 @@ def run(args: argparse.Namespace) -> int:
         raise SpecdecError("--startup-timeout and --request-timeout must be more than 0 seconds")
     config = decode_config(args)
     check_setting(config)
-    needs = SERVING[args.method].needs if args.method != "ar" else None
-    model = model_specs(args)[needs] if needs else ""
+    model = served_model(args.method, model_specs(args))
     serve_argv(args.method, config, args.target, model, "auto")  # a refusal before loading
     python = serving_python(args.serving_env)  # before minutes of model loading
     texts = read_prompt_file(args.prompts, args.limit)
