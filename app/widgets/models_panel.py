@@ -75,10 +75,7 @@ class ModelsPanel(QGroupBox):
             }
         )
         self.head = SpecPicker(
-            {
-                name: _bundled_head_line(name)
-                for name in {HEAD: None, **bundled_heads()}
-            }
+            {name: _bundled_head_line(name) for name in {HEAD: None, **bundled_heads()}}
         )
         self.target.setToolTip("the target model: embedded, a hub id, a model folder or a .gguf")
         self.draft.setToolTip("the classic method's draft model (any tokenizer)")
