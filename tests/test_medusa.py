@@ -130,6 +130,15 @@ def _drafts(medusa: MedusaHeads, target, ids: list[int], tokens: int = 40) -> li
 # --- formats ---------------------------------------------------------------------------------
 
 
+@pytest.fixture
+def float32_heads(monkeypatch):
+    """Heads loaded in float32 whatever the CPU: a layout's arithmetic is compared exactly.
+    (On a CPU that multiplies bf16 natively `load_medusa` drafts in bf16; the identity and
+    sampling tests below run that path.)"""
+    monkeypatch.setattr("specdec_core.medusa.formats.fast_bf16", lambda device: False)
+
+
+@pytest.mark.usefixtures("float32_heads")
 @pytest.mark.parametrize("layers", [1, 2])
 def test_both_layouts_in_both_file_formats_give_identical_logits_and_drafts(
     tiny_target, tmp_path, layers
@@ -164,6 +173,7 @@ def test_a_vllm_token_map_maps_draft_rows_to_target_ids(tiny_target, tmp_path):
     assert _drafts(loaded, tiny_target, prompt(6)) == _drafts(medusa, tiny_target, prompt(6))
 
 
+@pytest.mark.usefixtures("float32_heads")
 def test_vllm_full_lm_heads_are_cut_to_the_token_map_as_vllm_cuts_them(tiny_target, tmp_path):
     reduced = random_heads(heads=2, seed=4, draft_vocab=10)
     full = random_heads(heads=2, seed=4)  # same blocks; lm heads over the whole vocabulary
@@ -187,6 +197,7 @@ def test_vllm_full_lm_heads_are_cut_to_the_token_map_as_vllm_cuts_them(tiny_targ
     torch.testing.assert_close(loaded(hidden), reduced(hidden), rtol=0, atol=0)
 
 
+@pytest.mark.usefixtures("float32_heads")
 def test_a_shared_lm_head_reads_as_vllm_original_lm_head(tiny_target, tmp_path):
     medusa = random_heads(heads=3, seed=5, shared=True, bias=False)
     vllm_files(medusa, tmp_path / "m", "safetensors")
@@ -196,6 +207,7 @@ def test_a_shared_lm_head_reads_as_vllm_original_lm_head(tiny_target, tmp_path):
     torch.testing.assert_close(loaded(hidden), medusa(hidden), rtol=0, atol=0)
 
 
+@pytest.mark.usefixtures("float32_heads")
 @pytest.mark.parametrize("variant", ["plain", "reduced", "shared"])
 def test_export_vllm_round_trips_through_the_loader(tiny_target, tmp_path, variant):
     medusa = {
