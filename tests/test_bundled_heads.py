@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -57,3 +59,22 @@ def test_the_serving_export_reads_an_older_bundled_head_from_its_own_folder(two_
     assert any(str(two_bundled_heads / "head-v1") in note for note in exported.notes)
     with pytest.raises(SpecdecError, match="no bundled head named 'embedded-v3'"):
         export("sglang", "eagle2", DecodeConfig(), model="embedded-v3")
+
+
+def test_the_bundled_eagle3_head_is_named_and_vllm_serves_it_as_eagle3():
+    """The head vLLM can serve (the EAGLE-1 head it cannot: an fc bias, a reduced vocabulary
+    with SGLang's token map only) is bundled as `embedded-eagle3`, an EAGLE-3 head."""
+    from app.widgets.server_export_dialog import vllm_refusal
+    from specdec_core.config import DecodeConfig
+    from specdec_core.export import export
+
+    folder = resources.bundled_heads()["embedded-eagle3"]
+    assert folder == resources.resource_path("head-eagle3")
+    assert json.loads((folder / "config.json").read_text())["architectures"] == [
+        "LlamaForCausalLMEagle3"
+    ]
+    exported = export("vllm", "eagle", DecodeConfig(k=3), model="embedded-eagle3")
+    payload = json.loads(exported.payload)
+    assert payload["method"] == "eagle3" and payload["num_speculative_tokens"] == 3
+    assert payload["model"] == str(folder)
+    assert vllm_refusal(folder) == "" and vllm_refusal(resources.bundled_heads()["embedded"])
