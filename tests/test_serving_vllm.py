@@ -20,8 +20,9 @@ What is asserted, and why each bound:
   a 2-vCPU AMD EPYC (docs/serving.md) the totals agreed within 0.01;
 - `specdec watch URL` (the CLI, polling every second while the prompts run) reports the
   engine's speculation: measured intervals whose drafts and τ agree with the check's totals
-  (it may miss the last second before the engine stops), and for plain vLLM that the server
-  serves no speculative metrics.
+  (the engine stays up 2.5 s after the last answer so that the watch counts it; its baseline
+  may fall up to a second into the first prompt), and for plain vLLM that the server serves
+  no speculative metrics.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -55,7 +57,8 @@ pytestmark = [pytest.mark.serving, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[1]
 PROMPTS = ROOT / "docs" / "bench" / "mixed10.jsonl"
 TAU_TOLERANCE = 0.15
-WATCH_TAU_TOLERANCE = 0.3  # the watch's intervals may miss the last second of counts
+WATCH_TAU_TOLERANCE = 0.1  # the watch's baseline may fall up to a second into prompt 1
+WATCH_CATCH_UP = 2.5  # seconds the engine stays up after the last answer: the watch polls at 1 s
 SETTINGS = {  # method -> (decode settings, the head / draft spec vLLM loads)
     "ar": (DecodeConfig(max_new_tokens=64), ""),
     "ngram": (DecodeConfig(max_new_tokens=128, k=4, ngram_max=4), ""),
@@ -82,6 +85,28 @@ def embedded():
     torch.set_num_threads(threads)
 
 
+class WatchedEngine:
+    """The engine's process for `serve_check`, kept up `WATCH_CATCH_UP` seconds after the
+    last answer before it is stopped, so the watch's next polls count that answer too."""
+
+    def __init__(self, process: subprocess.Popen) -> None:
+        self.process = process
+        self.pid = process.pid
+
+    def poll(self):
+        return self.process.poll()
+
+    def terminate(self) -> None:
+        time.sleep(WATCH_CATCH_UP)
+        self.process.terminate()
+
+    def wait(self, timeout: float | None = None):
+        return self.process.wait(timeout)
+
+    def kill(self) -> None:
+        self.process.kill()
+
+
 class WatchingLauncher:
     """Starts the engine, and `specdec watch` on it (JSON lines, every second)."""
 
@@ -89,8 +114,8 @@ class WatchingLauncher:
         self.folder = folder
         self.watch: subprocess.Popen | None = None
 
-    def __call__(self, launch: EngineLaunch) -> subprocess.Popen:
-        engine = start_engine(launch)
+    def __call__(self, launch: EngineLaunch) -> WatchedEngine:
+        engine = WatchedEngine(start_engine(launch))
         self.watch = subprocess.Popen(
             [sys.executable, "-m", "specdec_core.cli", "watch", launch.url, "--json"]
             + ["--interval", "1"],
@@ -142,7 +167,7 @@ def assert_served_tau(result: ServeCheck, intervals: list[dict]) -> None:
     drafts = sum(i["drafts"] for i in intervals if i["tau"] is not None)
     accepted = sum((i["tau"] - 1) * i["drafts"] for i in intervals if i["tau"] is not None)
     engine_drafts = sum(row.engine_drafts for row in result.rows)
-    assert drafts >= engine_drafts / 2, (drafts, engine_drafts)
+    assert drafts >= 0.8 * engine_drafts, (drafts, engine_drafts)
     assert abs(1 + accepted / drafts - result.engine_tau) <= WATCH_TAU_TOLERANCE
 
 
