@@ -21,7 +21,6 @@ from app.engine_api import (
     POLICY_KIND,
     ChatMessage,
     HeadExportRequest,
-    LoadSettings,
     MethodInfo,
     OnPoint,
     PolicyInfo,
@@ -32,6 +31,7 @@ from app.engine_api import (
     StopFlag,
     SweepRequest,
     TargetInfo,
+    TargetRequest,
     TuneRequest,
     no_head,
 )
@@ -94,25 +94,21 @@ class SpecdecEngine:
         return Registries(methods, policies, FAMILIES)
 
     def load_target(
-        self,
-        spec: str,
-        device: str,
-        dtype: str,
-        progress: Progress,
-        stop: StopFlag | None = None,
-        settings: LoadSettings | None = None,
+        self, target: TargetRequest, progress: Progress, stop: StopFlag | None = None
     ) -> TargetInfo:
         from specdec_core.memory import parse_max_memory
         from specdec_core.models import LoadOptions, load_model
 
-        settings = settings or LoadSettings()
+        spec, settings = target.spec, target.settings
         options = LoadOptions(
             device_map=settings.device_map or None,
             max_memory=parse_max_memory(settings.max_memory),
             trust_remote_code=settings.trust_remote_code,
         )
         with self._lock:
-            model = load_model(spec, device, dtype, progress, options=options, stop=stop)
+            model = load_model(
+                spec, target.device, target.dtype, progress, options=options, stop=stop
+            )
             self._target = model
             self._extras.clear()
             self._conversations.clear()

@@ -36,6 +36,7 @@ __all__ = [
     "Engine",
     "HeadExportRequest",
     "LoadSettings",
+    "TargetRequest",
     "MethodInfo",
     "OnPoint",
     "POLICY_KIND",
@@ -126,6 +127,17 @@ class LoadSettings:
     device_map: str | None = None  # auto, balanced, sequential
     max_memory: str = ""  # DEVICE=SIZE[,DEVICE=SIZE…]
     trust_remote_code: bool = False
+
+
+@dataclass(frozen=True)
+class TargetRequest:
+    """A target to load: its spec (embedded, a hub id, a folder or a .gguf), the device and
+    dtype, and the Models panel's placement choices."""
+
+    spec: str
+    device: str = "auto"
+    dtype: str = "auto"
+    settings: LoadSettings = field(default_factory=LoadSettings)
 
 
 @dataclass(frozen=True)
@@ -221,15 +233,9 @@ class Engine(Protocol):
         ...
 
     def load_target(
-        self,
-        spec: str,
-        device: str,
-        dtype: str,
-        progress: Progress,
-        stop: StopFlag | None = None,
-        settings: LoadSettings | None = None,
+        self, target: TargetRequest, progress: Progress, stop: StopFlag | None = None
     ) -> TargetInfo:
-        """Load the target; `stop` cancels a download or load between chunks and stages. The
+        """Load `target`; `stop` cancels a download or load between chunks and stages. The
         model loaded before stays until the new one has loaded."""
         ...
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from app.engine_api import Engine, Registries, TargetInfo, engine_ended
+from app.engine_api import Engine, Registries, TargetInfo, TargetRequest, engine_ended
 from app.first_run import first_choice
 from app.run_controller import RunController
 from app.session import Activity, Session
@@ -122,11 +122,9 @@ class ModelLoader(QObject):
         models = self.models
         spec = models.target.spec() or "embedded"
         device, dtype = models.device.currentText(), models.dtype.currentText()
-        placement = models.load_settings()
+        target = TargetRequest(spec, device, dtype, models.load_settings())
         started = self.runs.run_task(
-            lambda progress, stop: self.engine.load_target(
-                spec, device, dtype, progress, stop, placement
-            ),
+            lambda progress, stop: self.engine.load_target(target, progress, stop),
             self._on_loaded,
             stoppable=True,
         )

@@ -57,12 +57,12 @@ from app.engine_api import (
     COMMANDS,
     ENDED,
     Engine,
-    LoadSettings,
     OnPoint,
     Progress,
     RunRequest,
     StopFlag,
     TargetInfo,
+    TargetRequest,
 )
 from specdec_core.errors import SpecdecError
 from specdec_core.events import Event, Step
@@ -340,18 +340,12 @@ class ProcessEngine:
 
     # -- the Engine methods that do more than forward ------------------------------------------
     def load_target(
-        self,
-        spec: str,
-        device: str,
-        dtype: str,
-        progress: Progress,
-        stop: StopFlag | None = None,
-        settings: LoadSettings | None = None,
+        self, target: TargetRequest, progress: Progress, stop: StopFlag | None = None
     ) -> TargetInfo:
         """Loads in the engine process (Cancel, `stop`, reaches it between loading stages),
         then brings back the label of every token id."""
         with self._lock:
-            info = self._forward("load_target", spec, device, dtype, progress, stop, settings)
+            info = self._forward("load_target", target, progress, stop)
             self._texts = self._call(LABELS, {})
         return info
 

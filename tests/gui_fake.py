@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 
 from app.engine_api import (
     HeadExportRequest,
-    LoadSettings,
     MethodInfo,
     OnPoint,
     PolicyInfo,
@@ -24,6 +23,7 @@ from app.engine_api import (
     StopFlag,
     SweepRequest,
     TargetInfo,
+    TargetRequest,
     TuneRequest,
     no_head,
 )
@@ -149,18 +149,12 @@ class FakeEngine:
         return Registries(METHODS, POLICIES)
 
     def load_target(
-        self,
-        spec: str,
-        device: str,
-        dtype: str,
-        progress: Progress,
-        stop: StopFlag | None = None,
-        settings: LoadSettings | None = None,
+        self, target: TargetRequest, progress: Progress, stop: StopFlag | None = None
     ) -> TargetInfo:
-        progress(f"loading {spec}", 0.5)
-        self.loads.append(spec)
-        self.load_settings.append(settings)
-        return TargetInfo(spec, "cpu", "float32", 135_000_000)
+        progress(f"loading {target.spec}", 0.5)
+        self.loads.append(target.spec)
+        self.load_settings.append(target.settings)
+        return TargetInfo(target.spec, "cpu", "float32", 135_000_000)
 
     def events(self, request: RunRequest, stop: StopFlag, progress: Progress) -> Iterator[Event]:
         self.requests.append(request)

@@ -27,13 +27,13 @@ class PacedEngine(FakeEngine):
     def __init__(self) -> None:
         super().__init__(steps=RUN_STEPS, delay=STEP_SECONDS)
 
-    def load_target(self, spec, device, dtype, progress: Progress, stop=None, settings=None):
+    def load_target(self, target, progress: Progress, stop=None):
         for stage in range(LOAD_STAGES):
             if stop is not None and stop.is_set():
                 break
-            progress(f"loading {spec}: stage {stage + 1}", stage / LOAD_STAGES)
+            progress(f"loading {target.spec}: stage {stage + 1}", stage / LOAD_STAGES)
             time.sleep(STAGE_SECONDS)
-        info = super().load_target(spec, device, dtype, progress, stop, settings)
+        info = super().load_target(target, progress, stop)
         return TargetInfo(info.spec, info.device, info.dtype, info.parameters)
 
     def token_texts(self) -> list[str]:

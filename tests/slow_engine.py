@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from app.engine import SpecdecEngine
-from app.engine_api import LoadSettings, Progress, StopFlag, TargetInfo
+from app.engine_api import Progress, StopFlag, TargetInfo, TargetRequest
 from specdec_core.models import LoadedModel
 from tests.tiny import tiny_loaded
 
@@ -68,16 +68,10 @@ class SlowEngine(SpecdecEngine):
         self.loads: list[str] = []
 
     def load_target(
-        self,
-        spec: str,
-        device: str,
-        dtype: str,
-        progress: Progress,
-        stop: StopFlag | None = None,
-        settings: LoadSettings | None = None,
+        self, target: TargetRequest, progress: Progress, stop: StopFlag | None = None
     ) -> TargetInfo:
-        self.loads.append(spec)
-        return TargetInfo(spec, "cpu", "float32", 50_000, {})
+        self.loads.append(target.spec)
+        return TargetInfo(target.spec, "cpu", "float32", 50_000, {})
 
 
 # -- the Train tab's children, slowed ----------------------------------------------------------

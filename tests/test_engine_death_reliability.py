@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import pytest
 from PySide6.QtWidgets import QMessageBox
 
-from app.engine_api import ENDED, RunRequest, SweepRequest
+from app.engine_api import ENDED, RunRequest, SweepRequest, TargetRequest
 from app.main_window import MainWindow
 from app.process_engine import EngineProcessError, ProcessEngine
 from specdec_core.config import DecodeConfig
@@ -88,7 +88,7 @@ def nothing(*_) -> None:
 def activity_call(engine: ProcessEngine, activity: str) -> Callable[[], object]:
     stop = threading.Event()
     if activity == "load":
-        return lambda: engine.load_target("paced", "cpu", "float32", nothing, stop)
+        return lambda: engine.load_target(TargetRequest("paced", "cpu", "float32"), nothing, stop)
     if activity == "sweep":
         return lambda: engine.sweep(SWEEP, nothing, stop)
     request = RUN if activity == "run" else CHAT
@@ -98,7 +98,7 @@ def activity_call(engine: ProcessEngine, activity: str) -> Callable[[], object]:
 def restarted(engine: ProcessEngine) -> None:
     """What Restart engine asks: the registries, then the target; then a run must finish."""
     engine.registries()
-    engine.load_target("paced", "cpu", "float32", nothing)
+    engine.load_target(TargetRequest("paced", "cpu", "float32"), nothing)
     events = list(engine.events(RUN, threading.Event(), nothing))
     assert isinstance(events[-1], Finished) and events[-1].summary.new_tokens > 0
 

@@ -93,7 +93,7 @@ def test_the_engine_measures_a_lossy_run_as_the_benchmark_does(tiny_target):
 
 def test_the_engine_process_measures_the_same_distance(tmp_path):
     from app.engine import SpecdecEngine
-    from app.engine_api import RunRequest
+    from app.engine_api import RunRequest, TargetRequest
     from app.process_engine import ProcessEngine
     from specdec_core.config import DecodeConfig
     from specdec_core.events import Finished
@@ -108,7 +108,7 @@ def test_the_engine_process_measures_the_same_distance(tmp_path):
     local, child = SpecdecEngine(), ProcessEngine(SlowEngine)
     try:
         for engine in (local, child):
-            engine.load_target(str(tmp_path), "cpu", "float32", lambda *_: None)
+            engine.load_target(TargetRequest(str(tmp_path), "cpu", "float32"), lambda *_: None)
         events = list(child.events(request, never, lambda *_: None))
         summary = next(event.summary for event in events if isinstance(event, Finished))
         there = child.distance(request, summary, never)

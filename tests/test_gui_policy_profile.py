@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 
 from app.engine import SpecdecEngine
-from app.engine_api import POLICY_KIND, MethodInfo, Registries, RunRequest
+from app.engine_api import POLICY_KIND, MethodInfo, Registries, RunRequest, TargetRequest
 from app.widgets.decoding_panel import NO_PROFILE
 from specdec_core.config import DecodeConfig
 from specdec_core.errors import SpecdecError
@@ -223,7 +223,7 @@ def test_the_engine_process_reads_the_profile_and_runs_the_kinds_policy(tmp_path
     request = RunRequest("ngram", LOOP, CONFIG, raw=True, policy_profile=str(profile_file))
     child = ProcessEngine(SlowEngine)
     try:
-        child.load_target(str(tmp_path / "target"), "cpu", "float32", quiet)
+        child.load_target(TargetRequest(str(tmp_path / "target"), "cpu", "float32"), quiet)
         events = list(child.events(request, NEVER, quiet))
     finally:
         child.close()

@@ -41,9 +41,9 @@ class SlowLoadEngine(FakeEngine):
     def __init__(self) -> None:
         super().__init__(steps=100_000, delay=0.02)
 
-    def load_target(self, spec, device, dtype, progress, stop=None, settings=None):
+    def load_target(self, target, progress, stop=None):
         time.sleep(float(os.environ.get("SLOW_LOAD", "0")))
-        return super().load_target(spec, device, dtype, progress, stop, settings)
+        return super().load_target(target, progress, stop)
 
     def token_texts(self) -> list[str]:
         return [self.token_text(i) for i in range(200)]

@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 
 from app.engine import SpecdecEngine
-from app.engine_api import HeadExportRequest, RunRequest, SweepRequest, TuneRequest
+from app.engine_api import HeadExportRequest, RunRequest, SweepRequest, TargetRequest, TuneRequest
 from app.main_window import MainWindow
 from app.process_engine import EngineProcessError, ProcessEngine
 from specdec_core.config import DecodeConfig
@@ -41,7 +41,7 @@ def slow(tiny_dir):
     """One engine process (SlowEngine: a pause after each step, one torch thread like the
     tests' own process) with the tiny target."""
     engine = ProcessEngine(SlowEngine)
-    engine.load_target(str(tiny_dir), "cpu", "float32", nothing)
+    engine.load_target(TargetRequest(str(tiny_dir), "cpu", "float32"), nothing)
     yield engine
     engine.close()
 
@@ -68,8 +68,10 @@ def test_the_events_and_labels_are_the_in_process_engines(slow, tiny_dir):
     local = SpecdecEngine()
     assert slow.registries() == local.registries()
     progress: list[tuple[str, float]] = []
-    info = slow.load_target(str(tiny_dir), "cpu", "float32", lambda *a: progress.append(a))
-    assert info == local.load_target(str(tiny_dir), "cpu", "float32", nothing)
+    info = slow.load_target(
+        TargetRequest(str(tiny_dir), "cpu", "float32"), lambda *a: progress.append(a)
+    )
+    assert info == local.load_target(TargetRequest(str(tiny_dir), "cpu", "float32"), nothing)
     assert progress[-1] == (f"loaded {tiny_dir}", 1.0)  # load progress comes across
     draft = {"draft": str(tiny_dir)}
     for run in (request("ar"), request("classic", **draft)):
@@ -116,7 +118,7 @@ def test_errors_come_across_as_the_window_shows_them(slow):
     assert f"{type(caught.value).__name__}: {caught.value}" == "ValueError: the engine broke"
     assert "Traceback" in caught.value.remote_traceback
     with pytest.raises(SpecdecError, match="not found"):
-        slow.load_target("/nonexistent/model", "cpu", "float32", nothing)
+        slow.load_target(TargetRequest("/nonexistent/model", "cpu", "float32"), nothing)
     assert list(slow.events(request(tokens=3), threading.Event(), nothing))[-1].summary
 
 

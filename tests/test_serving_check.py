@@ -73,13 +73,19 @@ def options(tmp_path: Path, **changes) -> EngineOptions:
     return replace(defaults, **changes)
 
 
+def check_ar(target, tmp_path: Path, launcher, **given):
+    """`serve_check` of `ar` on PROMPTS with CONFIG through `launcher` (`given`: its
+    keyword arguments)."""
+    return serve_check(target, "ar", PROMPTS, CONFIG, options(tmp_path), launcher=launcher, **given)
+
+
 def references(target, method: str = "ar") -> dict[tuple[int, ...], tuple[int, ...]]:
     return {tuple(p): run(target, method, p, CONFIG).token_ids for p in PROMPTS}
 
 
 def test_an_answer_equal_to_the_playgrounds_ar_is_reported_identical(tiny_target, tmp_path):
     launcher = FakeLauncher(script(tmp_path / "fake.json", references(tiny_target)))
-    result = serve_check(tiny_target, "ar", PROMPTS, CONFIG, options(tmp_path), launcher=launcher)
+    result = check_ar(tiny_target, tmp_path, launcher)
     assert result.identical and [row.verdict() for row in result.rows] == ["identical"] * 2
     for row, ids in zip(result.rows, references(tiny_target).values(), strict=True):
         assert row.first_difference is None and row.engine_tokens == row.reference_tokens == len(
@@ -99,7 +105,7 @@ def test_a_differing_token_is_reported_at_its_position_with_both_tokens(tiny_tar
     changed = [*first[:5], (first[5] + 1) % VOCAB, *first[6:]]
     answers = {tuple(PROMPTS[0]): changed, tuple(PROMPTS[1]): second[:7]}  # the second stops early
     launcher = FakeLauncher(script(tmp_path / "fake.json", answers))
-    result = serve_check(tiny_target, "ar", PROMPTS, CONFIG, options(tmp_path), launcher=launcher)
+    result = check_ar(tiny_target, tmp_path, launcher)
     one, two = result.rows
     assert (one.identical, one.first_difference) == (False, 5)
     assert (one.engine_token, one.reference_token) == (changed[5], first[5])
@@ -197,16 +203,7 @@ def test_stop_ends_the_check_and_the_engine_at_each_stage(tiny_target, tmp_path,
             pressed.append(time.monotonic())
 
     with pytest.raises(CheckStopped, match="the serving check was stopped"):
-        serve_check(
-            tiny_target,
-            "ar",
-            PROMPTS,
-            CONFIG,
-            options(tmp_path),
-            launcher=launcher,
-            progress=press_stop,
-            stop=stop,
-        )
+        check_ar(tiny_target, tmp_path, launcher, progress=press_stop, stop=stop)
     assert time.monotonic() - pressed[0] < 10  # a step, a quarter second or an engine's stop
     assert launcher.stopped() or when.startswith("playground")  # no engine started yet
 
@@ -219,15 +216,7 @@ def test_the_engine_is_stopped_on_ctrl_c(tiny_target, tmp_path):
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        serve_check(
-            tiny_target,
-            "ar",
-            PROMPTS,
-            CONFIG,
-            options(tmp_path),
-            launcher=launcher,
-            progress=interrupt,
-        )
+        check_ar(tiny_target, tmp_path, launcher, progress=interrupt)
     assert launcher.stopped()
 
 

@@ -14,7 +14,15 @@ import pytest
 
 from app.training_plan import read_generation
 from specdec_core.cli import main
-from specdec_core.training import common_training, driver, features, loop, time_budget
+from specdec_core.training import (
+    common_training,
+    driver,
+    feature_collection,
+    features,
+    loop,
+    time_budget,
+)
+from specdec_core.training.feature_collection import FeatureSettings
 from specdec_core.training.progress_file import read_progress
 from tests.gui_window import make_window_fixture  # noqa: F401 (a fixture)
 from tests.slow_engine import (
@@ -62,7 +70,7 @@ def _slow_steps(monkeypatch, seconds: float, probe_too: bool = False) -> list[fl
 
 def _beat(monkeypatch, seconds: float) -> None:
     """Progress lines every `seconds` (the product says one at least every few seconds)."""
-    for module in (time_budget, common_training, driver):
+    for module in (time_budget, common_training, feature_collection):
         monkeypatch.setattr(module, "HEARTBEAT_S", seconds)
 
 
@@ -80,7 +88,8 @@ def stamped(monkeypatch):
     def log(message: str) -> None:
         lines.append(f"{time.monotonic():.3f} {message}")
 
-    monkeypatch.setattr(driver, "_log", log)
+    for module in (driver, feature_collection):
+        monkeypatch.setattr(module, "log", log)
     return lines
 
 
@@ -134,7 +143,7 @@ def test_features_take_only_their_share_and_training_trains_on_what_they_made(
     tiny_dir, tmp_path, monkeypatch, stamped
 ):
     _beat(monkeypatch, 0.5)
-    forward, featured_by = features._forward, driver._featured
+    forward, featured_by = features._forward, FeatureSettings.featured
 
     def slow_forward(*args, **kwargs):
         time.sleep(0.3)
@@ -144,7 +153,7 @@ def test_features_take_only_their_share_and_training_trains_on_what_they_made(
         return featured_by(*args, **{**kwargs, "batch_tokens": 64})
 
     monkeypatch.setattr(features, "_forward", slow_forward)
-    monkeypatch.setattr(driver, "_featured", small_batches)
+    monkeypatch.setattr(FeatureSettings, "featured", small_batches)
     seconds = 10.0
     out = tmp_path / "head"
     began = time.monotonic()

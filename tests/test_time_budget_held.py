@@ -10,7 +10,7 @@ import pytest
 
 from specdec_core.eagle.data import Sample
 from specdec_core.models import load_model
-from specdec_core.training import driver, features
+from specdec_core.training import driver, feature_collection, features
 from specdec_core.training.data_sources import Collected
 from specdec_core.training.driver import train_on_samples
 from specdec_core.training.request import TrainRequest
@@ -53,7 +53,8 @@ def test_a_budget_spent_on_features_still_validates_on_held_out_samples(tmp_path
         return forward(*args, **kwargs)
 
     monkeypatch.setattr(features, "_forward", slow_forward)
-    monkeypatch.setattr(driver, "_log", lambda message: None)
+    for module in (driver, feature_collection):
+        monkeypatch.setattr(module, "log", lambda message: None)
     (tmp_path / "tiny.jsonl").write_text("")  # the request checks its source is there
     data = str(tmp_path / "tiny.jsonl")
     source = Collected(data, _samples(60, 30, seed=0), _samples(16, 30, seed=1))

@@ -7,7 +7,9 @@ data they train on (`specdec data`).
   `specdec_core/eagle/data.py`.
 - `magpie.py`: `--data magpie`, prompts the target writes itself, deduplicated and kept apart
   from evaluation prompts; `kinds.py`: the kinds of request, their hints and held-out prompts.
-- `features.py`: the target's features of each sample, in resumable shards.
+- `features.py`: the target's features of each sample, in resumable shards;
+  `feature_collection.py`: every trainer's sources turned into features under one time budget,
+  and the card of a finished run.
 - `layout.py`: what to train (layout, depth, the --init head, the fused target layers);
   `starting_model.py`: the model it starts as, built around the target.
 - `common_request.py`: what every training request shares (its data, budgets, work folder,
@@ -20,7 +22,7 @@ data they train on (`specdec data`).
   wall-clock budget.
 - `card.py`: the model card (`specdec_card.json`) both write.
 - `validation.py`: teacher-forced top-1, tau of real greedy decoding on held-out prompts, and
-  the table by kind; `progress_file.py`: `--progress-file`.
+  the table by kind every trainer writes; `progress_file.py`: `--progress-file`.
 - `generation_job.py`, `request_streams.py`: `specdec data`, a resumable job that generates
   answers to train on.
 """

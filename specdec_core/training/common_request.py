@@ -1,7 +1,8 @@
 """What every training request shares: its data sources and their token budgets, its work
 folder, and the checks of those settings made when a request is made (before a model loads).
 
-`TrainingData` is a base of the frozen request dataclasses (`TrainRequest`, `MedusaTrainRequest`):
+`TrainingData` is a base of the frozen request dataclasses (`TrainRequest`,
+`MedusaTrainRequest`, `SpeculatorRequest`):
 they declare the fields; it reads them.
 """
 
@@ -37,6 +38,10 @@ class TrainingData:
     cached_only: bool  # self-distillation: only the answers already in `work`
     device: str
     feature_dtype: str  # the target's dtype for data generation and features
+    epochs: int
+    batch_tokens: int  # padded tokens per training batch
+    feature_batch_tokens: int  # padded tokens per target forward for features
+    command: str | None  # the command line, recorded in the card
 
     def check_training_data(self) -> None:
         """Refuse, in one line saying what to give, settings no run could train with."""

@@ -28,70 +28,43 @@ features in float32: emulated, they run many times slower.
 
 from __future__ import annotations
 
-import itertools
-import json
-import sys
-import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import torch
 
-from specdec_core.environment import current_environment
 from specdec_core.errors import SpecdecError
 from specdec_core.models import LoadedModel
 from specdec_core.training.card import ModelCard, Validation, trained_epochs
-from specdec_core.training.common_training import saved_plan
 from specdec_core.training.data_sources import Collected
-from specdec_core.training.features import Featured, extract_features, feature_shards
+from specdec_core.training.feature_collection import (
+    FeatureSet,
+    FeatureSettings,
+    Reporter,
+    collect_features,
+    log,
+    run_card,
+)
+from specdec_core.training.features import Featured, extract_features
 from specdec_core.training.layout import Layout, layout_settings, resolve_layout
 from specdec_core.training.loop import train, train_step
 from specdec_core.training.objective import Objective
 from specdec_core.training.progress_file import ProgressFile
 from specdec_core.training.request import TrainRequest
 from specdec_core.training.starting_model import head_layers, starting_model, trainable
-from specdec_core.training.time_budget import (
-    HEARTBEAT_S,
-    Budget,
-    Heartbeat,
-    Probe,
-    StageClock,
-    StageProgress,
-    fastest,
-    features_until,
-    held_within,
-    probe_sample,
-    reserve,
-)
+from specdec_core.training.time_budget import Budget, Probe, fastest, probe_sample, reserve
 from specdec_core.training.train_config import TrainConfig
 from specdec_core.training.validation import (
-    held_out_by_kind,
+    by_kind_table,
+    head_validation,
     teacher_forced_agreement,
-    validation_by_kind,
     validation_tau,
 )
 
-
-@dataclass
-class TrainingData:
-    """Features to train on and to validate on, and the data mix the card records: sequences
-    and tokens per source (`by_source`, in order), generated prompts per kind (`by_kind`)."""
-
-    train: list[Featured] = field(default_factory=list)
-    held: list[Featured] = field(default_factory=list)  # the first source's held-out samples
-    held_prompts: list[list[int]] = field(default_factory=list)
-    mix: dict = field(default_factory=lambda: {"by_source": {}, "by_kind": {}})
-    tau_prompt_seconds: float = 0.0  # the probe's estimate of one held-out prompt's tau
-
-
 PROBE_DECODE_TOKENS = 4  # of validation's tau decoding, timed by the probe
-TAU_TOKENS = 48  # what validation_tau decodes per held-out prompt (its default)
-
-
-def _log(message: str) -> None:
-    print(f"[train] {message}", file=sys.stderr, flush=True)
 
 
 def train_from_request(request: TrainRequest) -> ModelCard:
@@ -135,8 +108,14 @@ def train_on_samples(
     layout = layout or resolve_layout(request, target)
     config = train_config(request, layout)
     progress = ProgressFile(Path(request.progress_file), 0) if request.progress_file else None
-    report = _Reporter(budget, progress)
-    data = _features(request, target, sources, layout, config, budget, report)
+    settings = FeatureSettings.of(
+        request, request.checkpoint_dir, layers=layout.fused, cache=request.cache_features
+    )
+    report = Reporter(budget, progress)
+    data = collect_features(
+        settings, target, sources, request.data, budget, report,
+        lambda samples, held: _probe(request, target, layout, config, samples, held),
+    )  # fmt: skip
     if stages is not None:
         stages["features"] = {"seconds": round(time.monotonic() - began, 1)}
     if not data.train and budget.over():
@@ -150,7 +129,7 @@ def train_on_samples(
     what = f"{layout.arch} head" if request.trains == "eagle" else "draft"
     objective = _starting_objective(request, config, layout, target, data.train)
     size = sum(p.numel() for p in trainable(objective.model, request.trains))
-    _log(f"{what}: {size / 1e6:.1f}M trained parameters")
+    log(f"{what}: {size / 1e6:.1f}M trained parameters")
     lm_head = target.model.get_output_embeddings()
     if stages is not None:
         before = teacher_forced_agreement(objective.eval(), data.held, lm_head)
@@ -160,12 +139,12 @@ def train_on_samples(
     validate = _validation(request, target, data, out, layout.arch, budget)
     if budget.seconds is not None:
         config.seconds = max(1.0, budget.left() - reserve(budget))
-        _log(
+        log(
             f"training for at most {config.seconds:.0f}s of the budget's "
             f"{budget.seconds:.0f}s ({budget.spent():.0f}s spent; at most {config.epochs} epochs)"
         )
     training = time.monotonic()
-    tokens = sum(len(item.ids) for item in data.train)
+    tokens = data.tokens
     if progress is not None:
         progress.tokens = tokens
     history = train(
@@ -175,7 +154,9 @@ def train_on_samples(
     )  # fmt: skip
     by_kind = None
     if request.val_kinds and _time_for_by_kind(budget, history):
-        by_kind = _by_kind(request, target, objective, layout.fused)
+        featured = partial(settings.featured, target)
+        measure = head_validation(request.trains, objective, target)
+        by_kind = by_kind_table(target, request.work_dir, request.val_kinds, featured, measure)
     if stages is not None:
         stages["train"] = {
             "seconds": round(time.monotonic() - training, 1),
@@ -185,33 +166,21 @@ def train_on_samples(
             "teacher_forced_top1_before": before,
             "history": [epoch.to_record() for epoch in history],
         }
-    card = ModelCard(
-        kind=request.trains,
+    card = run_card(
+        request, request.trains, data, history, started, target,
         arch=layout.arch if request.trains == "eagle" else None,
-        target=request.target,
-        command=request.command,
-        data=tuple(data.mix["by_source"]),
-        tokens=tokens,
-        sequences=len(data.train),
-        epochs=trained_epochs(history),
-        seed=request.seed,
         draft_vocab=len(objective.draft_ids),
         init=request.init,
         layers=head_layers(objective.model),
-        history=tuple(history),
-        validation=history[-1] if history else None,
-        train_seconds=round(time.time() - started),
         train_config=config,
-        data_mix=data.mix,
         device=device,
-        environment=current_environment(target.device, request.command).to_record(),
         validation_by_kind=by_kind,
         stages=stages,
-    )
+    )  # fmt: skip
     save_trained(request.trains, objective.model, target, out, card)
     if progress is not None:
         progress.finish(history)
-    _log(f"saved the {what} to {out}")
+    log(f"saved the {what} to {out}")
     return card
 
 
@@ -257,7 +226,7 @@ def _time_for_by_kind(budget: Budget, history) -> bool:
     ended_by_time = bool(history) and history[-1].stopped == "time"
     if left is None or (not ended_by_time and left > 2 * reserve(budget)):
         return True
-    _log(
+    log(
         "validation by kind skipped: the time budget is spent (`specdec validate` measures "
         "it on the saved head)"
     )
@@ -267,7 +236,7 @@ def _time_for_by_kind(budget: Budget, history) -> bool:
 def _validation(
     request: TrainRequest,
     target: LoadedModel,
-    data: TrainingData,
+    data: FeatureSet,
     out: Path,
     arch: str,
     budget: Budget | None = None,
@@ -313,46 +282,6 @@ def _validation(
     return validate
 
 
-def _by_kind(
-    request: TrainRequest, target: LoadedModel, objective: Objective, fused
-) -> dict[str, Validation]:
-    """The validation table by kind of request (`validation.validation_by_kind`)."""
-    by_kind = held_out_by_kind(target, request.work_dir, request.val_kinds)
-    taken = {
-        kind: (prompts, _featured(request, target, answers, f"kinds-heldout-{kind}", fused))
-        for kind, (prompts, answers) in by_kind.items()
-    }
-    table = validation_by_kind(request.trains, objective, target, taken)
-    _log(f"validation by kind: {json.dumps({k: v.to_record() for k, v in table.items()})}")
-    return table
-
-
-def _featured(request: TrainRequest, target: LoadedModel, samples, name: str, fused, **kwargs):
-    """Features of `samples`, in shards WORK/features-NAME (unless `cache_features` is off)."""
-    shards = feature_shards(request.work_dir, name, fused) if request.cache_features else None
-    return extract_features(target.model, samples, shards, layers=fused, **kwargs)
-
-
-class _Reporter:
-    """Where a stage is, as a line on stderr (at most every `HEARTBEAT_S`, and whenever
-    `force`d) and, with a progress file, in it."""
-
-    def __init__(self, budget: Budget, progress: ProgressFile | None) -> None:
-        self.budget, self.progress = budget, progress
-        self.printed, self.last = 0.0, ""
-        self._lock = threading.Lock()  # the stage's code and its heartbeat both report
-
-    def __call__(self, stage: StageProgress, force: bool = False) -> None:
-        with self._lock:
-            now = time.monotonic()
-            line = stage.line()
-            if line != self.last and (force or now - self.printed >= HEARTBEAT_S - 0.5):
-                _log(line)
-                self.printed, self.last = now, line
-            if self.progress is not None:
-                self.progress.stage(stage)
-
-
 def _probe(
     request: TrainRequest,
     target: LoadedModel,
@@ -388,111 +317,6 @@ def _probe(
             decode = (time.monotonic() - began) / PROBE_DECODE_TOKENS
     tokens = max(1, sum(len(s.ids) for s in taken))
     return Probe(features / tokens, training / tokens, decode)
-
-
-def _features_until(
-    request: TrainRequest,
-    target: LoadedModel,
-    layout: Layout,
-    config: TrainConfig,
-    samples,
-    budget: Budget,
-    held_prompts: Sequence[list[int]] = (),
-) -> tuple[float, float, int]:
-    """The instant the features must end by, the seconds one held-out prompt's tau will take,
-    and the tokens of one feature forward (`time_budget.features_until` on this run's
-    `Probe`, which refuses at once a budget that cannot cover one batch)."""
-    probe = _probe(request, target, layout, config, samples, held_prompts)
-    tokens = sum(len(s.ids) for s in samples)
-    _log(f"{probe.words(min(config.batch_tokens, tokens))}; {budget.words()}")
-    until, forward = features_until(
-        probe, budget, tokens, config.batch_tokens, request.epochs, request.feature_batch_tokens
-    )
-    return until, probe.decode * TAU_TOKENS, forward
-
-
-def _features(
-    request: TrainRequest,
-    target: LoadedModel,
-    sources,
-    layout: Layout,
-    config: TrainConfig,
-    budget: Budget,
-    report: _Reporter,
-) -> TrainingData:
-    """Each source's samples as features, in order; the held-out part is the first source's
-    that has any. Under a budget: no source is collected and no forward starts once the
-    features' share is spent (`_features_until`); a resumed run takes exactly the sequences its
-    checkpoint was trained on."""
-    data = TrainingData()
-    fused = layout.fused
-    plan = saved_plan(request.checkpoint_dir) if budget.seconds is not None else None
-    wanted = plan["sequences"] if plan else None
-    until = None
-    forward_tokens = request.feature_batch_tokens
-    names = list(request.data)
-    pending = iter(sources)
-    for index in itertools.count():
-        if wanted is not None and len(data.train) >= wanted:
-            break
-        if until is not None and time.monotonic() >= until:
-            if index < len(names):
-                left = ", ".join(names[index:])
-                _log(f"the features' share of the time budget is spent: {left} not collected")
-            break
-        source = _collected(pending, names[index] if index < len(names) else "data", budget)
-        if source is None:
-            break
-        samples = source.samples
-        if wanted is not None:
-            samples = samples[: wanted - len(data.train)]
-        elif budget.seconds is not None and until is None and samples:
-            until, data.tau_prompt_seconds, forward_tokens = _features_until(
-                request, target, layout, config, samples, budget, source.held_prompts
-            )
-        tokens = sum(len(s.ids) for s in samples)
-        _log(f"{source.name}: {len(samples)} sequences, {tokens} tokens")
-        clock = StageClock("features", tokens, budget, until)
-        clock.begin_unit("a target forward")  # the unit in progress, named on every line
-
-        def featured(n: int, total: int, made: int, clock: StageClock = clock) -> None:
-            clock.advance(made)
-            report(clock.progress())
-
-        with Heartbeat(lambda clock=clock: report(clock.progress()), HEARTBEAT_S):
-            done = _featured(
-                request, target, samples, source.name, fused,
-                batch_tokens=forward_tokens, progress=featured,
-                until=None if wanted is not None else until,
-            )  # fmt: skip
-        clock.note = ""  # no forward runs now
-        report(clock.progress(), force=True)
-        if len(done) < len(samples):
-            _log(f"{source.name}: features of {len(done)} of {len(samples)} sequences in time")
-        kept = sum(len(item.ids) for item in done)
-        counts = {"sequences": len(done), "tokens": kept}
-        data.mix["by_source"][source.source] = {**counts, **source.mix}
-        for kind, count in source.mix.get("kinds", {}).items():
-            data.mix["by_kind"][kind] = data.mix["by_kind"].get(kind, 0) + count
-        data.train += done
-        if source.held and not data.held:
-            held = source.held if until is None else held_within(source.held, kept)
-            data.held = _featured(request, target, held, "heldout", fused)
-            data.held_prompts = source.held_prompts
-    return data
-
-
-def _collected(pending, name: str, budget: Budget):
-    """The next source of `pending` (None when there is none), saying every few seconds how
-    long its collection (or generation) has run."""
-    began = time.monotonic()
-
-    def tick() -> None:
-        left = f"; {budget.words()}" if budget.seconds is not None else ""
-        _log(f"collecting {name}: {time.monotonic() - began:.0f}s{left}")
-
-    with Heartbeat(tick, HEARTBEAT_S):
-        return next(pending, None)
 
 
 def save_trained(trains: str, model, target: LoadedModel, out: Path, card: ModelCard) -> None:

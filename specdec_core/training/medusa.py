@@ -24,29 +24,36 @@ tau is greedy decoding of held-out prompts with a VALIDATION_TREE-token Medusa t
 
 from __future__ import annotations
 
-import json
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
 
-from specdec_core.environment import current_environment
 from specdec_core.errors import SpecdecError
 from specdec_core.medusa.formats import MEDUSA_FILES, export_vllm, save_fasterdecoding
 from specdec_core.medusa.head import MedusaConfig, MedusaHeads
 from specdec_core.models import LoadedModel
 from specdec_core.prepacked_linear import fast_bf16
-from specdec_core.training.card import ModelCard, Validation, trained_epochs
+from specdec_core.training.card import ModelCard, Validation
 from specdec_core.training.common_request import TrainingData
 from specdec_core.training.common_training import EpochTraining, OnStep
-from specdec_core.training.features import Featured, extract_features, feature_shards
+from specdec_core.training.feature_collection import (
+    FeatureSettings,
+    Reporter,
+    collect_features,
+    log,
+    run_card,
+)
+from specdec_core.training.features import Featured
 from specdec_core.training.objective import collate
 from specdec_core.training.progress_file import ProgressFile
 from specdec_core.training.starting_model import frequent_tokens
+from specdec_core.training.time_budget import Budget
 from specdec_core.training.train_config import TrainConfig
+from specdec_core.training.validation import by_kind_table
 
 HEAD_DECAY = 0.8  # head i's loss weight is HEAD_DECAY ** i (Medusa-1)
 DRAFT_VOCAB = 8192  # default draft vocabulary, as EAGLE heads trained here
@@ -94,10 +101,6 @@ class MedusaTrainRequest(TrainingData):
             raise SpecdecError(f"--lm-head {self.lm_head}: use own or target")
         if self.draft_vocab is not None and self.draft_vocab < 0:
             raise SpecdecError(f"--draft-vocab {self.draft_vocab}: give 0 (all) or more tokens")
-
-
-def _log(message: str) -> None:
-    print(f"[train] {message}", file=sys.stderr, flush=True)
 
 
 def starting_heads(
@@ -195,38 +198,6 @@ def medusa_tau(heads: MedusaHeads, target: LoadedModel, prompts: list[list[int]]
     return round(tau, 3)
 
 
-@dataclass
-class _Data:
-    train: list[Featured]
-    held: list[Featured]
-    held_prompts: list[list[int]]
-    by_source: dict
-
-
-def _features(request: MedusaTrainRequest, target: LoadedModel, sources) -> _Data:
-    """Each source's samples as features (shards WORK/features-NAME, shared with EAGLE-1
-    training); the held-out part is the first source's that has any."""
-    data = _Data([], [], [], {})
-    work = request.work_dir
-    for source in sources:
-        tokens = sum(len(s.ids) for s in source.samples)
-        _log(f"{source.name}: {len(source.samples)} sequences, {tokens} tokens")
-        data.by_source[source.source] = {
-            "sequences": len(source.samples),
-            "tokens": tokens,
-            **source.mix,
-        }
-        data.train += extract_features(
-            target.model, source.samples, feature_shards(work, source.name),
-            batch_tokens=request.feature_batch_tokens,
-            progress=lambda n, total, made: _log(f"features {n}/{total} sequences: {made} tokens"),
-        )  # fmt: skip
-        if source.held and not data.held:
-            data.held = extract_features(target.model, source.held, feature_shards(work, "heldout"))
-            data.held_prompts = source.held_prompts
-    return data
-
-
 def train_medusa(request: MedusaTrainRequest) -> ModelCard:
     """`specdec train medusa`: load the target, collect the data, train, save; -> the card."""
     started = time.time()
@@ -241,7 +212,10 @@ def train_medusa_on(
     card in `request.out`; -> the card."""
     began, started = time.monotonic(), started or time.time()
     target.model.requires_grad_(False)
-    data = _features(request, target, sources)
+    out = Path(request.out)
+    settings = FeatureSettings.of(request, out)
+    budget = Budget(None)  # `seconds` bounds training alone
+    data = collect_features(settings, target, sources, request.data, budget, Reporter(budget))
     if not data.train:
         raise SpecdecError("no training data; check --data and --tokens")
     size = DRAFT_VOCAB if request.draft_vocab is None else request.draft_vocab
@@ -250,7 +224,7 @@ def train_medusa_on(
     if shared:  # the target's own rows: not trained
         heads.lm_heads.requires_grad_(False)
     params = sum(p.numel() for p in heads.parameters() if p.requires_grad)
-    _log(f"{request.heads} Medusa heads: {params / 1e6:.1f}M trained parameters")
+    log(f"{request.heads} Medusa heads: {params / 1e6:.1f}M trained parameters")
     config = TrainConfig(
         trains="medusa", epochs=request.epochs, lr=request.lr, batch_tokens=request.batch_tokens,
         draft_vocab=heads.config.rows, noise=0.0, ce_weight=1.0, unroll=1, arch="medusa1",
@@ -258,7 +232,6 @@ def train_medusa_on(
     )  # fmt: skip
     if request.seconds:
         config.seconds = max(1.0, request.seconds - (time.monotonic() - began))
-    out = Path(request.out)
     out.mkdir(parents=True, exist_ok=True)
     lm_head = target.model.get_output_embeddings()
 
@@ -271,32 +244,29 @@ def train_medusa_on(
         save_medusa(model, out, request.target, ModelCard(kind="medusa", partial=result))
         return result
 
-    tokens = sum(len(item.ids) for item in data.train)
+    tokens = data.tokens
     progress = ProgressFile(Path(request.progress_file), tokens) if request.progress_file else None
     history = MedusaTraining(
         heads, lm_head, data.train, config, out, validate, progress.update if progress else None
     ).run()
     if progress is not None:
         progress.finish(history)
-    by_kind = _by_kind(request, target, heads) if request.val_kinds else None
+    by_kind = None
+    if request.val_kinds:
+        featured = partial(settings.featured, target)
+
+        def measure(prompts: list[list[int]], held: list[Featured]) -> Validation:
+            return Validation(
+                teacher_forced_top1(heads, held, lm_head)[0], medusa_tau(heads, target, prompts)
+            )
+
+        by_kind = by_kind_table(target, settings.work, request.val_kinds, featured, measure)
     per_head = teacher_forced_top1(heads, data.held, lm_head) if data.held else []
-    card = ModelCard(
-        kind="medusa",
-        target=request.target,
-        command=request.command,
-        data=tuple(data.by_source),
-        tokens=tokens,
-        sequences=len(data.train),
-        epochs=trained_epochs(history),
-        seed=request.seed,
+    card = run_card(
+        request, "medusa", data, history, started, target,
         draft_vocab=heads.config.rows,
         layers=request.layers,
-        history=tuple(history),
-        validation=history[-1] if history else None,
-        train_seconds=round(time.time() - started),
         train_config=config,
-        data_mix={"by_source": data.by_source},
-        environment=current_environment(target.device, request.command).to_record(),
         validation_by_kind=by_kind,
         extra={
             "medusa": {
@@ -309,9 +279,9 @@ def train_medusa_on(
                 "validation_tree_tokens": VALIDATION_TREE,
             }
         },
-    )
+    )  # fmt: skip
     save_medusa(heads, out, request.target, card)
-    _log(f"saved the Medusa heads to {out}")
+    log(f"saved the Medusa heads to {out}")
     return card
 
 
@@ -326,28 +296,6 @@ def save_medusa(heads: MedusaHeads, out: Path, target: str, card: ModelCard) -> 
         for name in MEDUSA_FILES:
             (out / name).unlink(missing_ok=True)
         export_vllm(heads, out, record, torch.float16)
-
-
-def _by_kind(
-    request: MedusaTrainRequest, target: LoadedModel, heads: MedusaHeads
-) -> dict[str, Validation]:
-    """kind -> head 0's teacher-forced top-1 and tau on the held-out prompts of that kind
-    (validation.held_out_by_kind; answers and features cached under WORK)."""
-    from specdec_core.training.validation import held_out_by_kind
-
-    lm_head = target.model.get_output_embeddings()
-    table = {}
-    for kind, (prompts, answers) in held_out_by_kind(
-        target, request.work_dir, request.val_kinds
-    ).items():
-        featured = extract_features(
-            target.model, answers, feature_shards(request.work_dir, f"kinds-heldout-{kind}")
-        )
-        table[kind] = Validation(
-            teacher_forced_top1(heads, featured, lm_head)[0], medusa_tau(heads, target, prompts)
-        )
-    _log(f"validation by kind: {json.dumps({k: v.to_record() for k, v in table.items()})}")
-    return table
 
 
 class MedusaTraining(EpochTraining):

@@ -33,38 +33,36 @@ holds only the trained weights (frozen tables are the target's, rebuilt by a res
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from specdec_core.environment import current_environment
 from specdec_core.errors import SpecdecError
 from specdec_core.mlp_speculator.formats import check_fits, read_speculator, save_speculator
 from specdec_core.mlp_speculator.head import MLPSpeculator, SpeculatorConfig
 from specdec_core.models import LoadedModel
-from specdec_core.training.card import ModelCard, Validation, trained_epochs
+from specdec_core.training.card import ModelCard, Validation
 from specdec_core.training.common_request import TrainingData
 from specdec_core.training.common_training import EpochTraining
 from specdec_core.training.data_sources import Collected
-from specdec_core.training.features import Featured, extract_features, feature_shards
-from specdec_core.training.objective import collate
-from specdec_core.training.time_budget import (
-    Budget,
-    Probe,
-    fastest,
-    features_until,
-    held_within,
-    probe_sample,
-    reserve,
+from specdec_core.training.feature_collection import (
+    FeatureSettings,
+    Reporter,
+    collect_features,
+    log,
+    run_card,
 )
+from specdec_core.training.features import Featured, extract_features
+from specdec_core.training.objective import collate
+from specdec_core.training.time_budget import Budget, Probe, fastest, probe_sample, reserve
 from specdec_core.training.train_config import TrainConfig
-from specdec_core.training.validation import decoded_tau
+from specdec_core.training.validation import by_kind_table, decoded_tau
 
 TRAINS = "mlp-speculator"  # the card's kind
 CHUNK_ROWS = 512  # rows of one recomputed cross-entropy chunk
@@ -147,10 +145,6 @@ class SpeculatorRequest(TrainingData):
             unroll=n_predict, arch="mlp_speculator", seed=self.seed, save_every=self.save_every,
             seconds=self.seconds or 0.0,
         )  # fmt: skip
-
-
-def _log(message: str) -> None:
-    print(f"[train] {message}", file=sys.stderr, flush=True)
 
 
 def starts_from_target(request: SpeculatorRequest, hidden: int) -> bool:
@@ -304,22 +298,6 @@ def greedy_tau(
     return round(decoded_tau(target, MLPSpeculatorDrafter(speculator), prompts, config), 3)
 
 
-@dataclass
-class _Data:
-    train: list[Featured]
-    held: list[Featured]
-    held_prompts: list[list[int]]
-    mix: dict
-
-
-def _featured(request: SpeculatorRequest, target: LoadedModel, samples, name: str, **kwargs):
-    return extract_features(
-        target.model, samples, feature_shards(request.work_dir, name),
-        progress=lambda n, total, made: _log(f"features {n}/{total} sequences: {made} tokens"),
-        **kwargs,
-    )  # fmt: skip
-
-
 def _probe(
     request: SpeculatorRequest, target: LoadedModel, speculator: MLPSpeculator, samples
 ) -> Probe:
@@ -338,47 +316,6 @@ def _probe(
     speculator.zero_grad(set_to_none=True)
     tokens = max(1, sum(len(s.ids) for s in taken))
     return Probe(features / tokens, training / tokens)
-
-
-def _features(
-    request: SpeculatorRequest,
-    target: LoadedModel,
-    speculator: MLPSpeculator,
-    sources: Iterable[Collected],
-    budget: Budget,
-) -> _Data:
-    """Each source's samples as features; the held-out part is the first source's that has
-    any (as `specdec train`). Under a budget, as `specdec train`: the features take their
-    share of it (`time_budget.features_until`, after a probe that refuses a budget too short
-    for one batch), and no source is collected once that share is spent."""
-    data = _Data([], [], [], {"by_source": {}, "by_kind": {}})
-    until, forward = None, request.feature_batch_tokens
-    for source in sources:
-        if budget.seconds is not None and until is None and source.samples:
-            probe = _probe(request, target, speculator, source.samples)
-            tokens = sum(len(s.ids) for s in source.samples)
-            _log(f"{probe.words(min(request.batch_tokens, tokens))}; {budget.words()}")
-            until, forward = features_until(
-                probe, budget, tokens, request.batch_tokens, request.epochs, forward
-            )
-        done = _featured(
-            request, target, source.samples, source.name, batch_tokens=forward, until=until
-        )
-        tokens = sum(len(item.ids) for item in done)
-        _log(f"{source.name}: {len(done)} of {len(source.samples)} sequences, {tokens} tokens")
-        counts = {"sequences": len(done), "tokens": tokens}
-        data.mix["by_source"][source.source] = {**counts, **source.mix}
-        for kind, count in source.mix.get("kinds", {}).items():
-            data.mix["by_kind"][kind] = data.mix["by_kind"].get(kind, 0) + count
-        data.train += done
-        if source.held and not data.held:
-            held = source.held if until is None else held_within(source.held, tokens)
-            data.held = _featured(request, target, held, "heldout")
-            data.held_prompts = source.held_prompts
-        if until is not None and time.monotonic() >= until:
-            _log("the features' share of the time budget is spent: no further source")
-            break
-    return data
 
 
 def train_speculator(request: SpeculatorRequest) -> ModelCard:
@@ -416,17 +353,21 @@ def train_on_sources(
     else:
         start = FROM_TARGET if starts_from_target(request, hidden) else RANDOM
     tables = "frozen (the target's)" if frozen else "trained"
-    _log(f"MLP speculator: starts {start}; vocabulary tables {tables}")
-    data = _features(request, target, speculator, sources, budget)
+    log(f"MLP speculator: starts {start}; vocabulary tables {tables}")
+    out = Path(request.out)
+    settings = FeatureSettings.of(request, out)
+    data = collect_features(
+        settings, target, sources, request.data, budget, Reporter(budget),
+        lambda samples, _: _probe(request, target, speculator, samples),
+    )  # fmt: skip
     if not data.train:
         raise SpecdecError("no training data; check --data and --tokens (or give more --seconds)")
     config = request.train_config(speculator.n_predict)
     if budget.seconds is not None:
         config.seconds = max(1.0, budget.left() - reserve(budget))
-        _log(f"training for at most {config.seconds:.0f}s; {budget.words()}")
+        log(f"training for at most {config.seconds:.0f}s; {budget.words()}")
     size = sum(p.numel() for p in speculator.parameters() if p.requires_grad)
-    _log(f"MLP speculator: {size / 1e6:.1f}M trained parameters")
-    out = Path(request.out)
+    log(f"MLP speculator: {size / 1e6:.1f}M trained parameters")
     out.mkdir(parents=True, exist_ok=True)
     _refuse_other_tables(out, frozen)
 
@@ -446,27 +387,22 @@ def train_on_sources(
 
     history = SpeculatorTraining(speculator, data.train, config, out, validate).run()
     speculator.eval()
-    by_kind = _by_kind(request, target, speculator) if request.val_kinds else None
-    tokens = sum(len(item.ids) for item in data.train)
-    card = ModelCard(
-        kind=TRAINS,
+    by_kind = None
+    if request.val_kinds:
+        featured = partial(settings.featured, target)
+
+        def measure(prompts: list[list[int]], held: list[Featured]) -> Validation:
+            top1 = teacher_forced_top1(speculator, held)[0]
+            return Validation(top1, greedy_tau(speculator, target, prompts))
+
+        by_kind = by_kind_table(target, settings.work, request.val_kinds, featured, measure)
+    card = run_card(
+        request, TRAINS, data, history, started, target,
         arch="mlp_speculator",
-        target=request.target,
-        command=request.command,
-        data=tuple(data.mix["by_source"]),
-        tokens=tokens,
-        sequences=len(data.train),
-        epochs=trained_epochs(history),
-        seed=request.seed,
         draft_vocab=speculator.config.vocab_size,
         init=request.init,
         layers=speculator.n_predict,
-        history=tuple(history),
-        validation=history[-1] if history else None,
-        train_seconds=round(time.time() - started),
         train_config=config,
-        data_mix=data.mix,
-        environment=current_environment(target.device, request.command).to_record(),
         validation_by_kind=by_kind,
         extra={
             "speculator": speculator.config.to_json(),
@@ -475,32 +411,14 @@ def train_on_sources(
             "vocab_tables": tables,
             "saved_dtype": request.save_dtype,
         },
-    )
+    )  # fmt: skip
     save_speculator(speculator, out, card.to_record(), _dtype(request.save_dtype))
-    _log(f"saved the MLP speculator to {out}")
+    log(f"saved the MLP speculator to {out}")
     return card
 
 
 def _dtype(name: str) -> torch.dtype:
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
-
-
-def _by_kind(
-    request: SpeculatorRequest, target: LoadedModel, speculator: MLPSpeculator
-) -> dict[str, Validation]:
-    """kind -> Validation (stage 0's teacher-forced top-1, tau) on the held-out prompts of
-    each kind (`validation.held_out_by_kind`)."""
-    from specdec_core.training.validation import held_out_by_kind
-
-    table = {}
-    for kind, (prompts, answers) in held_out_by_kind(
-        target, request.work_dir, request.val_kinds
-    ).items():
-        featured = _featured(request, target, answers, f"kinds-heldout-{kind}")
-        top1 = teacher_forced_top1(speculator, featured)
-        table[kind] = Validation(top1[0], greedy_tau(speculator, target, prompts))
-    _log(f"validation by kind: { {k: v.to_record() for k, v in table.items()} }")
-    return table
 
 
 class SpeculatorTraining(EpochTraining):

@@ -4,6 +4,9 @@ real greedy decoding, and both per kind of request on the held-out prompts of `k
 
 from __future__ import annotations
 
+import json
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -96,20 +99,39 @@ def held_out_by_kind(
     return held
 
 
-def validation_by_kind(
-    trains: str, objective, target: LoadedModel, held: dict, tau: bool = True
+def by_kind_table(
+    target: LoadedModel,
+    work: Path,
+    per_kind: int,
+    featured: Callable[[list, str], list[Featured]],
+    measure: Callable[[list[list[int]], list[Featured]], Validation],
 ) -> dict[str, Validation]:
-    """kind -> its `Validation` (teacher-forced top-1, tau unless `tau` is off) on `held`
-    (`held_out_by_kind`, features taken)."""
+    """kind -> `measure`(its first `per_kind` held-out prompts, `featured`(the target's answers
+    to them, the shard name)): the table a card's `validation_by_kind` holds, said on stderr.
+    The answers and their features are cached under `work`."""
+    table = {}
+    for kind, (prompts, answers) in held_out_by_kind(target, work, per_kind).items():
+        table[kind] = measure(prompts, featured(answers, f"kinds-heldout-{kind}"))
+    said = json.dumps({kind: v.to_record() for kind, v in table.items()})
+    print(f"[train] validation by kind: {said}", file=sys.stderr, flush=True)
+    return table
+
+
+def head_validation(
+    trains: str, objective: Objective, target: LoadedModel, tau: bool = True
+) -> Callable[[list[list[int]], list[Featured]], Validation]:
+    """An EAGLE head's or draft's `by_kind_table` measure: teacher-forced top-1 and (unless
+    `tau` is off) tau of greedy decoding."""
     lm_head = target.model.get_output_embeddings()
     objective.eval()  # no input noise
-    table = {}
-    for kind, (prompts, featured) in held.items():
-        table[kind] = Validation(
+
+    def measure(prompts: list[list[int]], featured: list[Featured]) -> Validation:
+        return Validation(
             round(teacher_forced_agreement(objective, featured, lm_head), 4),
             round(validation_tau(trains, objective.model, target, prompts), 3) if tau else None,
         )
-    return table
+
+    return measure
 
 
 def head_by_kind(
@@ -125,16 +147,15 @@ def head_by_kind(
 
     # the layers EAGLE-3 reads (layout.input_layers; imported from there, training would cycle)
     fused = fused_layers(target.model.config.num_hidden_layers) if head.kind == "eagle3" else ()
-    taken = {
-        kind: (prompts, extract_features(
-            target.model, answers, feature_shards(work, f"kinds-heldout-{kind}", fused),
-            layers=fused,
-        ))
-        for kind, (prompts, answers) in held_out_by_kind(target, work, per_kind).items()
-    }  # fmt: skip
+
+    def featured(answers: list, name: str) -> list[Featured]:
+        shards = feature_shards(work, name, fused)
+        return extract_features(target.model, answers, shards, layers=fused)
+
     draft_ids = head.draft_ids()
     if draft_ids is None:
         draft_ids = torch.arange(target.vocab_size, device=target.device)
     lm_head = target.model.get_output_embeddings()
     objective = Objective("eagle", head, lm_head, draft_ids.to(target.device), 0.0, unroll)
-    return validation_by_kind("eagle", objective, target, taken, tau)
+    measure = head_validation("eagle", objective, target, tau)
+    return by_kind_table(target, work, per_kind, featured, measure)
