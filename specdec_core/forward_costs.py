@@ -221,10 +221,11 @@ def fastest(
 
 def typical(samples: list[float]) -> float:
     """The mean of the samples within OUTLIER x of their median (above and below): what one
-    run typically takes, one disturbed run or a few left out."""
+    run typically takes, one disturbed run or a few left out. Where none is that near (two
+    equal halves far apart, as when the machine's speed changes mid-window), the median."""
     middle = statistics.median(samples)
     kept = [s for s in samples if middle / OUTLIER <= s <= middle * OUTLIER]
-    return statistics.fmean(kept)
+    return statistics.fmean(kept) if kept else middle
 
 
 def monotone(costs: dict[int, float]) -> dict[int, float]:

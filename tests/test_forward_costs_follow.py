@@ -45,6 +45,17 @@ def test_a_repeat_far_from_the_median_counts_for_nothing():
     assert typical(near) == pytest.approx(0.011)
 
 
+def test_two_halves_far_apart_give_their_median():
+    assert typical([1.0] * 4 + [5.0] * 4) == pytest.approx(3.0)
+
+
+def test_a_machine_that_turns_much_slower_for_half_a_window_still_has_a_table():
+    table = TargetTable(CPU)
+    for _ in range(PRIOR):  # as many slow steps as the measurement's weight, 5x slower
+        table.observe(8, 5 * CPU[8])
+    assert table.costs()[8] == pytest.approx(3 * CPU[8])
+
+
 def test_a_burst_during_the_measurement_slows_one_round_and_is_left_out():
     """A simulated clock: every run takes 1 ms, 20 ms in a burst (the second timed round)."""
     now, runs = [0.0], [0]

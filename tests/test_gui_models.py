@@ -87,7 +87,7 @@ def test_cancel_stops_a_load_in_progress(make_window, qtbot):  # noqa: F811
     engine = FakeEngine()
     window = make_window(engine)
 
-    def slow(spec, device, dtype, progress, stop=None, settings=None):
+    def slow(target, progress, stop=None):
         for _ in range(500):  # a download: the flag is checked between chunks
             progress("downloading model.safetensors: 1.2 / 4.9 GB, about 3 min left", 0.2)
             check_stop(stop)

@@ -123,8 +123,8 @@ def test_a_failed_load_puts_the_loaded_model_back_in_the_target_box(make_window,
     window = make_window(engine)
     loaded = window.target.spec
 
-    def fail(spec, *args):
-        raise SpecdecError(f"model not found: {spec}")
+    def fail(target, *args):
+        raise SpecdecError(f"model not found: {target.spec}")
 
     engine.load_target = fail
     window.models.target.set_spec("/no/such/model")

@@ -183,8 +183,8 @@ def test_a_failed_model_load_keeps_the_loaded_model_and_the_window_usable(make_w
     window = make_window(engine)
     loaded = window.target
 
-    def fail(spec, device, dtype, progress, *placement):
-        raise SpecdecError(f"model not found: {spec}; give a model directory or a .gguf file")
+    def fail(target, progress, stop=None):
+        raise SpecdecError(f"model not found: {target.spec}; give a model directory or a .gguf file")
 
     engine.load_target = fail
     window.models.target.set_spec("/nope")
@@ -210,8 +210,8 @@ def test_a_good_load_takes_the_failed_one_off_the_screen(make_window, qtbot):
     window = make_window(engine)
     good = engine.load_target
 
-    def fail(spec, *args):
-        raise SpecdecError(f"model not found: {spec}")
+    def fail(target, *args):
+        raise SpecdecError(f"model not found: {target.spec}")
 
     engine.load_target = fail
     window.load_target()
