@@ -35,7 +35,12 @@ it is finite for every rule. The lossless rule gives P = p, distance 0.
 
 - Single-token rules (`lossless`, `threshold`, `typical`, `cosine`, `ensemble`) decide a(x)
   from row 0 alone: P in closed form (`induced_distribution`), exact.
-- Windowed rules (`ngram`, `hybrid`, `fly`) decide position 0 from the drafted tokens after it:
+- FLy decides position 0 from its native (lossless) draws at the W positions after it, which
+  are independent of x: a(x) = a₀(x) + (1 − a₀(x)) · gate(x) · Πⱼ Σ_y min(q_j(y), p_j(y)) for
+  j = 1 … W (a₀ the lossless ratio; the product is 1 for W = 0 and 0 where the chain is too
+  short for a window), P in closed form (`fly_induced`). For a sampled draft the rows after
+  position 0 stand in for those x's own prefix would have had, as below.
+- The n-gram rules (`ngram`, `hybrid`) decide position 0 from the drafted tokens after it:
   a is estimated by verifying `samples` chains x_i ~ q_i drawn from the step's rows (the drafted
   chain itself where q is None), P̂ = v̂ + (1 − Σ v̂) · r with v̂(x) the share of chains that
   start with x and are accepted there, with a grouped-jackknife standard error. The rows after
@@ -67,6 +72,7 @@ from specdec_core.errors import SpecdecError
 from specdec_core.verifiers.base import ChainVerifier, one_hot_q
 from specdec_core.verifiers.cosine import CosineVerifier, cosine_approve
 from specdec_core.verifiers.ensemble import EnsembleVerifier
+from specdec_core.verifiers.fly import FlyVerifier, top_entropy
 from specdec_core.verifiers.lossless import LosslessVerifier
 from specdec_core.verifiers.threshold import ThresholdVerifier
 from specdec_core.verifiers.typical import TypicalVerifier, entropy
@@ -190,11 +196,34 @@ def induced_distribution(
     if form is None:
         raise SpecdecError(
             f"policy '{policy.name}' decides a token from the drafted tokens after it; "
-            "estimate its distance with fidelity.sampled_distance"
+            "measure it on the whole chain with fidelity.policy_distance"
         )
     accept, fallback = form(policy, q, p, pi if pi is not None else p)  # as the rule computes
     kept = q.double() * accept.double()  # [V] P(draft x and accept it)
     return kept + (1.0 - kept.sum()).clamp(min=0.0) * fallback.double()
+
+
+def fly_induced(
+    policy: FlyVerifier,
+    q: torch.Tensor,  # [k, V] the chain's rows (one-hot where drafted deterministically)
+    p: torch.Tensor,  # [k+1, V]
+    pi: torch.Tensor,  # [k+1, V] the scored rows
+) -> torch.Tensor:
+    """[V] the distribution FLy emits at position 0 of a k-token chain: the lossless ratio,
+    plus a refused x deferred when the gate passes and the next W drafted tokens are each
+    accepted natively (probability Σ_y min(q_j, p_j) at row j, independent draws)."""
+    k, window = q.shape[0], policy.window
+    if window == 0:
+        confirmed = 1.0
+    elif k > window:
+        confirmed = float(torch.minimum(q[1 : window + 1], p[1 : window + 1]).sum(-1).prod())
+    else:
+        confirmed = 0.0  # the window does not fit: the native rule alone
+    gate = (top_entropy(pi[:1])[0] >= policy.params["entropy_threshold"]) & (pi[0] > 0)
+    native = _ratio(p[0], q[0]).double()
+    accept = native + (1.0 - native) * gate.double() * confirmed
+    kept = q[0].double() * accept  # [V] P(draft x and accept it)
+    return kept + (1.0 - kept.sum()).clamp(min=0.0) * residual(p[0], q[0]).double()
 
 
 def divergence(induced: torch.Tensor, p: torch.Tensor) -> tuple[float, float]:
@@ -276,10 +305,14 @@ def policy_distance(
     generator: torch.Generator,  # its own: sampling here must not move the run's generator
     samples: int = 256,
 ) -> Distance:
-    """The distance at the step's first drafted position: exact for single-token rules,
-    sampled for windowed ones; 0 for a step that drafted nothing (the target's own token)."""
+    """The distance at the step's first drafted position: exact for single-token rules and
+    FLy, sampled for the n-gram rules; 0 for a step that drafted nothing (the target's own token)."""
     if draft.shape[0] == 0:
         return Distance(0.0, 0.0)
+    if isinstance(policy, FlyVerifier):
+        rows = q if q is not None else one_hot_q(draft, p.shape[-1])
+        induced = fly_induced(policy, rows, p, p_soft if p_soft is not None else p)
+        return Distance(*divergence(induced, p[0]))
     if type(policy) not in CLOSED_FORMS:
         return sampled_distance(policy, draft, q, p, p_soft, generator, samples)
     q0 = q[0] if q is not None else one_hot_q(draft[:1], p.shape[-1])[0]

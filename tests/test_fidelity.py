@@ -13,6 +13,7 @@ import torch
 from specdec_core.errors import SpecdecError
 from specdec_core.fidelity import (
     divergence,
+    fly_induced,
     induced_distribution,
     policy_distance,
     residual,
@@ -125,7 +126,7 @@ def test_ensemble_emits_the_mixture():
 
 
 def test_a_windowed_rule_has_no_closed_form():
-    with pytest.raises(SpecdecError, match="sampled_distance"):
+    with pytest.raises(SpecdecError, match="policy_distance"):
         induced_distribution(make_verifier("fly"), torch.ones(V) / V, torch.ones(V) / V)
 
 
@@ -152,8 +153,47 @@ def _enumerated(policy, q, p, pi) -> torch.Tensor:
     return kept + (1 - kept.sum()) * residual(p[0], q[0]).double()
 
 
+def _fly_emitted(policy, q, p, pi, samples: int, seed: int) -> list[int]:
+    """The token FLy emits first on each of `samples` chains x_i ~ q_i verified by it."""
+    generator = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(samples):
+        chain = torch.multinomial(q, 1, generator=generator)[:, 0]
+        verdict = policy.verify(chain, q, p, generator, p_soft=pi)
+        out.append(int(chain[0]) if verdict.accepted else verdict.next_token)
+    return out
+
+
+def test_flys_closed_form_is_what_its_verifier_emits_and_a_mutated_one_is_not():
+    policy = make_verifier("fly", entropy_threshold=0.0, window=1)
+    _, q, p, pi = _windowed_case(3, temperature=1.0, k=2, vocab=5)
+    exact = fly_induced(policy, q, p, pi)
+    drawn = _fly_emitted(policy, q, p, pi, 3000, 0)
+    assert chi_square_pvalue(drawn, exact.float()) > 1e-3
+    native = make_verifier("fly", entropy_threshold=0.0, window=0)  # the window always passes
+    wrong = fly_induced(native, q, p, pi)
+    assert float((wrong - exact).abs().sum()) > 0.05
+    assert chi_square_pvalue(drawn, wrong.float()) < 1e-3
+
+
+def test_flys_closed_form_matches_enumeration_of_greedy_chains():
+    draft, q, p, pi = _windowed_case(4, temperature=0.0)
+    policy = make_verifier("fly", entropy_threshold=0.0, window=1)
+    exact = _enumerated(policy, q, p, pi)
+    assert torch.allclose(fly_induced(policy, q, p, pi), exact)
+
+
+def test_a_fly_window_that_does_not_fit_is_lossless_on_a_large_vocabulary():
+    """k = 2 drafted, W = 6: only the native rule decides, P = p exactly, with no sampling
+    noise to read as distance however many tokens the draft spreads over."""
+    draft, q, p, pi = _windowed_case(5, temperature=1.0, k=2, vocab=2000)
+    distance = policy_distance(make_verifier("fly"), draft, q, p, pi, torch.Generator())
+    assert distance.exact
+    assert distance.total_variation == pytest.approx(0.0, abs=1e-6)
+    assert distance.kl == pytest.approx(0.0, abs=1e-6)
+
+
 WINDOWED = [
-    ("fly", {"entropy_threshold": 0.0, "window": 1}, 0.0),
     ("ngram", {"n": 2, "tau": 0.5}, 0.0),
     ("ngram", {"n": 2, "tau": 0.5}, 1.0),
     ("hybrid", {"ngram_tau": 0.5, "logit_tau": 0.05}, 1.0),
@@ -180,7 +220,7 @@ def test_the_sampled_estimate_covers_the_exact_value(name, params, temperature):
 def test_a_deterministic_draft_gives_an_exact_estimate():
     """Greedy target, drafted chain fixed: every sample is the same verdict, the error is 0."""
     draft, _, p, pi = _windowed_case(0)
-    policy = make_verifier("fly", entropy_threshold=0.0, window=1)
+    policy = make_verifier("ngram", n=2, tau=0.5)
     estimate = sampled_distance(policy, draft, None, p, pi, torch.Generator(), samples=64)
     one_hot = torch.nn.functional.one_hot(draft, p.shape[-1]).float()
     exact = divergence(_enumerated(policy, one_hot, p, pi), p[0])
@@ -195,9 +235,11 @@ def test_the_step_distance_is_exact_or_sampled_by_rule():
     assert closed.exact
     expected = divergence(induced_distribution(make_verifier("threshold"), q[0], p[0], pi[0]), p[0])
     assert (closed.total_variation, closed.kl) == expected
-    sampled = policy_distance(make_verifier("fly"), draft, q, p, pi, generator, samples=32)
+    fly = policy_distance(make_verifier("fly", window=1), draft, q, p, pi, generator)
+    assert fly.exact
+    sampled = policy_distance(make_verifier("ngram"), draft, q, p, pi, generator, samples=32)
     assert sampled.samples == 32
-    nothing = policy_distance(make_verifier("fly"), draft[:0], None, p[:1], pi[:1], generator)
+    nothing = policy_distance(make_verifier("ngram"), draft[:0], None, p[:1], pi[:1], generator)
     assert (nothing.total_variation, nothing.kl, nothing.exact) == (0.0, 0.0, True)
 
 
@@ -206,5 +248,5 @@ def test_measuring_leaves_the_runs_generator_alone():
     draft, q, p, pi = _windowed_case(1)
     run = torch.Generator().manual_seed(9)
     before = run.get_state()
-    policy_distance(make_verifier("fly"), draft, q, p, pi, torch.Generator(), samples=16)
+    policy_distance(make_verifier("ngram"), draft, q, p, pi, torch.Generator(), samples=16)
     assert torch.equal(run.get_state(), before)
