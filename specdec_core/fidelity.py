@@ -306,7 +306,8 @@ def policy_distance(
     samples: int = 256,
 ) -> Distance:
     """The distance at the step's first drafted position: exact for single-token rules and
-    FLy, sampled for the n-gram rules; 0 for a step that drafted nothing (the target's own token)."""
+    FLy, sampled for the n-gram rules; 0 for a step that drafted nothing (the target's own
+    token)."""
     if draft.shape[0] == 0:
         return Distance(0.0, 0.0)
     if isinstance(policy, FlyVerifier):
