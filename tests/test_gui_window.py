@@ -184,7 +184,9 @@ def test_a_failed_model_load_keeps_the_loaded_model_and_the_window_usable(make_w
     loaded = window.target
 
     def fail(target, progress, stop=None):
-        raise SpecdecError(f"model not found: {target.spec}; give a model directory or a .gguf file")
+        raise SpecdecError(
+            f"model not found: {target.spec}; give a model directory or a .gguf file"
+        )
 
     engine.load_target = fail
     window.models.target.set_spec("/nope")
