@@ -40,13 +40,25 @@ it is finite for every rule. The lossless rule gives P = p, distance 0.
   j = 1 … W (a₀ the lossless ratio; the product is 1 for W = 0 and 0 where the chain is too
   short for a window), P in closed form (`fly_induced`). For a sampled draft the rows after
   position 0 stand in for those x's own prefix would have had, as below.
-- The n-gram rules (`ngram`, `hybrid`) decide position 0 from the drafted tokens after it:
-  a is estimated by verifying `samples` chains x_i ~ q_i drawn from the step's rows (the drafted
+- The n-gram rules (`ngram`, `hybrid`) decide position 0 from the drafted tokens after it, and
+  x enters only through the n-grams it forms with the target's greedy tokens g: every x outside
+  g is refused or approved alike. `ngram_distance` samples `samples` continuations from the
+  rows after position 0 and counts, for each token of g and for "any other x", the share of
+  them under which the rule approves position 0; a(x) is that share (times 1{π₀(x) ≥
+  logit_tau} for `hybrid`) and P = q·a + (1 − Σ q·a) · r with q exact, so only a handful of
+  shares carry sampling noise (a grouped-jackknife standard error; exact for a deterministic
+  draft, whose continuation is the drafted one).
+- Any other rule that decides from the drafted tokens after position 0 (`sampled_distance`): a
+  is estimated by verifying `samples` chains x_i ~ q_i drawn from the step's rows (the drafted
   chain itself where q is None), P̂ = v̂ + (1 − Σ v̂) · r with v̂(x) the share of chains that
   start with x and are accepted there, with a grouped-jackknife standard error. The rows after
   position 0 were computed on the drafted prefix, so for a resampled chain they stand in for
   the rows its own prefix would have had (no extra target forward): exact for one-hot q (the
-  chain is the drafted one and only the policy's own draws vary), an approximation otherwise.
+  chain is the drafted one and only the policy's own draws vary), an approximation otherwise;
+  FLy's and the n-gram rules' continuations stand in the same way. Counting v̂(x) over
+  sampled first tokens leaves a TV computed from P̂ biased upward by the draws' noise on every
+  x q spreads over (about 0.09 per token with 64 chains on SmolLM2's rows at T = 1), which the
+  forms above avoid by keeping q exact.
 
 **Every token of a step** (`step_distances`, what a run's distance averages: run_distance.py).
 A chain's token at position i was emitted by the rule at row i given the accepted prefix, so
@@ -73,7 +85,9 @@ from specdec_core.verifiers.base import ChainVerifier, one_hot_q
 from specdec_core.verifiers.cosine import CosineVerifier, cosine_approve
 from specdec_core.verifiers.ensemble import EnsembleVerifier
 from specdec_core.verifiers.fly import FlyVerifier, top_entropy
+from specdec_core.verifiers.hybrid import HybridVerifier
 from specdec_core.verifiers.lossless import LosslessVerifier
+from specdec_core.verifiers.ngram import NgramVerifier, ngram_span
 from specdec_core.verifiers.threshold import ThresholdVerifier
 from specdec_core.verifiers.typical import TypicalVerifier, entropy
 
@@ -237,6 +251,65 @@ def divergence(induced: torch.Tensor, p: torch.Tensor) -> tuple[float, float]:
     return tv, max(kl, 0.0)
 
 
+OTHER = -1  # "a token that is none of the target's greedy tokens" (in no n-gram of them)
+
+
+def ngram_distance(
+    policy: NgramVerifier | HybridVerifier,
+    draft: torch.Tensor,  # [k] the drafted chain
+    q: torch.Tensor | None,  # [k, V] or None (deterministic drafter)
+    p: torch.Tensor,  # [k+1, V]
+    p_soft: torch.Tensor | None,  # [k+1, V] π, or None (p)
+    generator: torch.Generator,
+    samples: int = 256,
+    groups: int = 8,
+) -> Distance:
+    """The n-gram rules at position 0: the rule's approval there for each greedy token and for
+    any other token, over sampled continuations (one, the drafted, for a deterministic draft)."""
+    k, vocab = draft.shape[0], p.shape[-1]
+    rows = q if q is not None else one_hot_q(draft, vocab)
+    pi = p_soft if p_soft is not None else p
+    params = policy.params
+    tau = params["ngram_tau"] if isinstance(policy, HybridVerifier) else params["tau"]
+    greedy = pi[:k].argmax(-1).tolist()
+    if q is None or k == 1:
+        continuations = [draft[1:].tolist()]
+    else:
+        continuations = torch.multinomial(rows[1:], samples, replacement=True, generator=generator)
+        continuations = continuations.T.tolist()  # [samples][k - 1]
+    classes = [*sorted(set(greedy)), OTHER]
+    approved = torch.tensor(
+        [[ngram_span([z, *c], greedy, int(params["n"]), tau) >= 1 for z in classes]
+         for c in continuations],
+        dtype=torch.float64,
+    )  # fmt: skip
+    floor = (
+        (pi[0] >= params["logit_tau"]).double()
+        if isinstance(policy, HybridVerifier)
+        else torch.ones(vocab, dtype=torch.float64)
+    )
+    fallback = residual(p[0], rows[0]).double()
+
+    def estimate(kept_rows: torch.Tensor) -> tuple[float, float]:
+        share = approved[kept_rows].mean(0)  # [classes]
+        accept = torch.full((vocab,), float(share[-1]), dtype=torch.float64)
+        accept[classes[:-1]] = share[:-1]
+        kept = rows[0].double() * accept * floor
+        return divergence(kept + (1.0 - kept.sum()).clamp(min=0.0) * fallback, p[0])
+
+    everything = torch.ones(len(continuations), dtype=torch.bool)
+    if len(continuations) == 1:
+        return Distance(*estimate(everything))
+    group = torch.arange(len(continuations)) % groups
+    left_out = [estimate(group != g) for g in range(groups)]
+    return Distance(
+        *estimate(everything),
+        samples=len(continuations),
+        total_variation_se=_jackknife([value[0] for value in left_out]),
+        kl_se=_jackknife([value[1] for value in left_out]),
+    )
+
+
 def sampled_distance(
     policy: ChainVerifier,
     draft: torch.Tensor,  # [k] the drafted chain
@@ -306,14 +379,16 @@ def policy_distance(
     samples: int = 256,
 ) -> Distance:
     """The distance at the step's first drafted position: exact for single-token rules and
-    FLy, sampled for the n-gram rules; 0 for a step that drafted nothing (the target's own
-    token)."""
+    FLy, the n-gram rules' approval sampled over continuations; 0 for a step that drafted
+    nothing (the target's own token)."""
     if draft.shape[0] == 0:
         return Distance(0.0, 0.0)
     if isinstance(policy, FlyVerifier):
         rows = q if q is not None else one_hot_q(draft, p.shape[-1])
         induced = fly_induced(policy, rows, p, p_soft if p_soft is not None else p)
         return Distance(*divergence(induced, p[0]))
+    if isinstance(policy, NgramVerifier | HybridVerifier):
+        return ngram_distance(policy, draft, q, p, p_soft, generator, samples)
     if type(policy) not in CLOSED_FORMS:
         return sampled_distance(policy, draft, q, p, p_soft, generator, samples)
     q0 = q[0] if q is not None else one_hot_q(draft[:1], p.shape[-1])[0]

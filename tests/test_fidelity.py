@@ -15,6 +15,7 @@ from specdec_core.fidelity import (
     divergence,
     fly_induced,
     induced_distribution,
+    ngram_distance,
     policy_distance,
     residual,
     sampled_distance,
@@ -217,6 +218,39 @@ def test_the_sampled_estimate_covers_the_exact_value(name, params, temperature):
             assert abs(estimate.kl - exact_kl) <= 4 * estimate.kl_se + 0.01
 
 
+@pytest.mark.parametrize("name,params,temperature", WINDOWED)
+def test_the_n_gram_form_covers_the_exact_value(name, params, temperature):
+    policy = make_verifier(name, **params)
+    for seed in range(2):
+        draft, q, p, pi = _windowed_case(seed, temperature)
+        exact_tv, exact_kl = divergence(_enumerated(policy, q, p, pi), p[0])
+        generator = torch.Generator().manual_seed(seed)
+        estimate = policy_distance(policy, draft, q, p, pi, generator, samples=400)
+        assert not estimate.exact and estimate.samples == 400
+        assert abs(estimate.total_variation - exact_tv) <= 4 * estimate.total_variation_se + 0.01
+        if temperature > 0:
+            assert abs(estimate.kl - exact_kl) <= 4 * estimate.kl_se + 0.01
+
+
+def test_the_n_gram_form_is_exact_where_the_continuation_never_matches():
+    """Continuations that never write the greedy g1: only x = g0 is approved, whatever the draft
+    spreads over 2000 tokens, so the emitted distribution is known exactly and so is the form."""
+    vocab = 2000
+    draft, q, p, pi = _windowed_case(6, temperature=1.0, k=2, vocab=vocab)
+    greedy = pi[:2].argmax(-1)
+    q = q.clone()
+    q[1, greedy[1]] = 0.0  # the continuation never writes g1
+    q[1] /= q[1].sum()
+    policy = make_verifier("ngram", n=2, tau=0.5)
+    kept = torch.zeros(vocab, dtype=torch.float64)
+    kept[greedy[0]] = q[0, greedy[0]].double()
+    exact = divergence(kept + (1 - kept.sum()) * residual(p[0], q[0]).double(), p[0])
+    generator = torch.Generator().manual_seed(0)
+    estimate = ngram_distance(policy, draft, q, p, pi, generator, samples=64)
+    assert (estimate.total_variation, estimate.kl) == pytest.approx(exact, abs=1e-6)
+    assert estimate.total_variation_se == pytest.approx(0.0, abs=1e-12)
+
+
 def test_a_deterministic_draft_gives_an_exact_estimate():
     """Greedy target, drafted chain fixed: every sample is the same verdict, the error is 0."""
     draft, _, p, pi = _windowed_case(0)
@@ -225,7 +259,7 @@ def test_a_deterministic_draft_gives_an_exact_estimate():
     one_hot = torch.nn.functional.one_hot(draft, p.shape[-1]).float()
     exact = divergence(_enumerated(policy, one_hot, p, pi), p[0])
     assert (estimate.total_variation, estimate.kl) == pytest.approx(exact)
-    assert estimate.total_variation_se == 0.0
+    assert estimate.total_variation_se == pytest.approx(0.0, abs=1e-12)
 
 
 def test_the_step_distance_is_exact_or_sampled_by_rule():
