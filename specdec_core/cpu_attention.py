@@ -52,11 +52,7 @@ REDUCED = (torch.bfloat16, torch.float16)
 # arguments some models pass that change what attention computes (a bias, soft-capping,
 # attention sinks): a forward with any of them keeps torch's kernel
 CHANGES_ATTENTION = ("position_bias", "softcap", "s_aux")
-MEMO = 4  # masks whose row groups are kept: one forward's layers share a mask (two kinds of
-# layer in a model with sliding windows)
-
-# the latest masks and their row groups, newest last
-_groups: list[tuple[torch.Tensor, list | None]] = []
+ROW_GROUPS = "row_groups"  # the keyword a forward passes its attention calls (`RowGroups`)
 
 
 def grouped_sdpa_forward(
@@ -151,7 +147,9 @@ def path_sdpa_forward(
     **kwargs,
 ) -> tuple[torch.Tensor, None]:
     """`grouped_sdpa_forward`, but a reduced-precision forward of up to PATH_ROWS rows under
-    a mask attends row by row (`path_attention`), with the bits of one-token steps."""
+    a mask attends row by row (`path_attention`), with the bits of one-token steps. The
+    forward's `RowGroups` (keyword ROW_GROUPS) groups each mask's rows once for all layers."""
+    memo: RowGroups | None = kwargs.pop(ROW_GROUPS, None)
     if (
         reduced_cpu_inference(query, attention_mask, dropout, kwargs)
         and attention_mask.shape[1] == 1
@@ -159,7 +157,7 @@ def path_sdpa_forward(
         and query.shape[2] <= PATH_ROWS
         and query.shape[0] == 1
     ):
-        groups = row_groups(attention_mask)
+        groups = memo.of(attention_mask) if memo is not None else row_groups(attention_mask)
         if groups is not None:
             grouped = getattr(module, "num_key_value_groups", 1) > 1
             return path_attention(query, key, value, groups, scaling, grouped), None
@@ -172,21 +170,37 @@ def path_sdpa_forward(
 Group = tuple[slice | torch.Tensor, int, torch.Tensor | None]
 
 
+class RowGroups:
+    """The row groups of the masks one forward's layers share (one mask, or two kinds of
+    layer's in a model with sliding windows), each grouped once: a fresh one per forward,
+    passed as the keyword ROW_GROUPS (`forward_keywords`)."""
+
+    def __init__(self) -> None:
+        self._seen: list[tuple[torch.Tensor, list[Group] | None]] = []
+
+    def of(self, mask: torch.Tensor) -> list[Group] | None:
+        for seen, groups in self._seen:
+            if seen is mask:
+                return groups
+        groups = row_groups(mask)
+        self._seen.append((mask, groups))
+        return groups
+
+
+def forward_keywords(model: PreTrainedModel) -> dict[str, RowGroups]:
+    """What a forward of `model` passes its attention calls: a fresh `RowGroups` where it
+    attends row by row (PATH_NAME, reduced precision), nothing otherwise."""
+    if model.config._attn_implementation == PATH_NAME and model.dtype in REDUCED:
+        return {ROW_GROUPS: RowGroups()}
+    return {}
+
+
 def row_groups(mask: torch.Tensor) -> list[Group] | None:
     """The rows of a [1, 1, q, kv] mask grouped by how many keys they see, each group with
     its keys in position order: (rows, p, later keys [r, t]) where all of them see the first
     p keys, or (rows, c, None) where they see exactly the first c (a view of the cache,
     nothing copied). None for a mask that adds values other than 0 and −inf (a bias) or hides
     every key from a row, which `path_attention` leaves to the masked call."""
-    for seen, groups in _groups:
-        if seen is mask:
-            return groups
-    groups = _grouped(mask)
-    _groups[:] = [*_groups[1 - MEMO :], (mask, groups)]  # one list, replaced in one step
-    return groups
-
-
-def _grouped(mask: torch.Tensor) -> list[Group] | None:
     additive = mask[0, 0]
     if additive.dtype == torch.bool:
         allowed = additive

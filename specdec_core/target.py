@@ -22,6 +22,7 @@ import torch
 from transformers import PreTrainedModel
 
 from specdec_core import attention_mask, kv_cache
+from specdec_core.cpu_attention import forward_keywords
 from specdec_core.errors import SpecdecError
 from specdec_core.models import input_device
 
@@ -92,6 +93,7 @@ class Target:
             **kv_cache.cache_arg(self.cache),
             use_cache=True,
             output_hidden_states=bool(self.feature_layers),
+            **forward_keywords(self.model),
         )
         hidden = out.last_hidden_state[0]  # [n, h]
         logits = self.model.lm_head(hidden).float() if with_logits else None  # [n, V]

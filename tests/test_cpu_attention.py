@@ -9,7 +9,7 @@ import torch
 
 from specdec_core import cpu_attention
 from specdec_core.config import DecodeConfig
-from specdec_core.cpu_attention import NAME, use_grouped_sdpa
+from specdec_core.cpu_attention import NAME, forward_keywords, row_groups, use_grouped_sdpa
 from specdec_core.models import LoadedModel, fast_cpu_paths
 from specdec_core.prepacked_linear import native_bf16
 from specdec_core.runner import run
@@ -98,6 +98,28 @@ def test_a_bf16_verify_forward_gives_every_row_the_bits_of_ar_steps_along_its_pa
     for row in range(len(chain)):
         expected = _ar_logits_along(model, ids[:-1], [ids[-1], *nodes[:row]])
         assert torch.equal(chain[row], expected), f"chain row {row} differs from ar's step"
+
+
+def test_a_bf16_verify_forward_groups_its_mask_once_for_all_layers(monkeypatch):
+    model = _bf16_target().model
+    assert model.config.num_hidden_layers > 1
+    grouped = []
+
+    def counted(mask):
+        grouped.append(mask)
+        return row_groups(mask)
+
+    monkeypatch.setattr(cpu_attention, "row_groups", counted)
+    runner = Target(model)
+    ids = prompt(12)
+    runner.prefill(ids[:-1])
+    nodes = [3 + (5 * i) % 20 for i in range(len(TREE))]
+    runner.forward([ids[-1], *nodes], TREE)
+    assert len(grouped) == 1  # one mask, every layer's call served from the forward's memo
+    runner.keep(runner.length - len(TREE) - 1, [])
+    runner.forward([ids[-1], *nodes], TREE)
+    assert len(grouped) == 2  # the next forward's mask is grouped afresh: nothing outlives one
+    assert not forward_keywords(tiny_loaded(seed=3).model)  # float32: nothing to pass
 
 
 @needs_native_bf16
