@@ -170,7 +170,7 @@ def collect_features(
         with Heartbeat(lambda clock=clock: report(clock.progress()), HEARTBEAT_S):
             done = settings.featured(
                 target, samples, source.name, batch_tokens=forward_tokens, progress=featured,
-                until=None if wanted is not None else until,
+                until=None if wanted is not None else until, at_least_one=not data.train,
             )  # fmt: skip
         clock.note = ""  # no forward runs now
         report(clock.progress(), force=True)

@@ -52,6 +52,7 @@ def extract_features(
     progress=None,
     layers: tuple[int, ...] = (),
     until: float | None = None,
+    at_least_one: bool = False,
 ) -> list[Featured]:
     """Features for `samples`, computed in shards of `shard_samples` (reused when present;
     `shard_dir` None keeps them in memory only, for a run that will not be resumed).
@@ -59,7 +60,9 @@ def extract_features(
     Samples that carry their features from generation are taken as they are, with no shard,
     unless `layers` asks for hidden states that generation does not keep. `progress(samples,
     total, tokens)` after every forward; `until`: start no forward after this instant (the
-    result is then the features of the first samples only).
+    result is then the features of the first samples only), except the first one where
+    `at_least_one` (a run that has no features yet: its budget's probe has checked that one
+    batch fits, and a late start on a busy machine must not leave it with nothing).
     """
     if layers:
         samples = [type(s)(s.ids, s.start) for s in samples]  # one forward for every layer
@@ -74,7 +77,7 @@ def extract_features(
     pad = 0
     count = _Count(len(samples), progress)
     for number, first in enumerate(range(0, len(samples), shard_samples)):
-        if _passed(until):
+        if _passed(until) and (count.samples or not at_least_one):
             break
         shard = shard_dir / f"feat-{number:05d}.pt" if shard_dir is not None else None
         chunk = samples[first : first + shard_samples]
@@ -89,8 +92,9 @@ def extract_features(
             forward = [i for i in range(len(todo)) if i not in kept]
             count(list(kept.values()))
             found = _forward_all(
-                model, [todo[i] for i in forward], batch_tokens, pad, layers, until, count
-            )
+                model, [todo[i] for i in forward], batch_tokens, pad, layers, until, count,
+                started=count.samples > 0 or not at_least_one,
+            )  # fmt: skip
             computed = {forward[j]: item for j, item in found.items()}
             whole = 0  # the samples of `todo` before the first one left without features
             while whole < len(todo) and (whole in kept or whole in computed):
@@ -148,13 +152,15 @@ def _forward_all(
     layers: tuple[int, ...],
     until: float | None = None,
     done: Callable[[list[dict]], None] | None = None,
+    started: bool = True,
 ) -> dict[int, dict]:
     """Index -> features of `samples`, batched by length (in their order with `until`, after
-    which no forward starts); `done(items)` after each forward."""
+    which no forward starts, unless none has and nothing was `started` before this call);
+    `done(items)` after each forward."""
     results: dict[int, dict] = {}
     lengths = [len(s.ids) for s in samples]
     for batch in length_calls(lengths, padded=batch_tokens, in_order=until is not None):
-        if _passed(until):
+        if _passed(until) and (results or started):
             break
         items = _forward(model, [samples[j] for j in batch], pad, layers)
         results.update(zip(batch, items, strict=True))
