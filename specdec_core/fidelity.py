@@ -81,10 +81,10 @@ import torch
 from transformers import PreTrainedModel
 
 from specdec_core.errors import SpecdecError
+from specdec_core.verifiers import fly
 from specdec_core.verifiers.base import ChainVerifier, one_hot_q
 from specdec_core.verifiers.cosine import CosineVerifier, cosine_approve
 from specdec_core.verifiers.ensemble import EnsembleVerifier
-from specdec_core.verifiers.fly import FlyVerifier, top_entropy
 from specdec_core.verifiers.hybrid import HybridVerifier
 from specdec_core.verifiers.lossless import LosslessVerifier
 from specdec_core.verifiers.ngram import NgramVerifier, ngram_span
@@ -218,7 +218,7 @@ def induced_distribution(
 
 
 def fly_induced(
-    policy: FlyVerifier,
+    policy: fly.FlyVerifier,
     q: torch.Tensor,  # [k, V] the chain's rows (one-hot where drafted deterministically)
     p: torch.Tensor,  # [k+1, V]
     pi: torch.Tensor,  # [k+1, V] the scored rows
@@ -233,9 +233,9 @@ def fly_induced(
         confirmed = float(torch.minimum(q[1 : window + 1], p[1 : window + 1]).sum(-1).prod())
     else:
         confirmed = 0.0  # the window does not fit: the native rule alone
-    gate = (top_entropy(pi[:1])[0] >= policy.params["entropy_threshold"]) & (pi[0] > 0)
+    passes = fly.gate(pi[:1], pi[:1], policy.params["entropy_threshold"])[0]  # [V]
     native = _ratio(p[0], q[0]).double()
-    accept = native + (1.0 - native) * gate.double() * confirmed
+    accept = native + (1.0 - native) * passes.double() * confirmed
     kept = q[0].double() * accept  # [V] P(draft x and accept it)
     return kept + (1.0 - kept.sum()).clamp(min=0.0) * residual(p[0], q[0]).double()
 
@@ -383,7 +383,7 @@ def policy_distance(
     nothing (the target's own token)."""
     if draft.shape[0] == 0:
         return Distance(0.0, 0.0)
-    if isinstance(policy, FlyVerifier):
+    if isinstance(policy, fly.FlyVerifier):
         rows = q if q is not None else one_hot_q(draft, p.shape[-1])
         induced = fly_induced(policy, rows, p, p_soft if p_soft is not None else p)
         return Distance(*divergence(induced, p[0]))

@@ -93,7 +93,7 @@ def extract_features(
             count(list(kept.values()))
             found = _forward_all(
                 model, [todo[i] for i in forward], batch_tokens, pad, layers, until, count,
-                started=count.samples > 0 or not at_least_one,
+                must_start=at_least_one and not count.samples,
             )  # fmt: skip
             computed = {forward[j]: item for j, item in found.items()}
             whole = 0  # the samples of `todo` before the first one left without features
@@ -152,15 +152,15 @@ def _forward_all(
     layers: tuple[int, ...],
     until: float | None = None,
     done: Callable[[list[dict]], None] | None = None,
-    started: bool = True,
+    must_start: bool = False,
 ) -> dict[int, dict]:
     """Index -> features of `samples`, batched by length (in their order with `until`, after
-    which no forward starts, unless none has and nothing was `started` before this call);
-    `done(items)` after each forward."""
+    which no forward starts but the first where `must_start`); `done(items)` after each
+    forward."""
     results: dict[int, dict] = {}
     lengths = [len(s.ids) for s in samples]
     for batch in length_calls(lengths, padded=batch_tokens, in_order=until is not None):
-        if _passed(until) and (results or started):
+        if _passed(until) and (results or not must_start):
             break
         items = _forward(model, [samples[j] for j in batch], pad, layers)
         results.update(zip(batch, items, strict=True))

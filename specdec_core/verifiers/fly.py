@@ -55,6 +55,14 @@ def top_entropy(pi: torch.Tensor, top: int = ENTROPY_TOP) -> torch.Tensor:
     return -(largest * largest.clamp(min=1e-30).log()).sum(-1)
 
 
+def gate(pi: torch.Tensor, mass: torch.Tensor, entropy_threshold: float) -> torch.Tensor:
+    """FLy's entropy gate: the rows of `pi` [k, V] that admit alternatives (H₃ ≥ θ), for
+    tokens to which they give mass (`mass` [k] for the drafted tokens, [k, V] for every
+    token): bool of `mass`'s shape."""
+    admits = top_entropy(pi) >= entropy_threshold  # [k]
+    return admits.reshape(admits.shape + (1,) * (mass.dim() - 1)) & (mass > 0)
+
+
 def native_accepts(
     draft: torch.Tensor,  # [k]
     q: torch.Tensor,  # [k, V]
@@ -75,13 +83,13 @@ def deferred(
     """[k] bool: mismatches FLy accepts — the gate passes and the next `window` drafted tokens
     are natively accepted; only positions i with i + window < k can be judged."""
     k = draft.shape[0]
-    gate = (top_entropy(pi) >= entropy_threshold) & (drafted_probs(draft, pi) > 0)  # [k]
+    passes = gate(pi, drafted_probs(draft, pi), entropy_threshold)  # [k]
     confirmed = torch.zeros(k, dtype=torch.bool, device=draft.device)
     if window == 0:
         confirmed[:] = True
     elif k > window:  # window i covers native[i + 1 .. i + window], for i = 0 .. k - window - 1
         confirmed[: k - window] = native[1:].unfold(0, window, 1).all(-1)
-    return ~native & gate & confirmed
+    return ~native & passes & confirmed
 
 
 class FlyVerifier(ScoringPolicy):
