@@ -14,9 +14,13 @@ most, because verifying k tokens then costs little more than one token.
 `prepack(model)` swaps each `nn.Linear` for a `PrepackedLinear` that keeps the original
 `weight` and `bias` parameters (state dicts, tied embeddings and readers of `.weight` see no
 change) plus the packed copy, used only where it is exact to use it: CPU, the packed dtype,
-no autograd (training falls back to `F.linear`). If the weight changes (in place, new data,
-or a new parameter) the copy is packed again. The packed copy costs one more copy of the
-linear weights in memory. Set SPECDEC_PREPACK=0 to keep torch's default kernels.
+no autograd (training falls back to `F.linear`). The copy is made when the layer is, and made
+again at the three moments weights change: `load_state_dict` (how a head is loaded and how
+online adaptation publishes its weights), `.to()` / `.float()` and the like, and `eval()`
+(`train()` drops it: a model that trains runs `F.linear`). Nothing is checked per call, so
+code that changes weights in place outside those calls (`weight.mul_`, `weight.data = ...`)
+calls `eval()` afterwards. The packed copy costs one more copy of the linear weights in
+memory. Set SPECDEC_PREPACK=0 to keep torch's default kernels.
 """
 
 from __future__ import annotations
@@ -82,73 +86,76 @@ class PackedWeight:
     """x -> x @ weight.T (+ bias) against a oneDNN copy of `weight`, where that is exact.
 
     Not a module: it holds references, never parameters of its own, so it can sit on a
-    module (the EAGLE head's reduced-vocabulary rows) without entering its state dict.
+    module (the EAGLE head's reduced-vocabulary rows) without entering its state dict. The
+    copy is made once, here: whoever changes the weights makes a new one.
     """
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
         self.weight, self.bias = weight, bias
-        self._pack()
+        self.packed = None
+        if enabled(weight.device, weight.dtype):
+            self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), BATCH_HINT)
 
     def __deepcopy__(self, memo: dict) -> PackedWeight:
         """A copy packed from copies of the weights (oneDNN's blocked tensors cannot be copied;
         `memo` keeps a copied module's parameters shared with its copied packed weights)."""
         return PackedWeight(copy.deepcopy(self.weight, memo), copy.deepcopy(self.bias, memo))
 
-    def _pack(self) -> None:
-        self.packed = None
-        if enabled(self.weight.device, self.weight.dtype):
-            self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), BATCH_HINT)
-        self._stamp = self._weights_stamp()
-
-    def _weights_stamp(self) -> tuple:
-        return (*tensor_stamp(self.weight), *tensor_stamp(self.bias))
-
     def runs_packed(self, x: torch.Tensor) -> bool:
         """Would `self(x)` multiply against the packed copy (not fall back to `F.linear`)?"""
-        if self._weights_stamp() != self._stamp:
-            self._pack()
         packed = self.packed
         return not (
             packed is None
             or torch.is_grad_enabled()
             or x.device.type != "cpu"
             or x.dtype != packed.dtype
-            or self.weight.device.type != "cpu"
-            or self.weight.dtype != packed.dtype
         )
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if not self.runs_packed(x):
             return F.linear(x, self.weight, self.bias)
-        packed = self.packed
         rows = x.reshape(-1, x.shape[-1]).contiguous()
         bias = None if self.bias is None else self.bias.detach()
-        out = torch.ops.mkldnn._linear_pointwise(rows, packed, bias, "none", [], "")
+        out = torch.ops.mkldnn._linear_pointwise(rows, self.packed, bias, "none", [], "")
         return out.reshape(*x.shape[:-1], out.shape[-1])
 
 
-def tensor_stamp(tensor: torch.Tensor | None) -> tuple[int, int]:
-    """(storage, version): new data (`.to`, `.data =`) changes the storage, an in-place
-    update bumps the version (inference tensors cannot be updated in place)."""
-    if tensor is None:
-        return (0, -1)
-    return (tensor.data_ptr(), -1 if tensor.is_inference() else tensor._version)
-
-
 class PrepackedLinear(nn.Module):
-    """`nn.Linear` with a oneDNN copy of its weight for CPU inference."""
+    """`nn.Linear` with a oneDNN copy of its weight for CPU inference, made again on
+    `load_state_dict`, `.to()` and `eval()`, dropped on `train()` (module docstring)."""
 
     def __init__(self, linear: nn.Linear) -> None:
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.weight = linear.weight
         self.bias = linear.bias
+        self.training = linear.training
+        self.packed: PackedWeight | None = PackedWeight(self.weight, self.bias)
+        self.register_load_state_dict_post_hook(lambda module, _: module.repack())
+
+    def repack(self) -> None:
+        """Pack the current weights (after they changed)."""
         self.packed = PackedWeight(self.weight, self.bias)
 
+    def train(self, mode: bool = True) -> PrepackedLinear:
+        super().train(mode)
+        if mode:
+            self.packed = None
+        else:
+            self.repack()
+        return self
+
+    def _apply(self, fn, recurse=True):
+        super()._apply(fn, recurse)
+        if self.packed is not None:
+            self.repack()
+        return self
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.packed.weight is not self.weight or self.packed.bias is not self.bias:
-            self.packed = PackedWeight(self.weight, self.bias)  # e.g. load_state_dict(assign=)
-        return self.packed(x)
+        packed = self.packed
+        if packed is None:
+            return F.linear(x, self.weight, self.bias)
+        return packed(x)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, oneDNN"

@@ -70,12 +70,22 @@ def test_fused_projections_give_the_llama_layers_bits(tiny_target, kind, dtype, 
         assert torch.equal(a, b)
 
 
-def test_fused_projections_follow_the_weights_when_they_change(tiny_target):
+@pytest.mark.parametrize("change", ["load_state_dict", "in place, then eval"])
+def test_fused_projections_follow_the_weights_when_they_change(tiny_target, change):
     head = drafting_head(tiny_target, "eagle1", torch.float32)
     before = passes(head, fused=True)
     with torch.no_grad():
-        head.layers[0].self_attn.k_proj.weight.mul_(1.5)
-        head.layers[0].mlp.up_proj.weight.mul_(0.5)
+        if change == "load_state_dict":  # how online adaptation publishes its weights
+            state = head.state_dict()
+            state["layers.0.self_attn.k_proj.weight"] = (
+                state["layers.0.self_attn.k_proj.weight"] * 1.5
+            )
+            state["layers.0.mlp.up_proj.weight"] = state["layers.0.mlp.up_proj.weight"] * 0.5
+            head.load_state_dict(state)
+        else:
+            head.layers[0].self_attn.k_proj.weight.mul_(1.5)
+            head.layers[0].mlp.up_proj.weight.mul_(0.5)
+            head.eval()
     changed_fused, changed_plain = passes(head, fused=True), passes(head, fused=False)
     assert not torch.equal(before[2], changed_fused[2])
     for a, b in zip(changed_plain, changed_fused, strict=True):

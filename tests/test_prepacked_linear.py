@@ -89,6 +89,7 @@ def test_a_deep_copy_packs_its_own_copied_weights():
     assert twin.packed.weight is twin.weight and twin.weight is not linear.weight
     with torch.no_grad():
         twin.weight.mul_(2.0)
+        twin.eval()  # packed again from the copy's changed weights
         x = torch.randn(3, 16)
         torch.testing.assert_close(twin(x), torch.nn.functional.linear(x, twin.weight, twin.bias))
         torch.testing.assert_close(
@@ -96,25 +97,43 @@ def test_a_deep_copy_packs_its_own_copied_weights():
         )
 
 
-def test_packed_copy_follows_in_place_weight_updates():
+def test_an_in_place_weight_update_is_packed_again_by_eval(calls):
     linear = PrepackedLinear(torch.nn.Linear(16, 8))
     x = torch.randn(2, 16)
     with torch.no_grad():
         linear.weight.mul_(2.0)
+        linear.eval()  # what code that changes weights in place calls afterwards
         expected = torch.nn.functional.linear(x, linear.weight, linear.bias)
         torch.testing.assert_close(linear(x), expected, rtol=1e-5, atol=1e-5)
+    assert calls["n"] == 1
 
 
-def test_packed_copy_follows_replaced_parameters_and_data():
+def test_loaded_state_and_moved_weights_are_packed_again(calls):
+    model = torch.nn.Sequential(PrepackedLinear(torch.nn.Linear(16, 8)))
+    linear = model[0]
+    x = torch.randn(2, 16)
+    state = {"0.weight": torch.randn(8, 16), "0.bias": torch.randn(8)}
+    with torch.no_grad():
+        model.load_state_dict(state)  # copied into the parameters, as adaptation publishes
+        torch.testing.assert_close(linear(x), x @ state["0.weight"].T + state["0.bias"])
+        model.load_state_dict({k: v * 2 for k, v in state.items()}, assign=True)  # new objects
+        torch.testing.assert_close(linear(x), (x @ state["0.weight"].T + state["0.bias"]) * 2)
+        model.to(torch.float64).to(torch.float32)  # new data under the same parameters
+        expected = torch.nn.functional.linear(x, linear.weight, linear.bias)
+        torch.testing.assert_close(linear(x), expected, rtol=1e-5, atol=1e-5)
+    assert calls["n"] == 3
+
+
+def test_a_module_in_training_runs_torchs_linear_until_eval(calls):
     linear = PrepackedLinear(torch.nn.Linear(16, 8))
     x = torch.randn(2, 16)
-    state = {"weight": torch.randn(8, 16), "bias": torch.randn(8)}
-    linear.load_state_dict(state, assign=True)  # new parameter objects
     with torch.no_grad():
-        torch.testing.assert_close(linear(x), x @ state["weight"].T + state["bias"])
-        linear.weight.data = torch.randn(8, 16)  # new data under the same parameter
-        expected = torch.nn.functional.linear(x, linear.weight, linear.bias)
-        torch.testing.assert_close(linear(x), expected, rtol=1e-5, atol=1e-5)
+        linear.train()
+        linear(x)
+        assert calls["n"] == 0
+        linear.eval()
+        linear(x)
+    assert calls["n"] == 1
 
 
 def test_prepack_is_off_for_other_dtypes_and_when_switched_off(monkeypatch):

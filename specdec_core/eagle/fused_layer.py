@@ -13,8 +13,9 @@ prompt) and training (`torch.is_grad_enabled()`) run the Llama layer.
     attention(attn, fused, x, mask, rope, cache)             # the attention of either layout
     mlp(mlp_module, fused, x)
 
-`fused` is the layer's `LayerFusion`, which rebuilds its stacked copies whenever a source
-weight changes (training, `load_state_dict`, `.to`).
+`fused` is the layer's `LayerFusion`: stacked copies made once from the linears' weights.
+Its owner (`EagleHead`) drops its fusions whenever those weights change (`load_state_dict`,
+`.to`, `train` / `eval`), as `PrepackedLinear` repacks its own copy.
 """
 
 from __future__ import annotations
@@ -24,38 +25,30 @@ from torch import nn
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb, eager_attention_forward
 
-from specdec_core.prepacked_linear import PackedWeight, tensor_stamp
+from specdec_core.prepacked_linear import PackedWeight
 
 FUSED_ROWS = 16  # rows up to which a pass uses the fused projections (beams, commits)
 
 
 class FusedProjections:
-    """Several linears over the same input as one: `x -> (x @ W1.T + b1, x @ W2.T + b2, …)`."""
+    """Several linears over the same input as one: `x -> (x @ W1.T + b1, x @ W2.T + b2, …)`,
+    against one packed copy of their stacked weights, made here."""
 
     def __init__(self, *linears: nn.Module) -> None:
-        self.linears = linears
-        self.packed: PackedWeight | None = None
-        self._stamp: tuple = ()
-
-    def _stamps(self) -> tuple:
-        return tuple(
-            (*tensor_stamp(linear.weight), *tensor_stamp(linear.bias)) for linear in self.linears
-        )
+        weight = torch.cat([linear.weight.detach() for linear in linears])
+        bias = None
+        if any(linear.bias is not None for linear in linears):
+            bias = torch.cat([
+                linear.bias.detach()
+                if linear.bias is not None
+                else weight.new_zeros(linear.weight.shape[0])
+                for linear in linears
+            ])  # fmt: skip
+        self.packed = PackedWeight(weight, bias)
+        self.sizes = [linear.weight.shape[0] for linear in linears]
 
     def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        stamp = self._stamps()
-        if self.packed is None or stamp != self._stamp:
-            weight = torch.cat([linear.weight.detach() for linear in self.linears])
-            biases = [linear.bias for linear in self.linears]
-            bias = None
-            if any(b is not None for b in biases):
-                bias = torch.cat([
-                    b.detach() if b is not None else weight.new_zeros(linear.weight.shape[0])
-                    for b, linear in zip(biases, self.linears, strict=True)
-                ])  # fmt: skip
-            self.packed, self._stamp = PackedWeight(weight, bias), stamp
-        sizes = [linear.weight.shape[0] for linear in self.linears]
-        return self.packed(x).split(sizes, dim=-1)
+        return self.packed(x).split(self.sizes, dim=-1)
 
 
 class LayerFusion:
@@ -64,12 +57,6 @@ class LayerFusion:
     def __init__(self, attn: nn.Module, mlp_module: nn.Module) -> None:
         self.qkv = FusedProjections(attn.q_proj, attn.k_proj, attn.v_proj)
         self.gate_up = FusedProjections(mlp_module.gate_proj, mlp_module.up_proj)
-
-    def serves(self, attn: nn.Module, mlp_module: nn.Module) -> bool:
-        """Are these the fusions of exactly these modules' linears (none replaced since)?"""
-        return self.qkv.linears == (attn.q_proj, attn.k_proj, attn.v_proj) and (
-            self.gate_up.linears == (mlp_module.gate_proj, mlp_module.up_proj)
-        )
 
 
 def attention(attn, fused: LayerFusion, x, mask, rope, cache) -> torch.Tensor:

@@ -215,14 +215,29 @@ class EagleHead(nn.Module):
         self._draft_head: PackedWeight | None = None  # eagle1 + reduced vocab: gathered rows
         self._fusions: dict[int, LayerFusion] = {}  # layer index -> its drafting projections
         self.fused_drafting = True  # draft through fused projections where exact (_fusion)
+        self.register_load_state_dict_post_hook(EagleHead._drop_copies)
 
     def _apply(self, fn, recurse=True):
         """`.to(dtype)` and friends, but RoPE's frequencies stay float32: cast to bf16, the
-        angle at position 500 would be off by radians."""
+        angle at position 500 would be off by radians. The drafting copies are made again."""
         super()._apply(fn, recurse)
         if self.rotary.inv_freq.dtype != torch.float32:
             self.rotary = LlamaRotaryEmbedding(self.config).to(self.rotary.inv_freq.device)
+        self._drop_copies()
         return self
+
+    def train(self, mode: bool = True) -> EagleHead:
+        """`train()` / `eval()`; the drafting copies are made again after either."""
+        super().train(mode)
+        self._drop_copies()
+        return self
+
+    def _drop_copies(self, *_) -> None:
+        """Forget the copies drafting makes from the weights (fused projections, gathered
+        draft-vocabulary rows): called whenever the weights change (`load_state_dict`, `.to`,
+        `train` / `eval`); the next drafting pass makes them from the weights as they are."""
+        self._fusions = {}
+        self._draft_head = None
 
     # -- binding to the target ---------------------------------------------------------
     def bind(self, embedding: nn.Module, lm_head: nn.Module) -> EagleHead:
@@ -295,8 +310,8 @@ class EagleHead(nn.Module):
     def _fusion(
         self, index: int, attn: nn.Module, mlp: nn.Module, x: torch.Tensor
     ) -> LayerFusion | None:
-        """Layer `index`'s fused projections for a drafting pass over `x` (made again if its
-        linears were replaced), or None: training, `fused_drafting` off, more rows than
+        """Layer `index`'s fused projections for a drafting pass over `x` (made on the first
+        pass after the weights changed), or None: training, `fused_drafting` off, more rows than
         FUSED_ROWS, or linears that will not run packed for `x` (only oneDNN's packed kernels
         give the fused and the separate products the same bits)."""
         linears = (attn.q_proj, attn.k_proj, attn.v_proj, mlp.gate_proj, mlp.up_proj)
@@ -311,7 +326,7 @@ class EagleHead(nn.Module):
         ):
             return None
         fusion = self._fusions.get(index)
-        if fusion is None or not fusion.serves(attn, mlp):
+        if fusion is None:
             fusion = self._fusions[index] = LayerFusion(attn, mlp)
         return fusion
 
@@ -335,13 +350,9 @@ class EagleHead(nn.Module):
             raise RuntimeError("EagleHead.bind(embedding, lm_head) must be called first")
         if not self.draft_vocab:
             return target_head(hidden.to(target_head.weight.dtype))
-        weight, dtype = target_head.weight, self.fc.weight.dtype  # rows in the head's dtype
-        if (
-            self._draft_head is None
-            or self._draft_head.weight.device != weight.device
-            or self._draft_head.weight.dtype != dtype
-        ):
-            rows = weight[self.draft_ids()].detach().to(dtype)  # [Vd, h]
+        dtype = self.fc.weight.dtype  # the rows in the head's dtype
+        if self._draft_head is None:
+            rows = target_head.weight[self.draft_ids()].detach().to(dtype)  # [Vd, h]
             self._draft_head = PackedWeight(rows)
         return self._draft_head(hidden.to(dtype))
 
