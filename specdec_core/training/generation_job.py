@@ -166,17 +166,25 @@ class SourceProgress:
     def done(self) -> bool:
         return self.exhausted or self.answer_tokens >= self.budget
 
-    def add(self, samples: Sequence[dict], rejected: dict[str, int]) -> int:
-        """Count answered `samples` (shard records) and what the filter dropped; -> their
-        answer tokens."""
-        self.samples += len(samples)
-        self.rejected.update(rejected)
+    def count(self, shard: dict) -> int:
+        """Add a finished batch (a shard record, or the part of one that was taken) to the
+        totals: its samples and their answer tokens per kind, what the filter dropped, its
+        time and rate, and magpie's written turns; -> its answer tokens."""
+        self.batches += 1
+        self.samples += len(shard["samples"])
+        self.rejected.update(shard["rejected"])
         made = 0
-        for sample in samples:
+        for sample in shard["samples"]:
             tokens = len(sample["ids"]) - sample["start"]
             self.kinds[sample["kind"]] += tokens
             made += tokens
         self.answer_tokens += made
+        self.seconds += shard["seconds"]
+        self.rates.append(made / shard["seconds"] if shard["seconds"] > 0 else 0.0)
+        self.write_seconds += shard.get("write_seconds", 0.0)
+        self.written += len(shard["written"])
+        self.kept += sum(w["text"] is not None for w in shard["written"])
+        self.exhausted = self.exhausted or shard["exhausted"]
         return made
 
 
@@ -209,7 +217,6 @@ def load_samples(work: Path, tokens: int | None = None) -> tuple[list[datasets.S
     shares = {source: mix_shares[source] for source in SOURCES if mix_shares.get(source, 0) > 0}
     streams = {source: read_shards(work, source) for source in shares}
     taken = {source: SourceProgress(0) for source in shares}
-    whole = SourceProgress(0)  # over every source
     samples: list[datasets.Sample] = []
     total, budget = 0, tokens if tokens is not None else float("inf")
     while streams and total < budget:
@@ -224,19 +231,16 @@ def load_samples(work: Path, tokens: int | None = None) -> tuple[list[datasets.S
                 break
             kept.append(sample)
             total += len(sample["ids"])
-        taken[source].batches += 1
-        taken[source].add(kept, shard["rejected"])
-        whole.add(kept, shard["rejected"])
+        taken[source].count({**shard, "samples": kept})
         samples += [datasets.Sample(sample["ids"], sample["start"]) for sample in kept]
-    sources = {
-        source: {"samples": p.samples, "answer_tokens": p.answer_tokens}
-        for source, p in taken.items()
-        if p.batches
-    }
     return samples, {
-        "sources": sources,
-        "kinds": dict(whole.kinds),
-        "rejected": dict(whole.rejected),
+        "sources": {
+            source: {"samples": p.samples, "answer_tokens": p.answer_tokens}
+            for source, p in taken.items()
+            if p.batches
+        },
+        "kinds": dict(sum((p.kinds for p in taken.values()), Counter())),
+        "rejected": dict(sum((p.rejected for p in taken.values()), Counter())),
     }
 
 
@@ -263,22 +267,22 @@ def magpie_samples(
     job = GenerationJob(folder, plan, target, exclude=exclude, write=write)
     found = read_shards(folder, "magpie")
     samples: list[datasets.Sample] = []
-    kinds, rejected, made = Counter(), Counter(), 0
+    taken, kinds, made = SourceProgress(0), Counter(), 0
     for _ in range(batches):
         shard = next(found, None)
         if shard is None and cached_only:
             break
         shard = shard or job.run_batch(job.sources["magpie"])
+        taken.count(shard)
         samples += [datasets.Sample(s["ids"], s["start"]) for s in shard["samples"]]
-        made += sum(len(s["ids"]) for s in shard["samples"])
         kinds.update(s["kind"] for s in shard["samples"])
-        rejected.update(shard["rejected"])
-        rejected.update("unfinished" for w in shard["written"] if w["text"] is None)
+        made += sum(len(s["ids"]) for s in shard["samples"])
         if made >= tokens or not shard["samples"]:
             break  # enough, or nothing new: more batches would only repeat themselves
+    taken.rejected["unfinished"] += taken.written - taken.kept
     return samples, {
         "kinds": {k: kinds[k] for k in KINDS},
-        "rejected": dict(sorted(rejected.items())),
+        "rejected": dict(sorted((+taken.rejected).items())),
     }
 
 
@@ -377,7 +381,7 @@ class GenerationJob:
         """Replay the finished batches: progress, and the filters' memory of their prompts."""
         for source in self.sources.values():
             for shard in read_shards(self.work, source.name):
-                self._count(source, shard)
+                source.progress.count(shard)
                 for text in source.stream.replayed(shard):
                     source.gate.keep(text)
             if source.progress.batches:
@@ -385,20 +389,6 @@ class GenerationJob:
                     f"{source.name}: resuming after {source.progress.batches} batches, "
                     f"{source.progress.answer_tokens} answer tokens"
                 )
-
-    @staticmethod
-    def _count(source: _Source, shard: dict) -> int:
-        """Add a finished batch to `source`'s progress; -> its answer tokens."""
-        progress = source.progress
-        progress.batches += 1
-        progress.seconds += shard["seconds"]
-        made = progress.add(shard["samples"], shard["rejected"])
-        progress.rates.append(made / shard["seconds"] if shard["seconds"] > 0 else 0.0)
-        progress.write_seconds += shard.get("write_seconds", 0.0)
-        progress.written += len(shard["written"])
-        progress.kept += sum(w["text"] is not None for w in shard["written"])
-        progress.exhausted = progress.exhausted or shard["exhausted"]
-        return made
 
     # -- running -------------------------------------------------------------------------------
     def run(self, stop: Callable[[], bool] = lambda: False) -> dict:
@@ -440,7 +430,7 @@ class GenerationJob:
         write_atomic(
             shard_path(self.work, source.name, number), gzip.compress(json.dumps(shard).encode())
         )
-        made = self._count(source, shard)
+        made = source.progress.count(shard)
         self.log(
             f"{source.name} batch {number}: {len(answered)} answers, {made} tokens in "
             f"{shard['seconds']:.0f}s ({made / max(shard['seconds'], 1e-9):.0f} tokens/s)"
