@@ -123,16 +123,31 @@ def encode_chat(tokenizer, messages: list[dict], add_generation_prompt: bool) ->
     return tokenizer(text, add_special_tokens=True)["input_ids"]
 
 
+def pack(lists: Sequence[Sequence[int]]):
+    """Token id lists as one flat array (uint16 when every id fits, else int32) and their int64
+    offsets, as the .npz files of prompts and answers hold them (`unpack` reverses it)."""
+    import numpy as np
+
+    flat = [t for ids in lists for t in ids]
+    dtype = np.uint16 if max(flat, default=0) < 2**16 else np.int32
+    offsets = np.cumsum([0] + [len(ids) for ids in lists]).astype(np.int64)
+    return np.array(flat, dtype=dtype), offsets
+
+
+def unpack(flat, offsets) -> list[list[int]]:
+    """The token id lists `pack` packed."""
+    bounds = zip(offsets[:-1], offsets[1:], strict=True)
+    return [flat[a:b].astype("int64").tolist() for a, b in bounds]
+
+
 def save_answers(samples: list[Sample], path: Path) -> None:
-    """Save prompt + answer ids as one .npz (`ids` uint16 when the vocabulary fits, `offsets`,
+    """Save prompt + answer ids as one .npz (`ids` and `offsets` as `pack` makes them, and
     `starts`): the form in which answers generated elsewhere (a GPU) reach `--data FILE.npz`."""
     import numpy as np
 
-    flat = [t for s in samples for t in s.ids]
-    dtype = np.uint16 if max(flat, default=0) < 2**16 else np.int32
-    offsets = np.cumsum([0] + [len(s.ids) for s in samples]).astype(np.int64)
+    ids, offsets = pack([s.ids for s in samples])
     starts = np.array([s.start for s in samples], dtype=np.int32)
-    np.savez_compressed(path, ids=np.array(flat, dtype=dtype), offsets=offsets, starts=starts)
+    np.savez_compressed(path, ids=ids, offsets=offsets, starts=starts)
 
 
 def load_answers(path: str | Path) -> list[Sample]:
@@ -147,8 +162,7 @@ def load_answers(path: str | Path) -> list[Sample]:
             f"{path}: expected an .npz of answers with arrays ids, offsets and starts "
             f"(as scripts/gpu_distill.py saves them): {exc}"
         ) from None
-    bounds = zip(offsets[:-1], offsets[1:], starts, strict=True)
-    return [Sample(ids[a:b].astype(np.int64).tolist(), int(start)) for a, b, start in bounds]
+    return [Sample(a, int(s)) for a, s in zip(unpack(ids, offsets), starts, strict=True)]
 
 
 def split_conversations(count: int, holdout: int, seed: int) -> tuple[list[int], list[int]]:

@@ -43,7 +43,7 @@ import numpy as np
 import torch
 
 from specdec_core.eagle import data as datasets
-from specdec_core.eagle.data import Sample
+from specdec_core.eagle.data import Sample, pack, unpack
 from specdec_core.errors import SpecdecError
 from specdec_core.models import LoadedModel
 from specdec_core.training.card import ModelCard
@@ -110,17 +110,6 @@ class Log:
     def __call__(self, message: str) -> None:
         elapsed = time.monotonic() - self.started
         print(f"[{elapsed:6.1f}s] {message}", file=sys.stderr, flush=True)
-
-
-def pack(lists: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
-    """Token id lists as one flat uint16 array and their offsets (`unpack` reverses it)."""
-    flat = np.fromiter((t for ids in lists for t in ids), dtype=np.uint16)
-    return flat, np.cumsum([0] + [len(ids) for ids in lists]).astype(np.int64)
-
-
-def unpack(flat: np.ndarray, offsets: np.ndarray) -> list[list[int]]:
-    bounds = zip(offsets[:-1], offsets[1:], strict=True)
-    return [flat[a:b].astype(np.int64).tolist() for a, b in bounds]
 
 
 def export_prompts(settings: ExportSettings, log: Log | None = None) -> None:
