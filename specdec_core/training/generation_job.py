@@ -5,8 +5,8 @@
 
 Contract:
 - Everything lives in the work folder WORK: `job.json` (the plan), `shards/SOURCE/NNNNNN.json.gz`
-  (one per finished batch), `status.json` (progress), `job.log`, and `lock` (held by the
-  running job, so a second one in the same folder is refused).
+  (one `Shard` per finished batch, job_shards.py), `status.json` (progress), `job.log`, and
+  `lock` (held by the running job, so a second one in the same folder is refused).
 - Batch n of a source is a pure function of the plan and of batches 0..n-1: candidate requests
   n·B .. (n+1)·B - 1 of its stream (request_streams.py; magpie's are written by the target
   with seed `seed`·1000003 + n). A shard is written to a temporary name and renamed, so a job
@@ -27,14 +27,13 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import gzip
 import json
 import os
 import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from specdec_core.eagle import data as datasets
@@ -42,6 +41,7 @@ from specdec_core.errors import SpecdecError
 from specdec_core.files import write_atomic
 from specdec_core.models import LoadedModel
 from specdec_core.training import magpie
+from specdec_core.training.job_shards import Answered, Shard, read_shards
 from specdec_core.training.kinds import HINTS, KINDS, held_out_prompts
 from specdec_core.training.magpie import PromptFilter, evaluation_prompts
 from specdec_core.training.request_streams import (
@@ -128,15 +128,6 @@ class JobPlan:
         return cls(**saved)
 
 
-@dataclass(frozen=True)
-class Answered:
-    """One answered user turn: prompt (history included) + answer ids; loss from `start`."""
-
-    ids: list[int]
-    start: int
-    kind: str
-
-
 @dataclass
 class SourceProgress:
     """What one source has produced so far (answer tokens are the budget's unit)."""
@@ -166,43 +157,30 @@ class SourceProgress:
     def done(self) -> bool:
         return self.exhausted or self.answer_tokens >= self.budget
 
-    def count(self, shard: dict) -> int:
+    def count(self, shard: Shard) -> int:
         """Add a finished batch (a shard record, or the part of one that was taken) to the
         totals: its samples and their answer tokens per kind, what the filter dropped, its
         time and rate, and magpie's written turns; -> its answer tokens."""
         self.batches += 1
-        self.samples += len(shard["samples"])
-        self.rejected.update(shard["rejected"])
+        self.samples += len(shard.samples)
+        self.rejected.update(shard.rejected)
         made = 0
-        for sample in shard["samples"]:
-            tokens = len(sample["ids"]) - sample["start"]
-            self.kinds[sample["kind"]] += tokens
-            made += tokens
+        for sample in shard.samples:
+            self.kinds[sample.kind] += len(sample.ids) - sample.start
+            made += len(sample.ids) - sample.start
         self.answer_tokens += made
-        self.seconds += shard["seconds"]
-        self.rates.append(made / shard["seconds"] if shard["seconds"] > 0 else 0.0)
-        self.write_seconds += shard.get("write_seconds", 0.0)
-        self.written += len(shard["written"])
-        self.kept += sum(w["text"] is not None for w in shard["written"])
-        self.exhausted = self.exhausted or shard["exhausted"]
+        self.seconds += shard.seconds
+        self.rates.append(made / shard.seconds if shard.seconds > 0 else 0.0)
+        self.write_seconds += shard.write_seconds
+        self.written += len(shard.written)
+        self.kept += sum(w.text is not None for w in shard.written)
+        self.exhausted = self.exhausted or shard.exhausted
         return made
 
 
 def furthest_behind(progress: dict[str, SourceProgress], shares: dict[str, float]) -> str:
     """The source whose answer tokens are furthest behind its share (ties: the first)."""
     return min(progress, key=lambda source: progress[source].answer_tokens / shares[source])
-
-
-def shard_path(work: Path, source: str, number: int) -> Path:
-    return work / "shards" / source / f"{number:06d}.json.gz"
-
-
-def read_shards(work: Path, source: str) -> Iterator[dict]:
-    """The finished batches of `source`, in order (stops at the first missing number)."""
-    number = 0
-    while (path := shard_path(work, source, number)).is_file():
-        yield json.loads(gzip.decompress(path.read_bytes()))
-        number += 1
 
 
 def load_samples(work: Path, tokens: int | None = None) -> tuple[list[datasets.Sample], dict]:
@@ -226,13 +204,13 @@ def load_samples(work: Path, tokens: int | None = None) -> tuple[list[datasets.S
             del streams[source]
             continue
         kept = []
-        for sample in shard["samples"]:
+        for sample in shard.samples:
             if total >= budget:
                 break
             kept.append(sample)
-            total += len(sample["ids"])
-        taken[source].count({**shard, "samples": kept})
-        samples += [datasets.Sample(sample["ids"], sample["start"]) for sample in kept]
+            total += len(sample.ids)
+        taken[source].count(replace(shard, samples=kept))
+        samples += [datasets.Sample(sample.ids, sample.start) for sample in kept]
     return samples, {
         "sources": {
             source: {"samples": p.samples, "answer_tokens": p.answer_tokens}
@@ -274,10 +252,10 @@ def magpie_samples(
             break
         shard = shard or job.run_batch(job.sources["magpie"])
         taken.count(shard)
-        samples += [datasets.Sample(s["ids"], s["start"]) for s in shard["samples"]]
-        kinds.update(s["kind"] for s in shard["samples"])
-        made += sum(len(s["ids"]) for s in shard["samples"])
-        if made >= tokens or not shard["samples"]:
+        samples += [datasets.Sample(s.ids, s.start) for s in shard.samples]
+        kinds.update(s.kind for s in shard.samples)
+        made += sum(len(s.ids) for s in shard.samples)
+        if made >= tokens or not shard.samples:
             break  # enough, or nothing new: more batches would only repeat themselves
     taken.rejected["unfinished"] += taken.written - taken.kept
     return samples, {
@@ -405,7 +383,7 @@ class GenerationJob:
             self.state = "stopped"
         return self.write_status()
 
-    def run_batch(self, source: _Source) -> dict:
+    def run_batch(self, source: _Source) -> Shard:
         """Generate `source`'s next batch and write its shard; -> the shard."""
         number = source.progress.batches
         began = time.monotonic()
@@ -416,24 +394,14 @@ class GenerationJob:
         kept = [r for r in found.requests if source.gate.keep(joined(r))]
         rejected = source.gate.rejected - before
         answered = self._answer(kept, source.stream.max_prompt, rejected)
-        shard = {
-            "source": source.name,
-            "batch": number,
-            "candidates": found.count,
-            "exhausted": found.count < size,
-            "written": found.written,
-            "rejected": dict(rejected),
-            "seconds": round(time.monotonic() - began, 3),
-            "write_seconds": round(writing, 3),  # magpie: the target writing its prompts
-            "samples": [asdict(a) for a in answered],
-        }
-        write_atomic(
-            shard_path(self.work, source.name, number), gzip.compress(json.dumps(shard).encode())
-        )
+        seconds = round(time.monotonic() - began, 3)
+        shard = Shard(source.name, number, found.count, found.count < size, found.written,
+                      dict(rejected), seconds, answered, round(writing, 3))  # fmt: skip
+        shard.write(self.work)
         made = source.progress.count(shard)
         self.log(
             f"{source.name} batch {number}: {len(answered)} answers, {made} tokens in "
-            f"{shard['seconds']:.0f}s ({made / max(shard['seconds'], 1e-9):.0f} tokens/s)"
+            f"{seconds:.0f}s ({made / max(seconds, 1e-9):.0f} tokens/s)"
         )
         return shard
 

@@ -33,6 +33,7 @@ from typing import Protocol
 from specdec_core.eagle import data as datasets
 from specdec_core.eagle.data import HOLDOUT
 from specdec_core.training import magpie
+from specdec_core.training.job_shards import Shard, Written
 
 SOURCES = ("magpie", "sharegpt-first", "sharegpt-later", "long", "code")
 LONG_CHARS = 1200  # a first turn this long (about 300 tokens) is a long-context request
@@ -133,11 +134,11 @@ def joined(request: Request) -> str:
 @dataclass(frozen=True)
 class Candidates:
     """A batch: the requests to filter and answer, the candidates drawn (fewer than asked: the
-    stream ran out) and the turns the target wrote (kind, hint, text; None: unfinished)."""
+    stream ran out) and the turns the target wrote (magpie)."""
 
     requests: list[Request]
     count: int
-    written: list[dict] = field(default_factory=list)
+    written: list[Written] = field(default_factory=list)
 
 
 class RequestStream(Protocol):
@@ -149,7 +150,7 @@ class RequestStream(Protocol):
 
     def batch(self, number: int, size: int) -> Candidates: ...
 
-    def replayed(self, shard: dict) -> list[str | None]: ...
+    def replayed(self, shard: Shard) -> list[str | None]: ...
 
 
 class ConversationStream:
@@ -164,8 +165,8 @@ class ConversationStream:
         requests = list(islice(self.requests, size))
         return Candidates(requests, len(requests))
 
-    def replayed(self, shard: dict) -> list[str | None]:
-        return [joined(r) for r in islice(self.requests, shard["candidates"])]
+    def replayed(self, shard: Shard) -> list[str | None]:
+        return [joined(r) for r in islice(self.requests, shard.candidates)]
 
 
 class MagpieStream:
@@ -180,9 +181,9 @@ class MagpieStream:
     def batch(self, number: int, size: int) -> Candidates:
         asked = [self.openings[(number * size + i) % len(self.openings)] for i in range(size)]
         turns = self.write(asked, self.seed * 1_000_003 + number)
-        written = [{"kind": o.kind, "hint": o.hint, "text": text} for o, text in turns]
-        requests = [Request(w["kind"], (w["text"],)) for w in written if w["text"] is not None]
+        written = [Written(o.kind, o.hint, text) for o, text in turns]
+        requests = [Request(w.kind, (w.text,)) for w in written if w.text is not None]
         return Candidates(requests, len(written), written)
 
-    def replayed(self, shard: dict) -> list[str | None]:
-        return [w["text"] for w in shard["written"]]
+    def replayed(self, shard: Shard) -> list[str | None]:
+        return [w.text for w in shard.written]
