@@ -31,9 +31,10 @@ import json
 import math
 import random
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
@@ -163,6 +164,28 @@ def load_answers(path: str | Path) -> list[Sample]:
             f"(as scripts/gpu_distill.py saves them): {exc}"
         ) from None
     return [Sample(a, int(s)) for a, s in zip(unpack(ids, offsets), starts, strict=True)]
+
+
+class Tokens(Protocol):
+    """A sequence of token ids (a `Sample`, a generation job's answered turn)."""
+
+    @property
+    def ids(self) -> list[int]: ...
+
+
+Taken = TypeVar("Taken", bound=Tokens)
+
+
+def until_tokens(samples: Iterable[Taken], tokens: float) -> list[Taken]:
+    """`samples` in order up to the one that brings their length to `tokens`: how every source
+    is cut to its token budget."""
+    kept, total = [], 0
+    for sample in samples:
+        kept.append(sample)
+        total += len(sample.ids)
+        if total >= tokens:
+            break
+    return kept
 
 
 def split_conversations(count: int, holdout: int, seed: int) -> tuple[list[int], list[int]]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -91,7 +91,8 @@ def collect(
     if source.endswith(".jsonl"):
         return Collected(source, _jsonl(source, target, tokens, work, max_len))
     if source.endswith(".npz"):
-        return Collected(source, _answers(source, tokens, max_len))
+        answers = trimmed(datasets.load_answers(source), max_len)  # scripts/gpu_distill.py's
+        return Collected(source, datasets.until_tokens(answers, tokens))
     if source == "magpie":
         samples, mix = magpie_samples(target, tokens, work, seed, exclude, cached_only)
         return _by_kind(source, trimmed(samples, max_len), mix, target, work)
@@ -107,7 +108,9 @@ def collect(
         p for p in (datasets.first_prompt(tok, conversations[i], 256) for i in held) if p
     ]
     if source == "sharegpt":
-        samples = _sharegpt([conversations[i] for i in rest[SHAREGPT]], tok, tokens, max_len)
+        chats = (datasets.render_conversation(tok, conversations[i], max_len)
+                 for i in rest[SHAREGPT])  # fmt: skip
+        samples = datasets.until_tokens((s for s in chats if s is not None), tokens)
         return Collected(source, samples, held_samples, held_prompts)
     order = rest[: SHAREGPT.start] + rest[SHAREGPT.stop :]
     asked = [conversations[i] for i in order]
@@ -129,23 +132,6 @@ def _by_kind(source: str, samples, mix: dict, target: LoadedModel, work: Path) -
     rows = zip(*(prompts for prompts, _ in held), strict=False)  # kinds in turn
     held_prompts = [p for row in rows for p in row]
     return Collected(source, samples, held_answers, held_prompts, mix)
-
-
-def _sharegpt(conversations, tokenizer, tokens: int, max_len: int) -> list[datasets.Sample]:
-    """ShareGPT conversations rendered with the chat template, until `tokens` tokens."""
-    rendered = (datasets.render_conversation(tokenizer, c, max_len) for c in conversations)
-    return until_tokens((sample for sample in rendered if sample is not None), tokens)
-
-
-def until_tokens(samples: Iterable[datasets.Sample], tokens: int) -> list[datasets.Sample]:
-    """`samples` in order up to the one that brings their length to `tokens`."""
-    kept, total = [], 0
-    for sample in samples:
-        kept.append(sample)
-        total += len(sample.ids)
-        if total >= tokens:
-            break
-    return kept
 
 
 def _self_distilled(
@@ -176,11 +162,6 @@ def _self_distilled(
     return samples
 
 
-def _answers(path: str, tokens: int, max_len: int) -> list[datasets.Sample]:
-    """Answers saved by `datasets.save_answers` (scripts/gpu_distill.py), up to `tokens`."""
-    return until_tokens(trimmed(datasets.load_answers(path), max_len), tokens)
-
-
 def trimmed(samples, max_len: int) -> list[datasets.Sample]:
     """`samples` cut to `max_len` tokens, less those left without an answer token to learn."""
     cut = (datasets.Sample(s.ids[:max_len], s.start) for s in samples)
@@ -206,4 +187,4 @@ def _jsonl(path: str, target: LoadedModel, tokens: int, work: Path, max_len: int
         samples += datasets.generate_answers(
             target.model, target.tokenizer, prompts, 128, 64, work / "jsonl"
         )
-    return until_tokens(samples, tokens)
+    return datasets.until_tokens(samples, tokens)

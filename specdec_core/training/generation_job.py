@@ -203,12 +203,8 @@ def load_samples(work: Path, tokens: int | None = None) -> tuple[list[datasets.S
         if shard is None:
             del streams[source]
             continue
-        kept = []
-        for sample in shard.samples:
-            if total >= budget:
-                break
-            kept.append(sample)
-            total += len(sample.ids)
+        kept = datasets.until_tokens(shard.samples, budget - total)
+        total += sum(len(sample.ids) for sample in kept)
         taken[source].count(replace(shard, samples=kept))
         samples += [datasets.Sample(sample.ids, sample.start) for sample in kept]
     return samples, {
