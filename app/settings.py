@@ -33,7 +33,7 @@ class GuiSettings:
     draft: str = "embedded"
     head: str = "embedded"
     medusa: str = "embedded"  # Medusa heads (method medusa)
-    speculator: str = ""  # an MLP speculator (none is bundled)
+    speculator: str = "embedded"  # an MLP speculator (method mlp-speculator)
     mtp: str = "embedded"  # the checkpoint whose MTP layers draft (embedded: the target's own)
     device: str = "auto"
     dtype: str = "auto"

@@ -1,6 +1,7 @@
 """MLP speculators (IBM fms-extras, as vLLM loads them): the arithmetic against a re-statement of
 vLLM's forward, the tied and untied layouts, the checks on a checkpoint, lossless drafting on
-tiny random models, the vLLM export, and `embedded` refused while no speculator is bundled."""
+tiny random models and the vLLM export (the bundled speculator on the embedded model:
+test_head_families_embedded.py)."""
 
 from __future__ import annotations
 
@@ -404,16 +405,3 @@ def test_the_vllm_export_reads_back_as_the_same_speculator(tiny_target, tmp_path
     )
     with pytest.raises(SpecdecError, match="at most 3 tokens"):
         export_vllm(speculator, tmp_path / "more", k=4)
-
-
-def test_embedded_is_refused_in_one_line_while_no_speculator_is_bundled():
-    """No MLP speculator ships with this install (resources/mlp-speculator): `embedded` says
-    what to pass instead, in one line, before any target is needed."""
-    from specdec_core.resources import resource_path
-
-    assert not (resource_path("mlp-speculator") / "config.json").exists()
-    with pytest.raises(SpecdecError) as refused:
-        load_speculator("embedded", None)
-    message = str(refused.value)
-    assert "\n" not in message
-    assert "--speculator" in message and "specdec train mlp-speculator" in message

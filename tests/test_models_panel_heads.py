@@ -2,8 +2,8 @@
 MTP layers. A typed spec reaches a run's request under what the method needs; the pickers'
 values and recent lists are kept with the panel's settings (older settings give the defaults);
 every picker stays on view, labelled, without pushing the Decoding panel out of a 1280×800
-window; local models that state MTP layers are offered for MTP; an empty speculator is refused
-by the engine in one line that says how to get one."""
+window; local models that state MTP layers are offered for MTP; the bundled speculator, made
+for the embedded model, is refused for another target in one line that says how to get one."""
 
 from __future__ import annotations
 
@@ -54,15 +54,18 @@ def test_the_speculator_and_mtp_specs_reach_specs_under_what_their_methods_need(
     }
 
 
-def test_a_fresh_panel_drafts_with_the_bundled_medusa_and_the_targets_own_mtp_layers(qtbot):
+def test_a_fresh_panel_drafts_with_the_bundled_heads_and_the_targets_own_mtp_layers(qtbot):
     panel = _panel(qtbot)
     specs = panel.specs()
-    assert (specs["medusa"], specs["speculator"], specs["mtp"]) == ("embedded", "", "embedded")
+    assert (specs["medusa"], specs["speculator"], specs["mtp"]) == ("embedded",) * 3
     assert "specdec train mlp-speculator" in panel.speculator.toolTip()
-    assert panel.speculator.combo.count() == 0  # no bundled speculator to offer
+    offered = [panel.speculator.combo.itemText(i) for i in range(panel.speculator.combo.count())]
+    assert offered == ["embedded"]
 
 
-def test_an_empty_speculator_is_refused_in_one_line_naming_how_to_get_one(qtbot):
+def test_the_bundled_speculator_on_another_target_is_refused_in_one_line_naming_how_to_get_one(
+    qtbot,
+):
     panel = _panel(qtbot)
     engine = SpecdecEngine(tiny_loaded(1))
     with pytest.raises(SpecdecError) as error:
@@ -94,11 +97,7 @@ def test_settings_saved_before_the_new_pickers_give_their_defaults(qtbot):
     older = {k: v for k, v in panel.values().items() if not k.endswith(tuple(LABELS))}
     fresh = _panel(qtbot)
     fresh.apply(older)
-    assert (fresh.medusa.spec(), fresh.speculator.spec(), fresh.mtp.spec()) == (
-        "embedded",
-        "",
-        "embedded",
-    )
+    assert (fresh.medusa.spec(), fresh.speculator.spec(), fresh.mtp.spec()) == ("embedded",) * 3
     assert fresh.medusa.recent() == [] and fresh.head.spec() == panel.head.spec()
 
 

@@ -5,7 +5,7 @@ progress and Cancel.
 Every picker a method can draft with is always shown, each labelled with what it holds: a
 Compare runs several methods at once, each with its own. `specs()` maps what a method needs
 ("draft", "head", "medusa", "speculator", "mtp") to the chosen spec; an empty one is the
-engine's `embedded` (for the MLP speculator, none is bundled: the engine says to train one).
+engine's `embedded` (the bundled one; for MTP, the target's own layers).
 
 The pickers list the models on this machine (specdec_core.local_models: the Hugging Face cache
 and the folders added with Browse ▸ Add a folder…), refreshed each time a list opens (a scan
@@ -50,15 +50,16 @@ MEDUSA_TIP = (
     "model), a heads folder or a hub id, in FasterDecoding's or vLLM's layout"
 )
 SPECULATOR_TIP = (
-    "MLP speculator, for the MLP speculator (chain) method: a speculator folder or a hub id in "
-    "vLLM's layout. None is bundled: train one with `specdec train mlp-speculator`"
+    "MLP speculator, for the MLP speculator (chain) method: embedded (the one bundled for the "
+    "embedded model), a speculator folder or a hub id in vLLM's layout; train one for your "
+    "model with `specdec train mlp-speculator`"
 )
 MTP_TIP = (
     "MTP layers, for the Native MTP (chain / tree) methods: embedded reads them from the "
     "target's own checkpoint; or another copy of that checkpoint (a folder or a hub id)"
 )
 # what a fresh panel (or settings saved before a picker existed) chooses
-EXTRA_DEFAULTS = {"medusa": "embedded", "speculator": "", "mtp": "embedded"}
+EXTRA_DEFAULTS = {"medusa": "embedded", "speculator": "embedded", "mtp": "embedded"}
 
 
 class ModelsPanel(QGroupBox):
@@ -81,7 +82,9 @@ class ModelsPanel(QGroupBox):
         self.draft.setToolTip("the classic method's draft model (any tokenizer)")
         self.head.setToolTip("the EAGLE head for eagle / eagle2: a head folder or a hub id")
         self.medusa = SpecPicker({"embedded": "the Medusa heads bundled for the embedded model"})
-        self.speculator = SpecPicker({})  # none bundled
+        self.speculator = SpecPicker(
+            {"embedded": "the MLP speculator bundled for the embedded model"}
+        )
         self.mtp = SpecPicker({"embedded": "the MTP layers in the target's own checkpoint"})
         for picker, tip, placeholder in (
             (self.medusa, MEDUSA_TIP, "embedded, a heads folder or hub id"),
