@@ -38,7 +38,7 @@ from specdec_core.control import Progress, StopFlag, check_stop
 from specdec_core.cpu_attention import use_grouped_sdpa
 from specdec_core.errors import SpecdecError, first_line
 from specdec_core.memory import check_device_map, check_fits
-from specdec_core.prepacked_linear import prepack
+from specdec_core.prepacked_linear import fast_bf16, prepack
 
 EMBEDDED_ALIASES = ("embedded", "smollm2")
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -128,6 +128,20 @@ def fast_cpu_paths(model: torch.nn.Module, rows_like_ar: bool = False) -> None:
     cpu_attention.path_attention)."""
     prepack(model)
     use_grouped_sdpa(model, rows_like_ar)
+
+
+def drafting_dtype(target: LoadedModel) -> torch.dtype:
+    """The dtype drafting weights run in (EAGLE heads, Medusa heads, MLP speculators): the
+    target's, except bfloat16 on a CPU that multiplies it natively.
+
+    A draft step reads the drafter's weights and its vocabulary-sized output rows (~36 MB in
+    float32 for the embedded model's EAGLE head), so in bf16 it takes about half as long. The
+    drafter's precision never changes what is generated, only how often its drafts are taken;
+    heads are trained under bf16 autocast anyway, and saved in bf16.
+    """
+    if target.dtype == torch.float32 and fast_bf16(target.device):
+        return torch.bfloat16
+    return target.dtype
 
 
 def resolve_device(device: str = "auto") -> torch.device:

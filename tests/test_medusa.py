@@ -135,7 +135,7 @@ def float32_heads(monkeypatch):
     """Heads loaded in float32 whatever the CPU: a layout's arithmetic is compared exactly.
     (On a CPU that multiplies bf16 natively `load_medusa` drafts in bf16; the identity and
     sampling tests below run that path.)"""
-    monkeypatch.setattr("specdec_core.medusa.formats.fast_bf16", lambda device: False)
+    monkeypatch.setattr("specdec_core.models.fast_bf16", lambda device: False)
 
 
 @pytest.mark.usefixtures("float32_heads")

@@ -47,8 +47,7 @@ from specdec_core.eagle.head import OFFICIAL, Eagle3Variant, EagleHead
 from specdec_core.eagle.layouts import TOKEN_MAP, declared_kind, flat_config, layout_of
 from specdec_core.errors import SpecdecError
 from specdec_core.files import save_tensors_atomic, write_atomic
-from specdec_core.models import LoadedModel, fast_cpu_paths
-from specdec_core.prepacked_linear import fast_bf16
+from specdec_core.models import LoadedModel, drafting_dtype, fast_cpu_paths
 from specdec_core.weights_file import listed, read_weights
 
 CARD = "specdec_card.json"
@@ -226,7 +225,7 @@ def load_head(
     stop: StopFlag | None = None,
 ) -> EagleHead:
     """Load a head from a local directory or hub id, bound to `target` on its device, in
-    `dtype` (default `head_dtype(target)`; training asks for float32)."""
+    `dtype` (default `models.drafting_dtype(target)`; training asks for float32)."""
     directory = _resolve(spec, progress, stop)
     config = _read_config(directory, spec)
     state = _with_token_map(directory, read_weights(directory, spec), config)
@@ -234,7 +233,7 @@ def load_head(
     head = head_from_state(
         config, state, model.config.hidden_size, model.get_output_embeddings().weight.shape[0]
     )
-    head.to(device=target.device, dtype=dtype or head_dtype(target)).eval()
+    head.to(device=target.device, dtype=dtype or drafting_dtype(target)).eval()
     fast_cpu_paths(head)
     return head.bind(model.get_input_embeddings(), model.get_output_embeddings())
 
@@ -253,19 +252,6 @@ def read_head(
     stored = next((v.dtype for v in state.values() if v.is_floating_point()), torch.float32)
     head = head_from_state(config, state, config.hidden_size, vocab)
     return head.to(dtype=stored).eval()
-
-
-def head_dtype(target: LoadedModel) -> torch.dtype:
-    """The target's dtype, except bfloat16 on a CPU that multiplies it natively.
-
-    A draft step reads the head's weights and its draft-vocabulary lm_head rows (~36 MB in
-    float32 for the embedded model), so in bf16 it takes about half as long. The head's
-    precision never changes what is generated, only how often its drafts are taken; it was
-    trained under bf16 autocast anyway.
-    """
-    if target.dtype == torch.float32 and fast_bf16(target.device):
-        return torch.bfloat16
-    return target.dtype
 
 
 def save_head(

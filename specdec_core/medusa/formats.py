@@ -41,8 +41,8 @@ from specdec_core.checkpoint import check_weights
 from specdec_core.control import Progress
 from specdec_core.errors import SpecdecError
 from specdec_core.medusa.head import MedusaConfig, MedusaHeads
-from specdec_core.models import LoadedModel
-from specdec_core.prepacked_linear import fast_bf16, prepack
+from specdec_core.models import LoadedModel, drafting_dtype
+from specdec_core.prepacked_linear import prepack
 from specdec_core.weights_file import listed, read_weight_file
 
 FASTERDECODING, VLLM = "fasterdecoding", "vllm"
@@ -53,15 +53,12 @@ EMBEDDED = "embedded"  # the heads bundled for the embedded model (resources/med
 
 def load_medusa(spec: str, target: LoadedModel, progress: Progress | None = None) -> MedusaHeads:
     """Medusa heads from `spec` (`embedded`: the heads bundled for the embedded model; a
-    directory; a hub id), checked against `target` and placed on its device, in the target's
-    dtype (bfloat16 for a float32 target on a CPU that multiplies it natively)."""
+    directory; a hub id), checked against `target` and placed on its device, in
+    `models.drafting_dtype(target)`."""
     heads = read_medusa(spec, progress)
     embedding = target.model.get_output_embeddings().weight
     check_fits(heads, target.model.config.hidden_size, embedding.shape[0])
-    dtype = target.dtype
-    if dtype == torch.float32 and fast_bf16(target.device):
-        dtype = torch.bfloat16
-    heads.to(device=target.device, dtype=dtype).eval()
+    heads.to(device=target.device, dtype=drafting_dtype(target)).eval()
     prepack(heads)  # on a CPU: oneDNN-packed linears (prepacked_linear.py)
     return heads
 

@@ -32,7 +32,8 @@ from specdec_core import hub
 from specdec_core.control import Progress, StopFlag
 from specdec_core.errors import SpecdecError
 from specdec_core.mlp_speculator.head import MODEL_TYPE, MLPSpeculator, SpeculatorConfig
-from specdec_core.models import LoadedModel
+from specdec_core.models import LoadedModel, drafting_dtype
+from specdec_core.prepacked_linear import prepack
 from specdec_core.resources import resource_path
 from specdec_core.weights_file import listed, read_weights
 
@@ -156,14 +157,17 @@ def load_speculator(
     dtype: torch.dtype | None = None,
 ) -> MLPSpeculator:
     """`--speculator SPEC`: `embedded` (the bundled one), a directory or a hub id, checked
-    against `target` and placed on its device in `dtype` (default: the target's)."""
+    against `target` and placed on its device in `dtype` (default
+    `models.drafting_dtype(target)`), its linears prepacked on a CPU."""
     directory, name = _resolve(spec, progress, stop)
     values = _read_json(directory, name)
     config = config_from_json(values, name)
     check_fits(config, target.model.config.hidden_size, target.vocab_size, name)
     state = read_weights(directory, name)
     speculator = speculator_from_state(config, state, name, _tie_hint(values))
-    return speculator.to(device=target.device, dtype=dtype or target.dtype).eval()
+    speculator.to(device=target.device, dtype=dtype or drafting_dtype(target)).eval()
+    prepack(speculator)  # on a CPU: oneDNN-packed linears (prepacked_linear.py)
+    return speculator
 
 
 def read_speculator(spec: str, progress: Progress | None = None) -> MLPSpeculator:
