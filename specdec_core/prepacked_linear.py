@@ -72,14 +72,18 @@ def fast_bf16(device: torch.device) -> bool:
 
 
 def prepack(model: nn.Module) -> int:
-    """Replace every `nn.Linear` in `model` whose weights allow it; returns how many."""
-    swapped = 0
+    """Replace every `nn.Linear` in `model` whose weights allow it; returns how many. A linear
+    held in several places (a tied MLP speculator's head, shared by its stages) becomes one
+    `PrepackedLinear` in all of them."""
+    swapped: dict[int, PrepackedLinear] = {}
     for module in list(model.modules()):
-        for name, child in list(module.named_children()):
+        # every slot, shared ones included (named_children lists a shared module once)
+        for name, child in list(module._modules.items()):
             if isinstance(child, nn.Linear) and enabled(child.weight.device, child.weight.dtype):
-                setattr(module, name, PrepackedLinear(child))
-                swapped += 1
-    return swapped
+                if id(child) not in swapped:
+                    swapped[id(child)] = PrepackedLinear(child)
+                setattr(module, name, swapped[id(child)])
+    return len(swapped)
 
 
 class PackedWeight:

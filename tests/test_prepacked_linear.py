@@ -75,6 +75,17 @@ def test_prepack_keeps_parameters_state_dict_and_tied_weights():
     assert model.lm_head.weight is model.get_input_embeddings().weight
 
 
+def test_a_linear_shared_by_several_modules_becomes_one_prepacked_linear_everywhere():
+    shared = torch.nn.Linear(16, 8)
+    model = torch.nn.ModuleDict(
+        {"stages": torch.nn.ModuleList([shared] * 3), "other": torch.nn.Linear(8, 4)}
+    )
+    assert prepack(model) == 2
+    first = model["stages"][0]
+    assert isinstance(first, PrepackedLinear) and first.weight is shared.weight
+    assert all(stage is first for stage in model["stages"])
+
+
 def test_with_autograd_it_falls_back_to_torch_and_trains(calls):
     linear = PrepackedLinear(torch.nn.Linear(16, 8))
     x = torch.randn(4, 16, requires_grad=True)
