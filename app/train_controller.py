@@ -35,6 +35,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, QProcess, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import QLabel
 
 from app.training_plan import (
     TrainingPlan,
@@ -251,17 +252,19 @@ class TrainController(QObject):
         left = self.left()
         return "" if left is None else f"; budget {format_duration(left)} left"
 
+    def _show_starting(self, step: str, text: QLabel, loading: str) -> None:
+        """Before `step` writes its first status: what it loads, for how long, the budget left."""
+        if self.step == step:
+            running, budget = self._running_for(step), self._budget_words()
+            text.setText(f"starting: loading {loading}{running}{budget}")
+
     def _show_generation(self, plan: TrainingPlan) -> None:
         generation = read_generation(plan.work)
         share = self.generation_left() if self.step == "generation" else None
         if self.step == "generation" and generation is not None and not self.startup:
             self._time_startup(plan.work / "data" / "status.json")
         if generation is None:
-            if self.step == "generation":
-                self.view.generation_text.setText(
-                    f"starting: loading the target{self._running_for('generation')}"
-                    f"{self._budget_words()}"
-                )
+            self._show_starting("generation", self.view.generation_text, "the target")
             return
         self.view.generation_bar.setValue(round(generation.fraction * 1000))
         rate = f"{generation.tokens_per_s:.0f}" if generation.tokens_per_s else "-"
@@ -308,11 +311,7 @@ class TrainController(QObject):
     def _show_training(self, plan: TrainingPlan) -> None:
         training = read_training(plan)
         if training is None:
-            if self.step == "training":
-                self.view.training_text.setText(
-                    f"starting: loading the target and the data{self._running_for('training')}"
-                    f"{self._budget_words()}"
-                )
+            self._show_starting("training", self.view.training_text, "the target and the data")
             return
         rate = f"{training.tokens_per_s:.0f}" if training.tokens_per_s else "-"
         left = training.budget_left_s if training.budget_left_s is not None else self.left()

@@ -3,7 +3,8 @@
 `read_weight_file` reads one file: safetensors, or a pickled state dict through
 `torch.load(weights_only=True)` (never arbitrary pickles). `read_weights` reads every weight
 file of a directory (sharded or not), each checked whole first (checkpoint.check_weights).
-`listed` names weights in a one-line message: the first six, then how many more.
+`listed` names weights in a one-line message: the first six, then how many more;
+`check_shapes` refuses the first weight whose shape is not the one its config gives.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import torch
 from safetensors.torch import load_file
 
 from specdec_core.checkpoint import check_weights
+from specdec_core.errors import SpecdecError
 
 SHOWN = 6  # weights named in a message before "and N more"
 
@@ -40,3 +42,16 @@ def listed(names: Iterable[str]) -> str:
     names = list(names)
     more = len(names) - SHOWN
     return ", ".join(names[:SHOWN]) + (f" and {more} more" if more > 0 else "")
+
+
+def check_shapes(
+    weights: Iterable[tuple[str, torch.Tensor, torch.Size]], whose: str, source: str, remedy: str
+) -> None:
+    """Refuse the first of `weights` (name as a message spells it, tensor, expected shape) whose
+    shape differs: "{whose} {name} has shape [..] but {source} gives [..]; {remedy}"."""
+    for name, value, shape in weights:
+        if value.shape != shape:
+            raise SpecdecError(
+                f"{whose} {name} has shape {list(value.shape)} but {source} gives "
+                f"{list(shape)}; {remedy}"
+            )

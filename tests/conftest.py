@@ -17,6 +17,15 @@ from tests.tiny import perturbed, tiny_loaded  # noqa: E402
 torch.set_num_threads(1)  # tiny models: threads only add overhead and contention
 
 
+def pytest_collection_finish(session):
+    """Every test module is imported: move what exists now (torch, transformers, Qt, the tests'
+    modules: about half a million objects) out of the collector's sight. A full collection
+    then scans only what tests make: 0.26 s less each, after every Qt test and at every
+    automatic full collection."""
+    gc.collect()
+    gc.freeze()
+
+
 @pytest.fixture(autouse=True)
 def qt_garbage_dies_in_the_gui_thread(request):
     """After a test with Qt widgets, collect its garbage here, in the GUI thread. Left to the

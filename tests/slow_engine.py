@@ -9,7 +9,6 @@ fixture) with its children made slow (tests/slow_child.py)."""
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from dataclasses import dataclass, field
@@ -19,13 +18,8 @@ import pytest
 from app.engine import SpecdecEngine
 from app.engine_api import Progress, StopFlag, TargetInfo, TargetRequest
 from specdec_core.models import LoadedModel
-from tests.tiny import tiny_loaded
+from tests.tiny import CHAT_TEMPLATE, chat_target, tiny_loaded
 
-# a chat template for the tiny word-level tokenizer (Tune's prompts and chat turns use one)
-TEMPLATE = (
-    "{% for m in messages %}<s> {{ m['content'] }} </s> {% endfor %}"
-    "{% if add_generation_prompt %}<s> {% endif %}"
-)
 # a window on this engine starts on a method that needs no draft or head
 SETTINGS = {"method": "ngram", "compare_methods": ["ngram"], "max_new_tokens": 64}
 
@@ -53,7 +47,7 @@ class Pace:
 def slow_target(pace: Pace, seed: int = 1) -> LoadedModel:
     """A tiny random target with a chat template whose decoder waits `pace` per forward."""
     target = tiny_loaded(seed)
-    target.tokenizer.chat_template = TEMPLATE
+    target.tokenizer.chat_template = CHAT_TEMPLATE
     target.model.model.register_forward_pre_hook(pace, with_kwargs=True)
     return target
 
@@ -78,20 +72,8 @@ class SlowEngine(SpecdecEngine):
 @pytest.fixture(name="train_target", scope="module")
 def train_target_fixture(tmp_path_factory):
     """A tiny target with a chat template and ShareGPT-like conversations for the data job."""
-    import random
-
-    from tests.test_generation_job import TEMPLATE as JOB_TEMPLATE
-    from tests.test_generation_job import tiny_conversation
-    from tests.tiny import tiny_model, tiny_tokenizer
-
     root = tmp_path_factory.mktemp("train-stop")
-    tokenizer = tiny_tokenizer()
-    tokenizer.chat_template = JOB_TEMPLATE
-    tiny_model(1).save_pretrained(root / "target")
-    tokenizer.save_pretrained(root / "target")
-    rng = random.Random(0)
-    (root / "chats.json").write_text(json.dumps([tiny_conversation(rng, i) for i in range(200)]))
-    return root / "target", root / "chats.json"
+    return chat_target(root, conversations=200), root / "chats.json"
 
 
 def train_tab(window, train_target, monkeypatch, generation: float, training: float):

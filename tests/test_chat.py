@@ -15,19 +15,15 @@ from specdec_core.detokenize import IncrementalDetokenizer
 from specdec_core.events import Finished, Step, StepPhases, Token, TokenKind
 from tests import gui_fake
 from tests.gui_window import make_window_fixture, wait_idle  # noqa: F401  (fixture)
-from tests.tiny import tiny_loaded, tiny_tokenizer
+from tests.tiny import CHAT_TEMPLATE, tiny_loaded, tiny_tokenizer
 
-TEMPLATE = (  # the tiny vocabulary has no role words: turns are told apart by position
-    "{% for m in messages %}<s> {{ m['content'] }} </s> {% endfor %}"
-    "{% if add_generation_prompt %}<s> {% endif %}"
-)
 CONFIG = DecodeConfig(max_new_tokens=10, k=3)
 
 
 @pytest.fixture
 def chat_target():
     target = tiny_loaded(seed=1)
-    target.tokenizer.chat_template = TEMPLATE
+    target.tokenizer.chat_template = CHAT_TEMPLATE
     return target
 
 

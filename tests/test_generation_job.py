@@ -5,7 +5,6 @@ never lets an evaluation prompt in, reports progress per source and kind, and `s
 import gzip
 import json
 import os
-import random
 import subprocess
 import sys
 import time
@@ -22,44 +21,14 @@ from specdec_core.training.generation_job import JobPlan, load_samples, run_job
 from specdec_core.training.kinds import held_out_prompts
 from specdec_core.training.magpie import normalise
 from specdec_core.training.request_streams import conversation_requests
-from tests.tiny import VOCAB, tiny_model, tiny_tokenizer
-
-TEMPLATE = (
-    "{% for m in messages %}<s> {{ m['content'] }} </s> {% endfor %}"
-    "{% if add_generation_prompt %}<s> {% endif %}"
-)
-EVALUATION = "w1 w2 w3 w4 w5 w6 w7 w8"
-
-
-def _words(rng: random.Random, n: int) -> str:
-    return " ".join(f"w{rng.randrange(3, VOCAB - 3)}" for _ in range(n))
-
-
-def tiny_conversation(rng: random.Random, index: int) -> dict:
-    turns = [{"from": "human", "value": _words(rng, 6)}, {"from": "gpt", "value": _words(rng, 9)}]
-    if index % 3 == 0:
-        turns += [{"from": "human", "value": _words(rng, 5)}, {"from": "gpt", "value": "w3"}]
-    if index % 7 == 0:
-        turns[0]["value"] = "write python code " + _words(rng, 5)
-    if index % 4 == 0:  # an article to summarise (the `long` source)
-        turns[1]["value"] = _words(rng, 160)
-    if index % 11 == 0:
-        turns[0]["value"] = EVALUATION  # an evaluation prompt, word for word
-    if index % 13 == 0:
-        turns[0]["value"] = "please " + EVALUATION.upper() + " thanks"  # one nearly like it
-    return {"conversations": turns}
+from tests.tiny import EVALUATION_PROMPT as EVALUATION
+from tests.tiny import chat_target, tiny_tokenizer
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("datagen")
-    tokenizer = tiny_tokenizer()
-    tokenizer.chat_template = TEMPLATE
-    tiny_model(1).save_pretrained(root / "target")
-    tokenizer.save_pretrained(root / "target")
-    rng = random.Random(0)
-    chats = [tiny_conversation(rng, i) for i in range(400)]
-    (root / "chats.json").write_text(json.dumps(chats))
+    chat_target(root, conversations=400)
     (root / "eval.jsonl").write_text(json.dumps({"turns": [EVALUATION]}) + "\n")
     return root
 

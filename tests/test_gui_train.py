@@ -4,8 +4,6 @@ lost), and the finished head appears in the Head picker."""
 
 from __future__ import annotations
 
-import json
-import random
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,20 +11,13 @@ import pytest
 
 from app.training_plan import default_work, read_generation
 from tests.gui_window import make_window_fixture  # noqa: F401 (a fixture)
-from tests.test_generation_job import TEMPLATE, tiny_conversation
-from tests.tiny import tiny_model, tiny_tokenizer
+from tests.tiny import chat_target
 
 
 @pytest.fixture(scope="module")
 def tiny_target(tmp_path_factory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("train-tab")
-    tokenizer = tiny_tokenizer()
-    tokenizer.chat_template = TEMPLATE
-    tiny_model(1).save_pretrained(root / "target")
-    tokenizer.save_pretrained(root / "target")
-    rng = random.Random(0)
-    (root / "chats.json").write_text(json.dumps([tiny_conversation(rng, i) for i in range(400)]))
-    return root / "target", root / "chats.json"
+    return chat_target(root, conversations=400), root / "chats.json"
 
 
 def _shards(work: Path) -> dict[str, list[str]]:

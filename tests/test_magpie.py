@@ -13,12 +13,8 @@ from specdec_core.training import magpie
 from specdec_core.training.generation_job import magpie_samples
 from specdec_core.training.kinds import HELD_OUT, KINDS, held_out_prompts
 from specdec_core.training.magpie import PromptFilter, filter_prompts, normalise
-from tests.tiny import VOCAB, tiny_model, tiny_tokenizer
+from tests.tiny import VOCAB, chat_target, tiny_tokenizer
 
-TEMPLATE = (
-    "{% for m in messages %}<s> {{ m['content'] }} </s> {% endfor %}"
-    "{% if add_generation_prompt %}<s> {% endif %}"
-)
 EVALUATION = ["w1 w2 w3 w4 w5 w6", "W7, w8 w9 w10 w11 w12 w13 w14 w15 w16"]
 
 
@@ -94,10 +90,7 @@ def stub_writer(asked, seed):
 @pytest.fixture(scope="module")
 def chat_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("magpie")
-    tokenizer = tiny_tokenizer()
-    tokenizer.chat_template = TEMPLATE
-    tiny_model(1).save_pretrained(root / "target")
-    tokenizer.save_pretrained(root / "target")
+    chat_target(root)
     lines = [json.dumps({"turns": [EVALUATION[0], "w9 w9"]}), json.dumps({"prompt": EVALUATION[1]})]
     (root / "eval.jsonl").write_text("\n".join(lines))
     return root

@@ -250,3 +250,27 @@ def test_dtype_auto_says_what_it_picks_and_why_before_loading(tmp_path):
     said.clear()
     load_model(str(tmp_path), "cpu", "float32", lambda message, fraction: said.append(message))
     assert not any(m.startswith("dtype auto") for m in said)  # a chosen dtype needs no reason
+
+
+def test_a_gguf_is_parsed_once_while_it_converts(tmp_path):
+    """transformers opens a GGUF three times to convert it; inside `gguf_read_once` every open
+    of one file is the same reader, and outside it each open parses the file again."""
+    import gguf
+    import numpy as np
+
+    from specdec_core.models import gguf_read_once
+
+    path = tmp_path / "tiny.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_token_list([f"w{i}" for i in range(64)])
+    writer.add_tensor("token_embd.weight", np.ones((64, 8), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with gguf_read_once():
+        first, again = gguf.GGUFReader(path), gguf.GGUFReader(str(path))
+        assert first is again
+        assert len(first.fields["tokenizer.ggml.tokens"].data) == 64
+    assert gguf.GGUFReader(path) is not first
+    assert gguf.GGUFReader is type(first)  # the library's own class again

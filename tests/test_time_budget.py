@@ -184,8 +184,8 @@ def test_the_train_tab_shares_its_minutes_between_generation_and_training(
     with_held_out_answers(train_target)
     controller = train_tab(window, train_target, monkeypatch, generation=2.0, training=1.0)
     controller.view.tokens.setValue(50)  # far more than the budget can generate
-    controller.view.minutes.setValue(1.5)
-    budget = 90.0
+    controller.view.minutes.setValue(0.8)
+    budget = 48.0
     lines: list[str] = []
     first_batch: list[float] = []
     began = time.monotonic()

@@ -9,18 +9,11 @@ from specdec_core.cli import main
 from specdec_core.training.kinds import KINDS
 from tests.tiny import tiny_tokenizer, training_dir
 
-TEMPLATE = (
-    "{% for m in messages %}<s> {{ m['content'] }} </s> {% endfor %}"
-    "{% if add_generation_prompt %}<s> {% endif %}"
-)
-
 
 @pytest.fixture(scope="module")
 def chat_dir(tmp_path_factory):
     root = training_dir(tmp_path_factory.mktemp("validate"), layers=4)
-    tokenizer = tiny_tokenizer()
-    tokenizer.chat_template = TEMPLATE  # held-out prompts are chat turns
-    tokenizer.save_pretrained(root / "target")
+    tiny_tokenizer(chat=True).save_pretrained(root / "target")  # held-out prompts are chat turns
     return root
 
 

@@ -7,6 +7,10 @@ both the accept and the reject branches.
 
 from __future__ import annotations
 
+import json
+import random
+from pathlib import Path
+
 import torch
 from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
@@ -17,16 +21,59 @@ from specdec_core.models import LoadedModel
 
 VOCAB = 32
 SPECIAL = ["<unk>", "<s>", "</s>"]  # ids 0, 1, 2; </s> is EOS
+# the tiny vocabulary has no role words: turns are told apart by position
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<s> {{ m['content'] }} </s> {% endfor %}"
+    "{% if add_generation_prompt %}<s> {% endif %}"
+)
+EVALUATION_PROMPT = "w1 w2 w3 w4 w5 w6 w7 w8"  # what `tiny_conversation` sometimes asks
 
 
-def tiny_tokenizer() -> PreTrainedTokenizerFast:
+def tiny_tokenizer(chat: bool = False) -> PreTrainedTokenizerFast:
+    """The word-level tokenizer of `VOCAB` words; `chat`: with `CHAT_TEMPLATE`."""
     words = SPECIAL + [f"w{i}" for i in range(VOCAB - len(SPECIAL))]
     model = WordLevel({word: i for i, word in enumerate(words)}, unk_token="<unk>")
     tokenizer = Tokenizer(model)
     tokenizer.pre_tokenizer = WhitespaceSplit()
-    return PreTrainedTokenizerFast(
+    fast = PreTrainedTokenizerFast(
         tokenizer_object=tokenizer, unk_token="<unk>", bos_token="<s>", eos_token="</s>"
     )
+    if chat:
+        fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+def _words(rng: random.Random, n: int) -> str:
+    return " ".join(f"w{rng.randrange(3, VOCAB - 3)}" for _ in range(n))
+
+
+def tiny_conversation(rng: random.Random, index: int) -> dict:
+    """A ShareGPT-like conversation: one or two turns, some asking for code, some with a long
+    answer (the `long` source), some asking `EVALUATION_PROMPT` or nearly that."""
+    turns = [{"from": "human", "value": _words(rng, 6)}, {"from": "gpt", "value": _words(rng, 9)}]
+    if index % 3 == 0:
+        turns += [{"from": "human", "value": _words(rng, 5)}, {"from": "gpt", "value": "w3"}]
+    if index % 7 == 0:
+        turns[0]["value"] = "write python code " + _words(rng, 5)
+    if index % 4 == 0:  # an article to summarise (the `long` source)
+        turns[1]["value"] = _words(rng, 160)
+    if index % 11 == 0:
+        turns[0]["value"] = EVALUATION_PROMPT  # an evaluation prompt, word for word
+    if index % 13 == 0:
+        turns[0]["value"] = "please " + EVALUATION_PROMPT.upper() + " thanks"  # one nearly like it
+    return {"conversations": turns}
+
+
+def chat_target(root: Path, conversations: int = 0) -> Path:
+    """`root/target`: a tiny model (seed 1) and its tokenizer with `CHAT_TEMPLATE`; with
+    `conversations`, also `root/chats.json` of that many `tiny_conversation`s; -> root/target."""
+    tiny_model(1).save_pretrained(root / "target")
+    tiny_tokenizer(chat=True).save_pretrained(root / "target")
+    if conversations:
+        rng = random.Random(0)
+        chats = [tiny_conversation(rng, i) for i in range(conversations)]
+        (root / "chats.json").write_text(json.dumps(chats))
+    return root / "target"
 
 
 def tiny_config(layers: int = 2, hidden: int = 32) -> LlamaConfig:
@@ -47,8 +94,6 @@ def tiny_config(layers: int = 2, hidden: int = 32) -> LlamaConfig:
 def training_dir(root, layers: int = 2, prompts: tuple[str, ...] = ()):
     """`root/target` (a tiny model and tokenizer) and `root/data.jsonl`: 40 random 30-word
     texts, then `prompts` (JSON lines) for the target to answer; -> root."""
-    import json
-
     tiny_model(1, layers=layers).save_pretrained(root / "target")
     tiny_tokenizer().save_pretrained(root / "target")
     generator = torch.Generator().manual_seed(0)

@@ -48,7 +48,7 @@ from specdec_core.eagle.layouts import TOKEN_MAP, declared_kind, flat_config, la
 from specdec_core.errors import SpecdecError
 from specdec_core.files import save_tensors_atomic, write_atomic
 from specdec_core.models import LoadedModel, drafting_dtype, fast_cpu_paths
-from specdec_core.weights_file import listed, read_weights
+from specdec_core.weights_file import check_shapes, listed, read_weights
 
 CARD = "specdec_card.json"
 
@@ -144,13 +144,12 @@ def _check_keys(head: EagleHead, state: dict[str, torch.Tensor], speculators: bo
             f"the EAGLE head lacks {names(missing)}, which its {head.kind} layout and config.json "
             "need; the config and the weights belong to different heads"
         )
-    for key, value in state.items():
-        if value.shape != expected[key].shape:
-            raise SpecdecError(
-                f"the EAGLE head's {names([key])} has shape {list(value.shape)} but its "
-                f"config.json gives {list(expected[key].shape)}; the config and the weights "
-                "belong to different heads"
-            )
+    check_shapes(
+        ((names([key]), value, expected[key].shape) for key, value in state.items()),
+        "the EAGLE head's",
+        "its config.json",
+        "the config and the weights belong to different heads",
+    )
 
 
 def head_from_state(

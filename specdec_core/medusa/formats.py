@@ -43,7 +43,7 @@ from specdec_core.errors import SpecdecError
 from specdec_core.medusa.head import MedusaConfig, MedusaHeads
 from specdec_core.models import LoadedModel, drafting_dtype
 from specdec_core.prepacked_linear import prepack
-from specdec_core.weights_file import listed, read_weight_file
+from specdec_core.weights_file import check_shapes, listed, read_weight_file
 
 FASTERDECODING, VLLM = "fasterdecoding", "vllm"
 MEDUSA_FILES = ("medusa_lm_head.safetensors", "medusa_lm_head.pt")  # FasterDecoding's names
@@ -230,16 +230,13 @@ def _loaded(
             "needs; the config and the weights belong to different heads"
         )
     expected = medusa.state_dict()
-    loaded = {}
-    for key, name in ours.items():
-        value = state[key]
-        if value.shape != expected[name].shape:
-            raise SpecdecError(
-                f"the Medusa heads' {key} has shape {list(value.shape)} but their config.json "
-                f"gives {list(expected[name].shape)}; the config and the weights belong to "
-                "different heads"
-            )
-        loaded[name] = value
+    check_shapes(
+        ((key, state[key], expected[name].shape) for key, name in ours.items()),
+        "the Medusa heads'",
+        "their config.json",
+        "the config and the weights belong to different heads",
+    )
+    loaded = {name: state[key] for key, name in ours.items()}
     if medusa.token_map is not None:
         loaded["token_map"] = medusa.token_map
     stored = next((v.dtype for v in loaded.values() if v.is_floating_point()), torch.float32)

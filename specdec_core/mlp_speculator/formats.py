@@ -35,7 +35,7 @@ from specdec_core.mlp_speculator.head import MODEL_TYPE, MLPSpeculator, Speculat
 from specdec_core.models import LoadedModel, drafting_dtype
 from specdec_core.prepacked_linear import prepack
 from specdec_core.resources import resource_path
-from specdec_core.weights_file import listed, read_weights
+from specdec_core.weights_file import check_shapes, listed, read_weights
 
 CONFIG, WEIGHTS, CARD = "config.json", "model.safetensors", "specdec_card.json"
 BUNDLED = "mlp-speculator"  # resources/mlp-speculator: `embedded`
@@ -122,12 +122,10 @@ def speculator_from_state(
             f"{config.n_predict}, tie_weights {str(config.tie_weights).lower()}) needs; the "
             f"config and the weights belong to different speculators{hint}"
         )
-    for key, shape in expected.items():
-        if state[key].shape != shape:
-            raise SpecdecError(
-                f"{spec}'s {key} has shape {list(state[key].shape)} but its config.json gives "
-                f"{list(shape)}; the config and the weights belong to different speculators"
-            )
+    check_shapes(
+        ((key, state[key], shape) for key, shape in expected.items()), f"{spec}'s",
+        "its config.json", "the config and the weights belong to different speculators",
+    )  # fmt: skip
     stored = next(iter(state.values())).dtype
     model.to(stored if stored.is_floating_point else torch.float32)
     model.load_state_dict({key: state[key] for key in expected}, strict=False)

@@ -50,6 +50,7 @@ from specdec_core.mtp.layouts import (
     stated_count,
 )
 from specdec_core.mtp.module import MtpModule, block_config
+from specdec_core.weights_file import check_shapes
 
 
 @dataclass(frozen=True)
@@ -279,13 +280,11 @@ def _load(
 ) -> None:
     """Check shapes, cast, and assign the tensors into the meta module, on the target's device."""
     keep = type(target.model)._keep_in_fp32_modules_strict or []
+    check_shapes(
+        ((spelled(name), value, expected[name].shape) for name, value in state.items()),
+        "the MTP layer's", "the target's config", "the checkpoint belongs to another model",
+    )  # fmt: skip
     for name, value in state.items():
-        if value.shape != expected[name].shape:
-            raise SpecdecError(
-                f"the MTP layer's {spelled(name)} has shape {list(value.shape)} but the target's "
-                f"config gives {list(expected[name].shape)}; the checkpoint belongs to another "
-                "model"
-            )
         dtype = torch.float32 if any(part in name for part in keep) else target.dtype
         if value.is_floating_point():
             state[name] = value.to(device=target.device, dtype=dtype)
