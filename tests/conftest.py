@@ -17,6 +17,14 @@ from tests.tiny import perturbed, tiny_loaded  # noqa: E402
 torch.set_num_threads(1)  # tiny models: threads only add overhead and contention
 
 
+def pytest_collection_modifyitems(config, items):
+    """Modules with a slow test run first, each module's tests still together (its fixtures
+    made once): the minutes-long tests start while there are short ones left to fill the
+    other workers, not at the end with one worker busy and the others idle."""
+    slow = {item.module for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.module not in slow)  # stable: the order within is kept
+
+
 def pytest_collection_finish(session):
     """Every test module is imported: move what exists now (torch, transformers, Qt, the tests'
     modules: about half a million objects) out of the collector's sight. A full collection
