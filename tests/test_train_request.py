@@ -30,10 +30,10 @@ def test_settings_that_cannot_work_are_refused_in_one_line(settings, message):
 
 
 def test_one_budget_covers_every_source_and_settings_that_fit_are_kept():
-    request = TrainRequest("eagle", "out", data=("self", "sharegpt"), tokens=(500,))
+    request = TrainRequest("eagle", out="out", data=("self", "sharegpt"), tokens=(500,))
     assert request.budgets == (500, 500)
     assert str(request.work_dir) == "out/work" and str(request.checkpoint_dir) == "out"
-    continued = TrainRequest("eagle", "out", init="head", arch="eagle3", draft_vocab=0)
+    continued = TrainRequest("eagle", out="out", init="head", arch="eagle3", draft_vocab=0)
     assert continued.draft_vocab == 0  # the --init head brings its draft vocabulary
 
 

@@ -1,15 +1,16 @@
 """What every training request shares: its data sources and their token budgets, its work
 folder, and the checks of those settings made when a request is made (before a model loads).
 
-`TrainingData` is a base of the frozen request dataclasses (`TrainRequest`,
-`MedusaTrainRequest`, `SpeculatorRequest`):
-they declare the fields; it reads them.
+`TrainingData` is the frozen, keyword-only base of the request dataclasses (`TrainRequest`,
+`MedusaTrainRequest`, `SpeculatorRequest`): the fields every one has, with the defaults of
+`specdec train`; a request adds its own and redeclares a default it changes.
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,27 +22,30 @@ if TYPE_CHECKING:
     from specdec_core.models import LoadedModel
 
 
+@dataclass(frozen=True, kw_only=True)
 class TrainingData:
-    """The settings of a training run's data, budget and checkpoints (the request's fields)."""
+    """The settings of a training run's data, budget and checkpoints."""
 
-    out: str  # the trained model and its card
-    target: str  # the target model (name, folder or hub id)
-    data: tuple[str, ...]  # sources (data_sources.py)
-    tokens: tuple[int, ...]  # token budget: one, or one per source
-    work: str | None  # cache for data and features (default OUT/work)
-    exclude_prompts: tuple[str, ...]  # prompt files / globs generated prompts never match
-    save_every: int  # optimiser steps between checkpoints
-    seconds: float | None  # time budget
-    val_kinds: int  # held-out prompts per kind for the table by kind (0 = none)
-    max_len: int  # tokens per training sequence
-    seed: int
-    cached_only: bool  # self-distillation: only the answers already in `work`
-    device: str
-    feature_dtype: str  # the target's dtype for data generation and features
-    epochs: int
-    batch_tokens: int  # padded tokens per training batch
-    feature_batch_tokens: int  # padded tokens per target forward for features
-    command: str | None  # the command line, recorded in the card
+    out: str  # the trained model and its card; the checkpoint too
+    target: str = "embedded"  # the target model (name, folder or hub id)
+    data: tuple[str, ...] = ("self",)  # sources (data_sources.py)
+    tokens: tuple[int, ...] = (1_000_000,)  # token budget: one, or one per source
+    epochs: int = 2
+    work: str | None = None  # cache for data and features (default OUT/work)
+    cached_only: bool = False  # self-distillation: only the answers already in `work`
+    max_len: int = 512  # tokens per training sequence
+    batch_tokens: int = 4096  # padded tokens per training batch
+    feature_batch_tokens: int = 4096  # padded tokens per target forward for features
+    lr: float = 1e-3
+    seed: int = 0
+    val_prompts: int = 4  # held-out prompts for tau after each epoch (0 = none)
+    val_kinds: int = 3  # held-out prompts per kind for the table by kind (0 = none)
+    device: str = "cpu"
+    feature_dtype: str = "bfloat16"  # the target's dtype for data generation and features
+    seconds: float | None = None  # one time budget, from the features to the end of training
+    save_every: int = 100  # optimiser steps between checkpoints (one also ends each epoch)
+    exclude_prompts: tuple[str, ...] = ()  # prompt files / globs generated prompts never match
+    command: str | None = None  # the command line, recorded in the card
 
     def check_training_data(self) -> None:
         """Refuse, in one line saying what to give, settings no run could train with."""

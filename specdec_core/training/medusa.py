@@ -61,34 +61,14 @@ VALIDATION_TREE = 16  # tree tokens of the validation tau
 LM_HEADS = ("own", "target")  # each head's own trained lm head | the target's rows, shared
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MedusaTrainRequest(TrainingData):
     """What to train and how; the defaults are `specdec train medusa`'s. Checked when made."""
 
-    out: str  # the trained heads and their card; the checkpoint too
-    target: str = "embedded"
-    data: tuple[str, ...] = ("self",)  # sources (data_sources.py)
-    tokens: tuple[int, ...] = (1_000_000,)  # token budget: one, or one per source
-    epochs: int = 2
     heads: int = 4
     layers: int = 1  # residual blocks per head
     lm_head: str = "own"  # own: each head trains its lm head; target: the target's, shared
     draft_vocab: int | None = None  # None: DRAFT_VOCAB; 0: the target's whole vocabulary
-    work: str | None = None  # cache for data and features (default OUT/work)
-    cached_only: bool = False
-    max_len: int = 512
-    batch_tokens: int = 4096
-    feature_batch_tokens: int = 4096
-    lr: float = 1e-3
-    seed: int = 0
-    val_prompts: int = 4  # held-out prompts for tau after each epoch (0 = none)
-    val_kinds: int = 3  # held-out prompts per kind for the table by kind (0 = none)
-    device: str = "cpu"
-    feature_dtype: str = "bfloat16"
-    seconds: float | None = None  # time budget from the features to the end of training
-    save_every: int = 100
-    exclude_prompts: tuple[str, ...] = ()
-    command: str | None = None
     progress_file: str | None = None  # progress as JSON, rewritten as training goes
 
     def __post_init__(self) -> None:

@@ -70,41 +70,22 @@ FROM_TARGET = "from the target's embedding and head"
 RANDOM = "random"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SpeculatorRequest(TrainingData):
     """What to train and how; the defaults are `specdec train mlp-speculator`'s. Speculator
     settings left None take the --init speculator's, or for a fresh one fms-extras' defaults
     (3 stages, inner_dim 0 = the target's width, untied, unscaled input). `train_vocab_tables`:
     train the embeddings and heads even when they are the target's (frozen otherwise)."""
 
-    out: str
-    target: str = "embedded"
-    data: tuple[str, ...] = ("self",)
-    tokens: tuple[int, ...] = (1_000_000,)  # token budget: one, or one per source
-    epochs: int = 2
     n_predict: int | None = None
     inner_dim: int | None = None
     tie_weights: bool | None = None
     scale_input: bool | None = None
     train_vocab_tables: bool = False
     init: str | None = None  # a trained speculator to continue
-    work: str | None = None  # cache for data and features (default OUT/work)
-    cached_only: bool = False
-    max_len: int = 512
     batch_tokens: int = 2048
-    feature_batch_tokens: int = 4096
-    lr: float = 1e-3
     warmup: int = 50
-    seed: int = 0
-    val_prompts: int = 4
-    val_kinds: int = 3
-    device: str = "cpu"
-    feature_dtype: str = "bfloat16"
     save_dtype: str = "bfloat16"  # the saved weights' dtype
-    seconds: float | None = None  # one time budget for the whole run
-    save_every: int = 100
-    command: str | None = None
-    exclude_prompts: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         self.check_training_data()

@@ -15,39 +15,20 @@ ARCHS = ("eagle1", "eagle3")
 
 @dataclass(frozen=True)
 class TrainRequest(TrainingData):
-    """What to train and how; the defaults are `specdec train`'s."""
+    """What to train and how (`trains` first, the rest by keyword); the defaults are `specdec
+    train`'s."""
 
     trains: str  # eagle (an EAGLE head) | draft (a token-level draft)
-    out: str  # the trained model and its card; the checkpoint too unless `checkpoints`
-    target: str = "embedded"
-    data: tuple[str, ...] = ("self",)  # sources (data_sources.py)
-    tokens: tuple[int, ...] = (1_000_000,)  # token budget: one, or one per source
-    epochs: int = 2
     init: str | None = None  # eagle: the trained head to continue
     arch: str | None = None  # eagle: head layout, eagle1 | eagle3 (default: the init's, eagle1)
     layers: int | None = None  # eagle1: decoder layers (default: the init's, 1)
-    work: str | None = None  # cache for data and features (default OUT/work)
-    cached_only: bool = False  # self-distillation: only the answers already in `work`
     draft_vocab: int | None = None  # None: the --init head's, else 8192; 0 = the full vocabulary
-    max_len: int = 512  # tokens per training sequence
-    batch_tokens: int = 4096
-    lr: float = 1e-3
     unroll: int = 2  # eagle: draft steps simulated per position
     ce_weight: float | None = None  # default: the layout's (layout.layout_settings)
     noise: float | None = None  # eagle: uniform noise on input features (default: the layout's)
     input_norms: bool = False  # eagle3: EAGLE 3.1's RMSNorm per fused target state
-    seed: int = 0
-    val_prompts: int = 4  # held-out prompts for tau after each epoch (0 = none)
-    device: str = "cpu"
-    feature_dtype: str = "bfloat16"  # target dtype for data generation and features
-    seconds: float | None = None  # time budget: from train_on_samples' start to training's end
-    command: str | None = None  # the command line, recorded in the card
-    save_every: int = 100  # optimiser steps between checkpoints (one also ends each epoch)
     checkpoints: str | None = None  # directory of checkpoint.pt (default: out)
     cache_features: bool = True  # feature shards under `work`, reused by a rerun
-    feature_batch_tokens: int = 4096  # padded tokens per target forward for features
-    exclude_prompts: tuple[str, ...] = ()  # prompt files / globs generated prompts never match
-    val_kinds: int = 3  # held-out prompts per kind for the table by kind at the end (0 = none)
     progress_file: str | None = None  # progress as JSON, rewritten as training goes
 
     def __post_init__(self) -> None:
