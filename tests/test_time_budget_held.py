@@ -59,7 +59,7 @@ def test_a_budget_spent_on_features_still_validates_on_held_out_samples(tmp_path
     data = str(tmp_path / "tiny.jsonl")
     source = Collected(data, _samples(60, 30, seed=0), _samples(16, 30, seed=1))
     request = TrainRequest(
-        "eagle", str(tmp_path / "head"), target=str(tmp_path / "target"), data=(data,),
+        "eagle", out=str(tmp_path / "head"), target=str(tmp_path / "target"), data=(data,),
         tokens=(1800,), epochs=1000, draft_vocab=16, batch_tokens=128, feature_batch_tokens=64,
         feature_dtype="float32", seconds=12.0, val_prompts=0, val_kinds=0,
     )  # fmt: skip
