@@ -274,3 +274,29 @@ def test_a_gguf_is_parsed_once_while_it_converts(tmp_path):
         assert len(first.fields["tokenizer.ggml.tokens"].data) == 64
     assert gguf.GGUFReader(path) is not first
     assert gguf.GGUFReader is type(first)  # the library's own class again
+
+
+def test_conversions_in_two_threads_leave_gguf_its_own_reader():
+    """Two conversions at once in one process take turns; neither keeps the other's swap."""
+    import threading
+
+    import gguf
+
+    from specdec_core.models import gguf_read_once
+
+    original = gguf.GGUFReader
+    inside = threading.Event()
+    seen = []
+
+    def second():
+        with gguf_read_once():
+            seen.append(gguf.GGUFReader is not original)
+
+    with gguf_read_once():
+        worker = threading.Thread(target=second)
+        worker.start()
+        inside.wait(0.2)  # the second conversion is waiting for this one
+        assert not seen
+    worker.join(5)
+    assert seen == [True]
+    assert gguf.GGUFReader is original

@@ -123,9 +123,11 @@ def speculator_from_state(
             f"config and the weights belong to different speculators{hint}"
         )
     check_shapes(
-        ((key, state[key], shape) for key, shape in expected.items()), f"{spec}'s",
-        "its config.json", "the config and the weights belong to different speculators",
-    )  # fmt: skip
+        ((key, state[key], shape) for key, shape in expected.items()),
+        f"{spec}'s",
+        "its config.json",
+        "the config and the weights belong to different speculators",
+    )
     stored = next(iter(state.values())).dtype
     model.to(stored if stored.is_floating_point else torch.float32)
     model.load_state_dict({key: state[key] for key in expected}, strict=False)
