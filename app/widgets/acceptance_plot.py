@@ -6,17 +6,14 @@ import pyqtgraph as pg
 from PySide6.QtGui import QColor
 
 from app.plot_data import Series
+from app.widgets.plot_style import style_plot
 from app.widgets.timed_plot import TimedPlot
 
 
 class AcceptancePlot(TimedPlot):
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
-        self.setTitle("Tokens per step (line: mean τ)", size="10pt")
-        self.setLabel("bottom", "step")
-        self.setLabel("left", "tokens / step")
-        self.showGrid(x=True, y=True, alpha=0.25)
-        self.setMouseEnabled(x=False, y=False)
+        style_plot(self, "Tokens per step (line: mean τ)", "step", "tokens / step")
         self.getViewBox().setLimits(yMin=0)  # no negative token counts below the data
         self.items: dict[str, tuple[pg.PlotDataItem, pg.PlotDataItem]] = {}
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import pyqtgraph as pg
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
+from app.widgets.plot_style import style_plot
 from specdec_core.events import RunSummary
 from specdec_core.run_distance import RunDistance
 
@@ -36,11 +37,13 @@ class PolicyPlot(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.plot = pg.PlotWidget()
-        self.plot.setTitle("τ against distance, one point per run", size="9pt")
-        self.plot.setLabel("bottom", "total variation / token")
-        self.plot.setLabel("left", "τ")
-        self.plot.showGrid(x=True, y=True, alpha=0.25)
-        self.plot.setMouseEnabled(x=False, y=False)
+        style_plot(
+            self.plot,
+            "τ against distance, one point per run",
+            "total variation / token",
+            "τ",
+            title_size="9pt",
+        )
         self.plot.getViewBox().setLimits(xMin=0, yMin=0)
         self.plot.setMinimumHeight(150)
         self.lossless = self.plot.plot(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pyqtgraph as pg
 
 from app.plot_data import Series
+from app.widgets.plot_style import style_plot
 from app.widgets.timed_plot import TimedPlot
 
 GROUP_WIDTH = 0.8
@@ -13,19 +14,19 @@ GROUP_WIDTH = 0.8
 class PositionPlot(TimedPlot):
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
-        self.setTitle("Acceptance rate by draft position", size="10pt")
-        self.setLabel("bottom", "draft position")
+        style_plot(
+            self,
+            "Acceptance rate by draft position",
+            "draft position",
+            "accepted / drafted",
+            x_grid=False,
+        )
         self.getAxis("bottom").setTickSpacing(1, 1)
-        self.setLabel("left", "accepted / drafted")
-        self.showGrid(x=False, y=True, alpha=0.25)
         self.setYRange(0.0, 1.05, padding=0)
-        self.setMouseEnabled(x=False, y=False)
         self.items: dict[str, pg.BarGraphItem] = {}
 
     def reset(self) -> None:
-        for item in self.items.values():
-            self.removeItem(item)
-        self.items.clear()
+        self.remove_runs(self.items)
 
     def sync(self, series: list[Series]) -> None:
         drafting = [s for s in series if s.drafted_at]

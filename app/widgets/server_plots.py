@@ -9,6 +9,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
 
 from app.plot_data import Series
+from app.widgets.plot_style import style_plot
 from app.widgets.position_plot import PositionPlot
 
 Points = tuple[list[float], list[float]]  # x (seconds since Start), y
@@ -17,13 +18,7 @@ SERVER_COLOR = "#332288"  # indigo (Tol): apart from the methods' Okabe-Ito colo
 
 
 def _style(plot: pg.PlotWidget, title: str, left: str) -> None:
-    plot.setTitle(title, size="10pt")
-    plot.setLabel("bottom", "time since Start (s)")
-    plot.setLabel("left", left)
-    plot.getAxis("bottom").enableAutoSIPrefix(False)
-    plot.getAxis("left").enableAutoSIPrefix(False)
-    plot.showGrid(x=True, y=True, alpha=0.25)
-    plot.setMouseEnabled(x=False, y=False)
+    style_plot(plot, title, "time since Start (s)", left, si_prefix=False)
 
 
 class TauTimePlot(pg.PlotWidget):

@@ -5,26 +5,21 @@ from __future__ import annotations
 import pyqtgraph as pg
 
 from app.plot_data import Series
+from app.widgets.plot_style import style_plot
 from app.widgets.timed_plot import TimedPlot
 
 
 class SpeedPlot(TimedPlot):
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
-        self.setTitle("Tokens per second over time", size="10pt")
-        self.setLabel("bottom", "engine time (s)")
-        self.getAxis("bottom").enableAutoSIPrefix(False)
-        self.getAxis("left").enableAutoSIPrefix(False)
-        self.setLabel("left", "tokens / s")
-        self.showGrid(x=True, y=True, alpha=0.25)
-        self.setMouseEnabled(x=False, y=False)
+        style_plot(
+            self, "Tokens per second over time", "engine time (s)", "tokens / s", si_prefix=False
+        )
         self.getViewBox().setLimits(yMin=0)  # no negative speeds below the data
         self.items: dict[str, pg.PlotDataItem] = {}
 
     def reset(self) -> None:
-        for item in self.items.values():
-            self.removeItem(item)
-        self.items.clear()
+        self.remove_runs(self.items)
 
     def sync(self, series: list[Series]) -> None:
         for s in series:

@@ -16,3 +16,9 @@ class TimedPlot(pg.PlotWidget):
         began = time.perf_counter()
         super().paintEvent(event)
         self.paint_seconds += time.perf_counter() - began
+
+    def remove_runs(self, items: dict[str, pg.GraphicsObject]) -> None:
+        """Take each run's item off the plot and forget it (what a reset does)."""
+        for item in items.values():
+            self.removeItem(item)
+        items.clear()

@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 
 from app.training_plan import LAYOUTS, SOURCES, KindValidation
 from app.widgets.flow_layout import FlowLayout
+from app.widgets.plot_style import style_plot
 from specdec_core.training.progress_file import EpochValidation
 
 TOP1_COLOR, TAU_COLOR = "#1f77b4", "#d62728"
@@ -125,11 +126,7 @@ class TrainView(QWidget):
         grid.addRow(self.state)
 
         self.plot = pg.PlotWidget()
-        self.plot.setTitle("Validation after each epoch", size="10pt")
-        self.plot.setLabel("bottom", "epoch")
-        self.plot.setLabel("left", "top-1, τ")
-        self.plot.showGrid(x=True, y=True, alpha=0.25)
-        self.plot.setMouseEnabled(x=False, y=False)
+        style_plot(self.plot, "Validation after each epoch", "epoch", "top-1, τ")
         self.plot.setMinimumHeight(PLOT_MIN_HEIGHT)
         self.top1_line = self.plot.plot(
             pen=pg.mkPen(TOP1_COLOR, width=2), symbol="o", symbolBrush=TOP1_COLOR, name="top-1"
