@@ -13,8 +13,7 @@ from specdec_core.cli.options import (
     add_model_options,
     add_policy_profile_option,
     decode_config,
-    load_options,
-    load_progress,
+    load_target,
     model_specs,
     policy_profile,
     resolve_auto_k,
@@ -40,7 +39,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from specdec_core.methods import check_method_params
-    from specdec_core.models import load_model
     from specdec_core.policy_profile import prompt_feature
     from specdec_core.prompts import check_prompt_text, encode_prompt, read_prompt_file
     from specdec_core.runner import load_extra
@@ -54,9 +52,7 @@ def run(args: argparse.Namespace) -> int:
         raise SpecdecError("no prompt; pass --prompt TEXT or --prompt-file FILE.jsonl")
     text = args.prompt if args.prompt is not None else read_prompt_file(args.prompt_file, 1)[0]
     check_prompt_text(text)  # before minutes of model loading
-    options = load_options(args, [text])
-    progress = load_progress(args.json)
-    target = load_model(args.target, args.device, args.dtype, progress, options=options)
+    target = load_target(args, [text], quiet=args.json)
     prompt_ids = encode_prompt(target.tokenizer, text, args.raw)
     kind = None
     if profile is not None:

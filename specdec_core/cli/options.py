@@ -454,6 +454,17 @@ def load_progress(quiet: bool = False):
     return lambda message, fraction: print(f"[{fraction:4.0%}] {message}", file=sys.stderr)
 
 
+def load_target(
+    args: argparse.Namespace, prompts: Sequence[str], quiet: bool = False
+) -> LoadedModel:
+    """The target of --target, --device and --dtype, placed as `load_options` says (its memory
+    check sized for `prompts`), its loading progress on stderr unless `quiet`."""
+    from specdec_core.models import load_model
+
+    options = load_options(args, prompts)
+    return load_model(args.target, args.device, args.dtype, load_progress(quiet), options=options)
+
+
 def _policies() -> str:
     from specdec_core.verifiers import describe_policies
 

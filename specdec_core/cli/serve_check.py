@@ -24,8 +24,7 @@ from specdec_core.cli.options import (
     add_decode_options,
     add_model_options,
     decode_config,
-    load_options,
-    load_progress,
+    load_target,
     model_specs,
 )
 from specdec_core.errors import SpecdecError
@@ -115,12 +114,9 @@ def run(args: argparse.Namespace) -> int:
         request_timeout=args.request_timeout,
         extra_args=extra_args,
     )
-    from specdec_core.models import load_model
     from specdec_core.runner import load_extra
 
-    target = load_model(
-        args.target, args.device, args.dtype, load_progress(), options=load_options(args, texts)
-    )
+    target = load_target(args, texts)
     prompts = [encode_prompt(target.tokenizer, text, args.raw) for text in texts]
     extra = load_extra(args.method, target, model_specs(args)) if args.method != "ar" else None
     result = serve_check(

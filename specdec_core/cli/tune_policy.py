@@ -13,8 +13,7 @@ from specdec_core.cli.options import (
     add_decode_options,
     add_model_options,
     decode_config,
-    load_options,
-    load_progress,
+    load_target,
     model_specs,
     resolve_auto_k,
 )
@@ -69,7 +68,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from specdec_core.bench import stderr_progress
     from specdec_core.methods import METHODS, check_method_params
-    from specdec_core.models import load_model
     from specdec_core.policy_profile import read_kinds, tunable, tune
     from specdec_core.runner import load_extra
 
@@ -84,9 +82,7 @@ def run(args: argparse.Namespace) -> int:
     grid = tunable(config.policy, args.param, _values(args.values))
     prompts = read_kinds(args.prompts, args.limit)
     texts = [text for kind in prompts.values() for text in kind]
-    target = load_model(
-        args.target, args.device, args.dtype, load_progress(), options=load_options(args, texts)
-    )
+    target = load_target(args, texts)
     extra = load_extra(args.method, target, model_specs(args))
     config = resolve_auto_k(args, config, target, [args.method], extra)
     profile = tune(
