@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import torch
 
+TOP_P_CANDIDATES = 1024  # tokens ranked before top-p falls back to ranking all
+
 
 def probs(logits: torch.Tensor, temperature: float, top_p: float = 1.0) -> torch.Tensor:
     """[..., V] logits -> [..., V] float32 probabilities after temperature and top-p."""
@@ -25,12 +27,39 @@ def probs(logits: torch.Tensor, temperature: float, top_p: float = 1.0) -> torch
 
 
 def _top_p(p: torch.Tensor, top_p: float) -> torch.Tensor:
-    """Keep the smallest set of most likely tokens whose mass reaches top_p; renormalise."""
-    sorted_p, order = torch.sort(p, dim=-1, descending=True)
-    mass_before = sorted_p.cumsum(-1) - sorted_p  # mass of strictly more likely tokens
-    sorted_p = sorted_p.masked_fill(mass_before >= top_p, 0.0)
-    kept = torch.zeros_like(p).scatter(-1, order, sorted_p)
-    return kept / kept.sum(-1, keepdim=True)
+    """Keep the smallest set of most likely tokens whose mass reaches top_p (among equal
+    probabilities the lower id first, as at temperature 0); renormalise.
+
+    Only the most likely tokens can be kept, so the `TOP_P_CANDIDATES` largest are ranked
+    first (a partial sort), and every token only where the set would reach past them: a large
+    vocabulary is not sorted for every row a step samples (docs/benchmarks.md). Both ways keep
+    the same tokens with the same values: the candidates are the first places of the full
+    ranking, so the mass before each is the same sum."""
+    vocab = p.shape[-1]
+    if vocab > TOP_P_CANDIDATES:
+        ids = torch.topk(p, TOP_P_CANDIDATES, dim=-1).indices.sort(dim=-1).values
+        ranked, order, kept = _nucleus(p, ids, top_p)
+        smallest_kept = ranked.masked_fill(~kept, float("inf")).amin(-1)
+        mass_before_last = ranked.sum(-1) - ranked[..., -1]
+        # every token past the candidates is no more likely than the last, and comes after
+        # at least this mass: with room for rounding, none of them is kept
+        if bool(((smallest_kept > ranked[..., -1]) & (mass_before_last >= top_p + 1e-5)).all()):
+            return _renormalised(p, ranked, order, kept)
+    ids = torch.arange(vocab, device=p.device).expand_as(p)
+    return _renormalised(p, *_nucleus(p, ids, top_p))
+
+
+def _nucleus(p: torch.Tensor, ids: torch.Tensor, top_p: float):
+    """-> (ranked, order, kept): p's tokens `ids` (ascending in each row) ranked by
+    probability (descending, equal ones by id), their ids, and which are in the nucleus."""
+    ranked, rank = torch.sort(p.gather(-1, ids), dim=-1, descending=True, stable=True)
+    mass_before = ranked.cumsum(-1) - ranked  # mass of the tokens ranked before
+    return ranked, ids.gather(-1, rank), mass_before < top_p
+
+
+def _renormalised(p, ranked, order, kept) -> torch.Tensor:
+    nucleus = torch.zeros_like(p).scatter(-1, order, ranked.masked_fill(~kept, 0.0))
+    return nucleus / nucleus.sum(-1, keepdim=True)
 
 
 def sample(p: torch.Tensor, generator: torch.Generator | None) -> int:
