@@ -21,14 +21,11 @@ from PySide6.QtWidgets import QFileDialog
 from app import history
 from app.chat import CONVERSATION, Chat
 from app.engine_api import Engine, RunRequest
-from app.method_style import MethodStyle
 from app.palette import REFERENCE_COLOR
 from app.reference import REFERENCE, measured
-from app.run_controller import RunController, RunOwner
-from app.run_inputs import RunInputs
+from app.run_parts import PartsOwner, RunParts
 from app.session import Session
 from app.widgets.chat_view import ChatView
-from app.widgets.plots_panel import PlotsPanel
 from app.worker import error_message
 from specdec_core.errors import SpecdecError
 from specdec_core.events import RunSummary, Step
@@ -38,27 +35,19 @@ REFERENCE_CONVERSATION = CONVERSATION + "-reference"
 FILES = "Chat (*.jsonl *.json)"
 
 
-class ChatController(RunOwner):
+class ChatController(PartsOwner):
     def __init__(
         self,
         session: Session,
         engine: Engine,
-        runs: RunController,
-        inputs: RunInputs,
-        style: MethodStyle,
+        parts: RunParts,
         view: ChatView,
-        plots: PlotsPanel,
         show_tab: Callable[[], None],
     ) -> None:
         """`show_tab()` brings the Chat tab to the front (a loaded chat is shown there)."""
-        self.session, self.engine, self.runs, self.inputs, self.style = (
-            session,
-            engine,
-            runs,
-            inputs,
-            style,
-        )
-        self.view, self.plots, self.show_tab = view, plots, show_tab
+        self.session, self.engine = session, engine
+        super().__init__(parts)
+        self.view, self.show_tab = view, show_tab
         self.chat = Chat()
         self._turn: RunRequest | None = None
         self._reference: RunRequest | None = None

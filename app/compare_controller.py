@@ -17,39 +17,27 @@ from collections.abc import Callable
 from app import history
 from app.engine_api import RunRequest
 from app.export import CompareResult
-from app.method_style import MethodStyle
-from app.run_controller import RunController, RunOwner
-from app.run_inputs import RunInputs
+from app.run_parts import PartsOwner, RunParts
 from app.status_controller import RunStatusLine, sizes_tree
 from app.widgets.compare_panel import ComparePanel
-from app.widgets.plots_panel import PlotsPanel
 from specdec_core.events import RunSummary, Started, Step
 from specdec_core.run_speedup import StepTime
 
 
-class CompareController(RunOwner):
+class CompareController(PartsOwner):
     def __init__(
         self,
-        runs: RunController,
-        inputs: RunInputs,
-        style: MethodStyle,
+        parts: RunParts,
         panel: ComparePanel,
-        plots: PlotsPanel,
         show_state: Callable[[str], None],
         show_tab: Callable[[], None],
     ) -> None:
-        self.runs, self.inputs, self.style, self.panel, self.plots = (
-            runs,
-            inputs,
-            style,
-            panel,
-            plots,
-        )
-        self.show_tab = show_tab
+        super().__init__(parts)
+        self.panel, self.show_tab = panel, show_tab
         self.line = RunStatusLine(show_state)
         self.steps: dict[str, list[StepTime]] = {}  # method -> its steps in this Compare
         self._current: RunRequest | None = None  # the run of this Compare under way
-        runs.progress.connect(self._progress)
+        self.runs.progress.connect(self._progress)
 
     def _progress(self, message: str, fraction: float) -> None:
         """What the engine reports before a run's prefill (its head or draft loading)."""

@@ -40,6 +40,7 @@ from app.next_run_note import NextRunNote
 from app.reference import REFERENCE
 from app.run_controller import RunController
 from app.run_inputs import RunInputs
+from app.run_parts import RunParts
 from app.server_controller import ServerController
 from app.session import Session
 from app.settings import settings_path
@@ -102,16 +103,14 @@ class MainWindow(QMainWindow):
         self.inputs = RunInputs(
             self.session, self.prompt, self.decoding, self.models, self.method_params
         )
-        runs = (self.controller, self.inputs, MethodStyle(self.session))
+        parts = RunParts(self.controller, self.inputs, MethodStyle(self.session), self.plots)
         self.single = SingleRunController(
-            *runs, self.output, self.plots, self.state.show, lambda: self._show(self.output)
+            parts, self.output, self.state.show, lambda: self._show(self.output)
         )
         self.comparison = CompareController(
-            *runs, self.compare, self.plots, self.state.show, lambda: self._show(self.compare)
+            parts, self.compare, self.state.show, lambda: self._show(self.compare)
         )
-        self.chat = ChatController(
-            self.session, self.engine, *runs, self.chat_view, self.plots, self.show_chat
-        )
+        self.chat = ChatController(self.session, self.engine, parts, self.chat_view, self.show_chat)
         self.loader = ModelLoader(
             self.engine, self.session, self.controller, self.state, self.status, self.models,
             self.decoding, self.compare, self.output, self.settings.first_run, self,

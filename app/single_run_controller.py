@@ -15,39 +15,27 @@ from collections.abc import Callable
 
 from app import history
 from app.engine_api import RunRequest
-from app.method_style import MethodStyle
 from app.palette import REFERENCE_COLOR
 from app.reference import OWN_REFERENCE, REFERENCE, reference_request, speedup_text
-from app.run_controller import RunController, RunOwner
-from app.run_inputs import RunInputs
+from app.run_parts import PartsOwner, RunParts
 from app.status_controller import RunStatusLine, sizes_tree
 from app.widgets.output_panel import OutputPanel
-from app.widgets.plots_panel import PlotsPanel
 from specdec_core.events import RunSummary, Started, Step
 from specdec_core.run_speedup import StepTime
 
 MEASURING = "measuring the autoregressive reference for the speedup…"
 
 
-class SingleRunController(RunOwner):
+class SingleRunController(PartsOwner):
     def __init__(
         self,
-        runs: RunController,
-        inputs: RunInputs,
-        style: MethodStyle,
+        parts: RunParts,
         output: OutputPanel,
-        plots: PlotsPanel,
         show_state: Callable[[str], None],
         show_tab: Callable[[], None],
     ) -> None:
-        self.runs, self.inputs, self.style, self.output, self.plots = (
-            runs,
-            inputs,
-            style,
-            output,
-            plots,
-        )
-        self.show_state, self.show_tab = show_state, show_tab
+        super().__init__(parts)
+        self.output, self.show_state, self.show_tab = output, show_state, show_tab
         self.line = RunStatusLine(show_state)
         self.run: RunRequest | None = None  # the run of the last Generate
         self.reference: RunRequest | None = None  # its reference (none for an `ar` run)
@@ -55,7 +43,7 @@ class SingleRunController(RunOwner):
         self.steps: list[StepTime] = []  # the run's steps, timed
         self.reference_steps: list[StepTime] = []  # its reference's
         self.speedup_line = ""  # the last run's measured speedup
-        runs.progress.connect(self._progress)
+        self.runs.progress.connect(self._progress)
 
     def _progress(self, message: str, fraction: float) -> None:
         """What the engine reports before the run's prefill (its head or draft loading)."""
