@@ -40,10 +40,6 @@ if TYPE_CHECKING:
 
 # what a method needs besides the target
 Extra: TypeAlias = "LoadedModel | EagleHead | MedusaHeads | MLPSpeculator | MtpModule | None"
-# (target, extra, suffix history, forward costs, acceptance estimates) -> the drafter
-Builder: TypeAlias = Callable[
-    [LoadedModel, Extra, "History | None", ForwardCosts, AcceptanceEstimates], Drafter
-]
 
 __all__ = [
     "FAMILIES",
@@ -69,6 +65,28 @@ FAMILIES = (
 
 
 @dataclass(frozen=True)
+class BuildInputs:
+    """What a method's builder is given to make its drafter."""
+
+    target: LoadedModel
+    extra: Extra  # what the method needs besides the target (None: nothing)
+    history: History | None  # the suffix history (None: a suffix method makes its own)
+    costs: ForwardCosts  # the forward costs an EAGLE-2 tree is sized with
+    acceptance: AcceptanceEstimates  # and its acceptance estimates
+
+    def arguments(
+        self,
+    ) -> tuple[LoadedModel, Extra, History | None, ForwardCosts, AcceptanceEstimates]:
+        """(target, extra, history, costs, acceptance): a drafter module's registry builder's
+        arguments, in order."""
+        return (self.target, self.extra, self.history, self.costs, self.acceptance)
+
+
+# the inputs -> the drafter
+Builder: TypeAlias = Callable[[BuildInputs], Drafter]
+
+
+@dataclass(frozen=True)
 class Method:
     name: str
     label: str  # for menus and tables
@@ -82,102 +100,74 @@ class Method:
     k: bool = True  # a chain method whose length is k (lookahead sizes itself by its params)
 
 
-def _classic(target: LoadedModel, draft: Extra, history: History | None, *_) -> Drafter:
+def _classic(given: BuildInputs) -> Drafter:
     """The draft's own tokens with the target's tokenizer; else drafts/cross_tokenizer.py
     (universal assisted generation at T = 0, token-level intersection at T > 0)."""
     from specdec_core.drafters.cross_tokenizer import build_classic
 
-    return build_classic(target, draft)
+    return build_classic(given.target, given.extra)
 
 
-def _eagle(target: LoadedModel, head: Extra, history: History | None, *_) -> Drafter:
+def _eagle(given: BuildInputs) -> Drafter:
     from specdec_core.drafters.eagle import EagleDrafter
 
-    return EagleDrafter(head, target.model.config.num_hidden_layers)
+    return EagleDrafter(given.extra, given.target.model.config.num_hidden_layers)
 
 
-def _eagle2(
-    target: LoadedModel,
-    head: Extra,
-    history: History | None,
-    costs: ForwardCosts,
-    acceptance: AcceptanceEstimates,
-) -> Drafter:
+def _eagle2(given: BuildInputs) -> Drafter:
     from specdec_core.drafters.eagle2 import Eagle2Drafter
 
-    return Eagle2Drafter(head, target.model, costs=costs, acceptance=acceptance)
+    return Eagle2Drafter(
+        given.extra, given.target.model, costs=given.costs, acceptance=given.acceptance
+    )
 
 
-def _eagle2_lookup(
-    target: LoadedModel,
-    head: Extra,
-    history: History | None,
-    costs: ForwardCosts,
-    acceptance: AcceptanceEstimates,
-) -> Drafter:
+def _eagle2_lookup(given: BuildInputs) -> Drafter:
     from specdec_core.drafters.eagle2_lookup import Eagle2LookupDrafter
 
-    return Eagle2LookupDrafter(head, target.model, costs, acceptance)
+    return Eagle2LookupDrafter(given.extra, given.target.model, given.costs, given.acceptance)
 
 
-def _medusa(
-    target: LoadedModel,
-    heads: Extra,
-    history: History | None,
-    costs: ForwardCosts,
-    acceptance: AcceptanceEstimates,
-) -> Drafter:
+def _medusa(given: BuildInputs) -> Drafter:
     from specdec_core.drafters.medusa import build_medusa
 
-    return build_medusa(target, heads, history, costs, acceptance)
+    return build_medusa(*given.arguments())
 
 
-def _mlp_speculator(target: LoadedModel, speculator: Extra, *_) -> Drafter:
+def _mlp_speculator(given: BuildInputs) -> Drafter:
     from specdec_core.drafters.mlp_speculator import build
 
-    return build(target, speculator)
+    return build(given.target, given.extra)
 
 
-def _mtp(target: LoadedModel, module: Extra, *_) -> Drafter:
+def _mtp(given: BuildInputs) -> Drafter:
     from specdec_core.drafters.mtp import build_chain
 
-    return build_chain(target, module, None, None, None)
+    return build_chain(given.target, given.extra, None, None, None)
 
 
-def _mtp_tree(
-    target: LoadedModel,
-    module: Extra,
-    history: History | None,
-    costs: ForwardCosts,
-    acceptance: AcceptanceEstimates,
-) -> Drafter:
+def _mtp_tree(given: BuildInputs) -> Drafter:
     from specdec_core.drafters.mtp import build_tree
 
-    return build_tree(target, module, history, costs, acceptance)
+    return build_tree(*given.arguments())
 
 
-def _layer_skip(target: LoadedModel, extra: Extra, *_) -> Drafter:
+def _layer_skip(given: BuildInputs) -> Drafter:
     from specdec_core.drafters.layer_skip import build_layer_skip
 
-    return build_layer_skip(target, extra, None, None, None)
+    return build_layer_skip(given.target, given.extra, None, None, None)
 
 
-def _swift(target: LoadedModel, extra: Extra, *_) -> Drafter:
+def _swift(given: BuildInputs) -> Drafter:
     from specdec_core.drafters.swift import build_swift
 
-    return build_swift(target, extra, None, None, None)
+    return build_swift(given.target, given.extra, None, None, None)
 
 
-def _lookahead(
-    target: LoadedModel,
-    extra: Extra,
-    history: History | None,
-    costs: ForwardCosts,
-    acceptance: AcceptanceEstimates,
-) -> Drafter:
+def _lookahead(given: BuildInputs) -> Drafter:
     from specdec_core.drafters.lookahead import build_lookahead
 
-    return build_lookahead(target, extra, history, costs, acceptance)
+    return build_lookahead(*given.arguments())
 
 
 def vocabulary_key(target: LoadedModel) -> tuple:
@@ -185,21 +175,17 @@ def vocabulary_key(target: LoadedModel) -> tuple:
     return (getattr(target.tokenizer, "name_or_path", ""), target.vocab_size)
 
 
-def _eagle2_suffix(
-    target: LoadedModel,
-    head: Extra,
-    history: History | None,
-    costs: ForwardCosts,
-    acceptance: AcceptanceEstimates,
-) -> Drafter:
+def _eagle2_suffix(given: BuildInputs) -> Drafter:
     from specdec_core.drafters.eagle2_suffix import Eagle2SuffixDrafter
 
-    key = vocabulary_key(target)
-    return Eagle2SuffixDrafter(head, target.model, key, history, costs, acceptance)
+    key = vocabulary_key(given.target)
+    return Eagle2SuffixDrafter(
+        given.extra, given.target.model, key, given.history, given.costs, given.acceptance
+    )
 
 
-def _suffix(target: LoadedModel, extra: Extra, history: History | None, *_) -> Drafter:
-    return SuffixDrafter(vocabulary_key(target), history)
+def _suffix(given: BuildInputs) -> Drafter:
+    return SuffixDrafter(vocabulary_key(given.target), given.history)
 
 
 METHODS: dict[str, Method] = {
@@ -207,7 +193,7 @@ METHODS: dict[str, Method] = {
         "ar",
         "Autoregressive",
         None,
-        lambda *_: AutoregressiveDrafter(),
+        lambda _: AutoregressiveDrafter(),
         summary="the target alone, one token per forward: the reference every speedup is against",
     ),
     "eagle": Method(
@@ -292,7 +278,7 @@ METHODS: dict[str, Method] = {
         "ngram",
         "N-gram lookup",
         None,
-        lambda *_: NgramDrafter(),
+        lambda _: NgramDrafter(),
         family="no training",
         summary="copies what followed the context's last n-gram in the prompt or output",
     ),
@@ -390,4 +376,4 @@ def build_drafter(
         raise SpecdecError(f"method '{name}' needs a {method.needs}; pass --{method.needs} SPEC")
     costs = costs if costs is not None else ForwardCosts()
     acceptance = acceptance if acceptance is not None else AcceptanceEstimates()
-    return method.build(target, extra, history, costs, acceptance)
+    return method.build(BuildInputs(target, extra, history, costs, acceptance))
