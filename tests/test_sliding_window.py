@@ -33,22 +33,10 @@ from specdec_core.models import LoadedModel
 from specdec_core.runner import run
 from specdec_core.target import Target
 from tests.eagle_tiny import tiny_head
-from tests.tiny import VOCAB, prompt, tiny_tokenizer
+from tests.tiny import prompt, tiny_config_fields, tiny_tokenizer
 
 WINDOW = 4
-COMMON = dict(
-    vocab_size=VOCAB,
-    hidden_size=32,
-    intermediate_size=64,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    max_position_embeddings=256,
-    bos_token_id=1,
-    eos_token_id=2,
-    pad_token_id=0,
-    tie_word_embeddings=False,
-    sliding_window=WINDOW,
-)
+COMMON = {**tiny_config_fields(), "pad_token_id": 0, "sliding_window": WINDOW}
 
 
 def _mistral(layers: int):

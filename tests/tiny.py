@@ -76,12 +76,12 @@ def chat_target(root: Path, conversations: int = 0) -> Path:
     return root / "target"
 
 
-def tiny_config(layers: int = 2, hidden: int = 32) -> LlamaConfig:
-    return LlamaConfig(
+def tiny_config_fields(hidden: int = 32) -> dict:
+    """The sizes and token ids of every tiny model, whatever its architecture (no layer count)."""
+    return dict(
         vocab_size=VOCAB,
         hidden_size=hidden,
         intermediate_size=2 * hidden,
-        num_hidden_layers=layers,
         num_attention_heads=4,
         num_key_value_heads=2,
         max_position_embeddings=256,
@@ -89,6 +89,10 @@ def tiny_config(layers: int = 2, hidden: int = 32) -> LlamaConfig:
         eos_token_id=2,
         tie_word_embeddings=False,
     )
+
+
+def tiny_config(layers: int = 2, hidden: int = 32) -> LlamaConfig:
+    return LlamaConfig(num_hidden_layers=layers, **tiny_config_fields(hidden))
 
 
 def training_dir(root, layers: int = 2, prompts: tuple[str, ...] = ()):
