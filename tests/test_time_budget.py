@@ -80,6 +80,22 @@ def _gaps(lines: list[str]) -> list[float]:
     return [b - a for a, b in zip(times, times[1:], strict=False)]
 
 
+def _timed_train(tiny_dir, out, seconds: float, *extra: str) -> tuple[int, float]:
+    """`specdec train` on `tiny_dir` into `out` with `--seconds seconds`; -> its exit code and
+    the seconds it took."""
+    began = time.monotonic()
+    code = main(_argv(tiny_dir, out, seconds, *extra))
+    return code, time.monotonic() - began
+
+
+def _print_timing(seconds: float, took: float, slowed: str, lines: str, gaps: list[float]) -> None:
+    """One line of what a run with `slowed` steps took, and how far apart its `lines` came."""
+    print(
+        f"\n--seconds {seconds:g} with {slowed}: {took:.1f} s, {lines} lines at most "
+        f"{max(gaps, default=0):.2f} s apart (heartbeat 0.5 s)"
+    )
+
+
 @pytest.fixture
 def stamped(monkeypatch):
     """The run's progress lines on stderr, each with the instant it was printed."""
@@ -102,14 +118,11 @@ def test_training_ends_by_the_budget_plus_one_batch_with_progress_inside_batches
     seconds = 16.0  # room for features and a few batches on a busy machine
     out = tmp_path / "head"
     progress_file = tmp_path / "progress.json"
-    began = time.monotonic()
-    assert main(_argv(tiny_dir, out, seconds, "--progress-file", str(progress_file))) == 0
-    took = time.monotonic() - began
+    code, took = _timed_train(tiny_dir, out, seconds, "--progress-file", str(progress_file))
+    assert code == 0
     training = [line for line in stamped if " training: " in line]
-    print(
-        f"\n--seconds {seconds:g} with 2.5 s batches: {took:.1f} s, {len(steps)} batches, "
-        f"progress lines at most {max(_gaps(training)):.2f} s apart (heartbeat 0.5 s)"
-    )
+    batches = f"{len(steps)} batches, progress"
+    _print_timing(seconds, took, "2.5 s batches", batches, _gaps(training))
     assert took < seconds + 2.5 + SLACK
     card = json.loads((out / "specdec_card.json").read_text())
     assert card["history"][-1]["stopped"] == "time" and card["epochs"] < 1000
@@ -127,9 +140,8 @@ def test_a_budget_that_cannot_cover_one_batch_is_refused_at_the_start(
 ):
     _slow_steps(monkeypatch, 1.5, probe_too=True)  # the probe sees the slow step too
     out = tmp_path / "head"
-    began = time.monotonic()
-    assert main(_argv(tiny_dir, out, 4.0)) == 2
-    took = time.monotonic() - began
+    code, took = _timed_train(tiny_dir, out, 4.0)
+    assert code == 2
     error = capsys.readouterr().err
     assert "cannot cover one training batch" in error
     needed = int(re.search(r"give --seconds (\d+) or more", error).group(1))
@@ -156,14 +168,10 @@ def test_features_take_only_their_share_and_training_trains_on_what_they_made(
     monkeypatch.setattr(FeatureSettings, "featured", small_batches)
     seconds = 10.0
     out = tmp_path / "head"
-    began = time.monotonic()
-    assert main(_argv(tiny_dir, out, seconds)) == 0
-    took = time.monotonic() - began
+    code, took = _timed_train(tiny_dir, out, seconds)
+    assert code == 0
     featured = [line for line in stamped if " features: " in line]
-    print(
-        f"\n--seconds {seconds:g} with 0.3 s feature forwards: {took:.1f} s, feature lines at "
-        f"most {max(_gaps(featured), default=0):.2f} s apart (heartbeat 0.5 s)"
-    )
+    _print_timing(seconds, took, "0.3 s feature forwards", "feature", _gaps(featured))
     assert took < seconds + 0.3 + SLACK
     card = json.loads((out / "specdec_card.json").read_text())
     assert featured and all("ETA" in line for line in featured)
