@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 
@@ -76,23 +76,27 @@ def train_target_fixture(tmp_path_factory):
     return chat_target(root, conversations=200), root / "chats.json"
 
 
+def aim_train_tab(controller, train_target, **sizes) -> None:
+    """Points the Train tab's `controller` at the tiny target and its conversations
+    (`train_target`: the fixture's pair), for a small job of 1k answer tokens: `sizes` are the
+    template's batch, long_batch, batch_tokens and epochs."""
+    target, chats = train_target
+    controller.target = lambda: str(target)
+    controller.template = replace(
+        controller.template, rows=4, max_new_tokens=12, dtype="float32",
+        conversations=str(chats), draft_vocab=16, val_kinds=0, save_every=1, **sizes,
+    )  # fmt: skip
+    controller.view.tokens.setValue(1)  # 1k answer tokens
+
+
 def train_tab(window, train_target, monkeypatch, generation: float, training: float):
     """The window's Train tab on the tiny target, its children slowed: each answer batch of
     the data job takes `generation` seconds more, each training step `training`."""
-    from dataclasses import replace
-
     from app.training_plan import TrainingPlan
     from tests.slow_child import slow_argv
 
-    target, chats = train_target
     controller = window.training
-    controller.target = lambda: str(target)
-    controller.template = replace(
-        controller.template, batch=4, long_batch=2, rows=4, max_new_tokens=12, dtype="float32",
-        conversations=str(chats), draft_vocab=16, batch_tokens=256, val_kinds=0, epochs=50,
-        save_every=1,
-    )  # fmt: skip
-    controller.view.tokens.setValue(1)  # 1k answer tokens
+    aim_train_tab(controller, train_target, batch=4, long_batch=2, batch_tokens=256, epochs=50)
     generation_argv, training_argv = TrainingPlan.generation_argv, TrainingPlan.training_argv
     monkeypatch.setattr(
         TrainingPlan, "generation_argv", lambda plan: slow_argv(generation_argv(plan), generation)

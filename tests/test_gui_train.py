@@ -4,13 +4,13 @@ lost), and the finished head appears in the Head picker."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from app.training_plan import default_work, read_generation
 from tests.gui_window import make_window_fixture  # noqa: F401 (a fixture)
+from tests.slow_engine import aim_train_tab
 from tests.tiny import chat_target
 
 
@@ -31,16 +31,10 @@ def _shards(work: Path) -> dict[str, list[str]]:
 def test_train_tab_shows_progress_stops_resumes_and_lists_the_finished_head(
     make_window, qtbot, tiny_target, monkeypatch
 ):
-    target, chats = tiny_target
+    target, _ = tiny_target
     window = make_window()
     training, view = window.training, window.training.view
-    training.target = lambda: str(target)
-    training.template = replace(
-        training.template, batch=6, long_batch=3, rows=4, max_new_tokens=12, dtype="float32",
-        conversations=str(chats), draft_vocab=16, batch_tokens=512, val_kinds=0, epochs=2,
-        save_every=1,
-    )  # fmt: skip
-    view.tokens.setValue(1)  # 1k answer tokens
+    aim_train_tab(training, tiny_target, batch=6, long_batch=3, batch_tokens=512, epochs=2)
     work = default_work(str(target), "eagle1")
     assert "trained-heads" in str(work) and not str(work).startswith(str(Path.cwd()))
 
