@@ -16,6 +16,13 @@ from tests.gui_fake import FakeEngine
 from tests.gui_window import make_window_fixture, wait_idle  # noqa: F401  (fixture)
 
 
+def _generate_failing(qtbot, window, engine: FakeEngine, error: Exception) -> None:
+    """Generate once with `engine` raising `error`, and wait until the window is idle again."""
+    engine.fail_next = error
+    window.generate()
+    wait_idle(qtbot, window)
+
+
 def test_generate_streams_tokens_into_the_view_and_the_plots(make_window, qtbot):
     window = make_window()
     window.decoding.k.setValue(6)
@@ -124,16 +131,12 @@ def test_compare_gives_one_column_per_method_and_a_filled_table(make_window, qtb
 def test_an_engine_error_shows_a_message_and_the_next_generate_works(make_window, qtbot):
     engine = FakeEngine()
     window = make_window(engine)
-    engine.fail_next = SpecdecError("the prompt is empty; type a prompt")
-    window.generate()
-    wait_idle(qtbot, window)
+    _generate_failing(qtbot, window, engine, SpecdecError("the prompt is empty; type a prompt"))
     qtbot.waitUntil(lambda: window.error_box is not None and window.error_box.isVisible())
     assert "type a prompt" in window.error_box.text()
     window.error_box.close()
 
-    engine.fail_next = RuntimeError("boom")
-    window.generate()
-    wait_idle(qtbot, window)
+    _generate_failing(qtbot, window, engine, RuntimeError("boom"))
     assert "RuntimeError: boom" in window.last_error
 
     window.generate()
@@ -159,9 +162,7 @@ def test_a_failing_method_in_a_comparison_is_reported_and_the_others_still_run(m
 def test_an_error_in_a_generate_run_does_not_leave_a_queue(make_window, qtbot):
     engine = FakeEngine()
     window = make_window(engine)
-    engine.fail_next = SpecdecError("no draft")
-    window.generate()
-    wait_idle(qtbot, window)
+    _generate_failing(qtbot, window, engine, SpecdecError("no draft"))
     assert len(engine.requests) == 1 and window.last_error == "no draft"
     assert window.ready()
 
@@ -362,9 +363,9 @@ def test_a_dead_engine_offers_a_restart_that_reloads_the_models_and_keeps_the_pr
     qtbot.waitUntil(lambda: window.ready(), timeout=5000)
     window.prompt.set_text("keep me")
     loads = len(engine.loads)
-    engine.fail_next = EngineProcessError(f"{ENDED} (exit code -9); press Restart engine")
-    window.generate()
-    wait_idle(qtbot, window)
+    _generate_failing(
+        qtbot, window, engine, EngineProcessError(f"{ENDED} (exit code -9); press Restart engine")
+    )
     qtbot.waitUntil(lambda: window.error_box is not None and window.error_box.isVisible())
     restart = next(b for b in window.error_box.buttons() if b.text() == "Restart engine")
     assert window.error_box.buttonRole(restart) == QMessageBox.ButtonRole.AcceptRole
@@ -388,9 +389,9 @@ def test_after_the_engine_died_nothing_starts_and_restart_keeps_every_choice(mak
     decoding.params["tau"].setValue(0.42)
     compare.checks["eagle2"].setChecked(False)
     chosen = (decoding.values(), compare.chosen())
-    engine.fail_next = EngineProcessError(f"{ENDED} (exit code -9); press Restart engine")
-    window.generate()
-    wait_idle(qtbot, window)
+    _generate_failing(
+        qtbot, window, engine, EngineProcessError(f"{ENDED} (exit code -9); press Restart engine")
+    )
     assert window.session.target is None and not window.ready()  # its model went with it
     assert window.status.state.text() == "no model" and window.status.model.text() == "model: —"
     assert "the engine process ended" in window.models.message.text()
@@ -496,10 +497,9 @@ def test_a_chat_turn_that_fails_gives_its_message_back_to_the_prompt_box(make_wi
     engine = FakeEngine()
     window = make_window(engine)
     window.show_chat()
-    engine.fail_next = SpecdecError("the head 'mine' was not found; choose another in Models")
     window.prompt.set_text("hello there")
-    window.generate()
-    wait_idle(qtbot, window)
+    missing = SpecdecError("the head 'mine' was not found; choose another in Models")
+    _generate_failing(qtbot, window, engine, missing)
     assert window.last_error.startswith("the head 'mine' was not found")
     assert window.prompt.text() == "hello there"  # nothing typed is lost
     assert window.chat.chat.turns == [] and window.chat_view.turns == []
