@@ -29,26 +29,30 @@ class LoadingEngine(FakeEngine):
 
 
 def _window(make_window, tmp_path, method: str):
+    """A window on a `LoadingEngine` with `method` chosen and a prompt typed."""
     settings = tmp_path / "settings.json"
     settings.write_text(json.dumps({"method": method, "compare_methods": [method]}))
     engine = LoadingEngine()
-    return make_window(engine, settings_file=settings), engine
+    window = make_window(engine, settings_file=settings)
+    window.prompt.set_text("Tell me a story.")
+    return window, engine
 
 
 def _state(window) -> str:
     return window.status.state.text()
 
 
+def _wait_for_state(qtbot, window, beginning: str) -> None:
+    qtbot.waitUntil(lambda: _state(window).startswith(beginning))
+
+
 def test_a_first_generate_names_the_head_loading_then_the_tree_timing(make_window, qtbot, tmp_path):
     window, engine = _window(make_window, tmp_path, "eagle2")
-    window.prompt.set_text("Tell me a story.")
     window.generate()
-    qtbot.waitUntil(lambda: _state(window).startswith("EAGLE-2: loading head 'embedded'…"))
+    _wait_for_state(qtbot, window, "EAGLE-2: loading head 'embedded'…")
     assert _state(window).endswith(" s")  # counting the seconds
     engine.loaded.set()
-    qtbot.waitUntil(
-        lambda: _state(window).startswith("EAGLE-2: timing forward passes to size its tree…")
-    )
+    _wait_for_state(qtbot, window, "EAGLE-2: timing forward passes to size its tree…")
     engine.sized.set()
     wait_idle(qtbot, window)
     assert "timing forward passes" not in _state(window)
@@ -56,20 +60,18 @@ def test_a_first_generate_names_the_head_loading_then_the_tree_timing(make_windo
 
 def test_a_chain_method_starts_again_once_its_draft_is_loaded(make_window, qtbot, tmp_path):
     window, engine = _window(make_window, tmp_path, "classic")
-    window.prompt.set_text("Tell me a story.")
     window.generate()
-    qtbot.waitUntil(lambda: _state(window).startswith("Classic draft: loading head"))
+    _wait_for_state(qtbot, window, "Classic draft: loading head")
     engine.loaded.set()
-    qtbot.waitUntil(lambda: _state(window).startswith("starting Classic draft…"))
+    _wait_for_state(qtbot, window, "starting Classic draft…")
     engine.sized.set()
     wait_idle(qtbot, window)
 
 
 def test_compare_names_each_methods_loading(make_window, qtbot, tmp_path):
     window, engine = _window(make_window, tmp_path, "eagle2")
-    window.prompt.set_text("Tell me a story.")
     window.run_compare()
-    qtbot.waitUntil(lambda: _state(window).startswith("EAGLE-2: loading head 'embedded'…"))
+    _wait_for_state(qtbot, window, "EAGLE-2: loading head 'embedded'…")
     engine.loaded.set()
     engine.sized.set()
     wait_idle(qtbot, window)
