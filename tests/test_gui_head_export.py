@@ -30,6 +30,7 @@ FIXTURE_NAMES = {  # ../fixtures/eagle-heads/notes/ENGINE_LOADERS.md, "Export re
     "vllm": {"config.json", "model.safetensors"},  # EAGLE-3
 }
 CONFIG = DecodeConfig(k=3)
+NO_HEAD = "N-gram lookup drafts without an EAGLE head: choose an EAGLE method to export one"
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +41,22 @@ def target():
 def saved_head(target, directory: Path, kind: str = "eagle1") -> str:
     """A tiny head as heads trained here are saved: with an fc bias, a 12-token vocabulary."""
     return str(save_head(tiny_head(target, kind, draft_vocab=12), directory))
+
+
+def file_in_the_way(tmp_path: Path) -> Path:
+    """`tmp_path/notes.txt`, a file that says "mine": no head folder can be written there or
+    under it."""
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("mine")
+    return a_file
+
+
+def assert_refused_without_a_head(engine, request) -> None:
+    """`engine` refuses to export a head for `request`, whose method drafts without one, in
+    the one line `NO_HEAD`."""
+    with pytest.raises(SpecdecError) as refused:
+        engine.export_head(request)
+    assert str(refused.value) == NO_HEAD
 
 
 def writer(head: str, calls: list | None = None):
@@ -131,8 +148,7 @@ def test_a_folder_that_cannot_take_the_head_is_one_line_and_its_files_stay(qtbot
     head = saved_head(target, tmp_path / "head")
     calls: list = []
     dialog = dialog_for(qtbot, HeadExportSource(head, writer(head, calls)))
-    a_file = tmp_path / "notes.txt"
-    a_file.write_text("mine")
+    a_file = file_in_the_way(tmp_path)
     assert not write(dialog, "sglang", a_file)
     assert (
         dialog.head_status.text()
@@ -182,9 +198,8 @@ def test_writing_runs_elsewhere_and_the_dialog_waits_for_its_answer(qtbot, tmp_p
 
 
 def test_a_method_without_a_head_says_so_and_offers_no_writing(qtbot):
-    reason = "N-gram lookup drafts without an EAGLE head: choose an EAGLE method to export one"
-    dialog = dialog_for(qtbot, reason)
-    assert dialog.head_status.text() == reason
+    dialog = dialog_for(qtbot, NO_HEAD)
+    assert dialog.head_status.text() == NO_HEAD
     assert not dialog.write_button.isEnabled() and not dialog.head_folder.isEnabled()
     assert not dialog.write_head()
 
@@ -298,13 +313,8 @@ def test_the_engine_refuses_a_method_without_a_head_and_an_unwritable_folder_in_
 
     engine = SpecdecEngine()
     request = HeadExportRequest("sglang", str(tmp_path / "out"), "ngram", CONFIG, "org/target")
-    with pytest.raises(SpecdecError) as refused:
-        engine.export_head(request)
-    assert str(refused.value) == (
-        "N-gram lookup drafts without an EAGLE head: choose an EAGLE method to export one"
-    )
-    a_file = tmp_path / "notes.txt"
-    a_file.write_text("mine")
+    assert_refused_without_a_head(engine, request)
+    a_file = file_in_the_way(tmp_path)
     head = saved_head(target, tmp_path / "head")
     under_a_file = str(a_file / "head")
     request = replace(request, method="eagle2", folder=under_a_file, specs={"head": head})

@@ -19,6 +19,7 @@ from specdec_core.config import DecodeConfig
 from specdec_core.errors import SpecdecError
 from specdec_core.events import Finished, Started, Step, StepPhases
 from tests.process_engines import BOOM, SlowEngine
+from tests.test_gui_head_export import assert_refused_without_a_head, file_in_the_way
 from tests.tiny import VOCAB, tiny_model, tiny_tokenizer
 
 PROMPT = "w1 w2 w3 w4"
@@ -239,13 +240,8 @@ def test_writing_a_head_refused_in_the_engine_process_is_a_one_line_user_error(t
     try:
         folder = str(tmp_path / "head")
         request = HeadExportRequest("sglang", folder, "ngram", DecodeConfig(k=3), "org/target")
-        with pytest.raises(SpecdecError) as refused:
-            engine.export_head(request)
-        assert str(refused.value) == (
-            "N-gram lookup drafts without an EAGLE head: choose an EAGLE method to export one"
-        )
-        a_file = tmp_path / "notes.txt"
-        a_file.write_text("mine")
+        assert_refused_without_a_head(engine, request)
+        a_file = file_in_the_way(tmp_path)
         unwritable = replace(request, method="eagle", folder=str(a_file / "head"))
         with pytest.raises(SpecdecError, match="choose a folder you can write to$"):
             engine.export_head(unwritable)
