@@ -68,7 +68,7 @@ class FakeHub:
     out: Path
     extra: dict[str, int] = field(default_factory=dict)
     chunks: int = 4
-    delay: float = 0.0  # seconds per chunk
+    delay: float = 0.0  # seconds per chunk of the weights (model.safetensors); the rest: none
     asked: list[str] = field(default_factory=list)
     fail: Exception | None = None
 
@@ -101,7 +101,7 @@ class FakeHub:
             bar = tqdm_class(total=len(data), initial=0, desc=filename)
             step = max(1, len(data) // self.chunks)
             for start in range(0, len(data), step):
-                time.sleep(self.delay)
+                time.sleep(self.delay if filename == "model.safetensors" else 0.0)
                 bar.update(len(data[start : start + step]))
             bar.close()
         target.write_bytes(data)

@@ -8,6 +8,8 @@ import numpy as np
 import torch
 from scipy.stats import chisquare
 
+from specdec_core.prefix_cache import PrefixCache
+
 
 def chi_square_pvalue(
     samples: list[int], expected: torch.Tensor, min_expected: float = 5.0
@@ -57,15 +59,17 @@ def target_marginals(model, prompt_ids: list[int], temperature: float, top_p: fl
 
 def sample_first_two_tokens(target, drafter, ids, config, samples: int, seed: int):
     """Run `samples` generations; the first tokens, the second ones (V after EOS), and the
-    number of accepted drafts (so a test can check it exercised acceptance)."""
+    number of accepted drafts (so a test can check it exercised acceptance). The prompt is
+    prefilled once; every generation's steps are its own."""
     from specdec_core.decode import generate
     from specdec_core.events import Finished, Step
 
     generator = torch.Generator().manual_seed(seed)
     vocab = target.vocab_size
     firsts, seconds, accepted = [], [], 0
+    kept = PrefixCache()  # later generations take the prompt's cached values, bit for bit
     for _ in range(samples):
-        for event in generate(target, drafter, ids, config, generator=generator):
+        for event in generate(target, drafter, ids, config, generator=generator, prefix=kept):
             if isinstance(event, Step):
                 accepted += event.accepted
             if isinstance(event, Finished):
@@ -73,3 +77,17 @@ def sample_first_two_tokens(target, drafter, ids, config, samples: int, seed: in
                 firsts.append(tokens[0])
                 seconds.append(tokens[1] if len(tokens) > 1 else vocab)  # after EOS
     return firsts, seconds, accepted
+
+
+def first_two_pvalues(target, drafter, temperature: float, top_p: float, samples: int, seed: int):
+    """`samples` generations of two tokens after `tiny.prompt(length=4)` with k = 3; -> the
+    chi-square p-values of the first tokens and of the second ones against the target's
+    marginals, and the number of accepted drafts."""
+    from specdec_core.config import DecodeConfig
+    from tests.tiny import prompt
+
+    ids = prompt(length=4)
+    first, second = target_marginals(target.model, ids, temperature, top_p)
+    config = DecodeConfig(max_new_tokens=2, k=3, temperature=temperature, top_p=top_p)
+    firsts, seconds, accepted = sample_first_two_tokens(target, drafter, ids, config, samples, seed)
+    return chi_square_pvalue(firsts, first), chi_square_pvalue(seconds, second), accepted

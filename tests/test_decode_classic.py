@@ -13,7 +13,8 @@ from specdec_core.errors import SpecdecError
 from specdec_core.events import Finished, Started, Step, TokenKind
 from specdec_core.runner import run
 from specdec_core.target import Target
-from tests.tiny import ar_and, first_two_pvalues, prompt
+from tests.stats import first_two_pvalues
+from tests.tiny import ar_and, prompt
 
 
 @pytest.mark.parametrize("k", [1, 2, 3, 5, 8])
@@ -40,12 +41,12 @@ def test_greedy_classic_matches_transformers_generate(tiny_target, tiny_draft):
 @pytest.mark.parametrize("temperature, top_p", [(1.0, 1.0), (0.7, 0.9)])
 def test_sampled_tokens_follow_target_distribution(tiny_target, tiny_draft, temperature, top_p):
     drafter = ClassicDrafter(tiny_draft.model, tiny_target.vocab_size)
-    first, second, accepted = first_two_pvalues(
+    p_first, p_second, accepted = first_two_pvalues(
         tiny_target, drafter, temperature, top_p, samples=2500, seed=7
     )
     assert accepted > 500, "the test must exercise accepted drafts"
-    assert first > 0.001
-    assert second > 0.001
+    assert p_first > 0.001  # the first tokens follow the target's distribution
+    assert p_second > 0.001  # and so do the second ones
 
 
 def test_rollback_leaves_caches_equal_to_a_fresh_prefill(tiny_target, tiny_draft):

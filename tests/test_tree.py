@@ -14,6 +14,7 @@ from specdec_core.config import DecodeConfig
 from specdec_core.decode import generate
 from specdec_core.drafters.base import Drafter, Proposal
 from specdec_core.events import Finished, Step
+from specdec_core.prefix_cache import PrefixCache
 from specdec_core.runner import run
 from specdec_core.sampling import probs
 from specdec_core.target import Target, TargetOutput
@@ -168,9 +169,10 @@ def sample_first_two(target, drafter, ids, config, samples: int, seed: int):
     """(x1 * V + x2) per run and the number of runs whose first step accepted a draft."""
     generator = torch.Generator().manual_seed(seed)
     drawn, accepted = [], 0
+    kept = PrefixCache()  # the prompt is prefilled once, its cached values reused bit for bit
     for _ in range(samples):
         first_step = True
-        for event in generate(target, drafter, ids, config, generator=generator):
+        for event in generate(target, drafter, ids, config, generator=generator, prefix=kept):
             if isinstance(event, Step) and first_step:
                 accepted += event.accepted > 0
                 first_step = False

@@ -17,7 +17,6 @@ from tokenizers.models import WordLevel
 from tokenizers.pre_tokenizers import WhitespaceSplit
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from specdec_core.config import DecodeConfig
 from specdec_core.models import LoadedModel
 from specdec_core.runner import RunSummary, run
 
@@ -152,16 +151,3 @@ def prompt(length: int = 5, offset: int = 3) -> list[int]:
 def ar_and(target, method: str, ids, config, extra=None) -> tuple[RunSummary, RunSummary]:
     """`ar`'s run, then `method`'s (`extra`: its draft or head), on the same prompt and config."""
     return run(target, "ar", ids, config), run(target, method, ids, config, extra)
-
-
-def first_two_pvalues(target, drafter, temperature: float, top_p: float, samples: int, seed: int):
-    """`samples` generations of two tokens after `prompt(length=4)` with `k` = 3; -> the
-    chi-square p-values of the first tokens and of the second ones against the target's
-    marginals, and the number of accepted drafts."""
-    from tests.stats import chi_square_pvalue, sample_first_two_tokens, target_marginals
-
-    ids = prompt(length=4)
-    first, second = target_marginals(target.model, ids, temperature, top_p)
-    config = DecodeConfig(max_new_tokens=2, k=3, temperature=temperature, top_p=top_p)
-    firsts, seconds, accepted = sample_first_two_tokens(target, drafter, ids, config, samples, seed)
-    return chi_square_pvalue(firsts, first), chi_square_pvalue(seconds, second), accepted
