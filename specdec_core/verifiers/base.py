@@ -30,7 +30,21 @@ class ChainVerifier(Protocol):
         p: torch.Tensor,  # [k+1, V] target probabilities (same temperature / top-p as q)
         generator: torch.Generator | None,
         p_soft: torch.Tensor | None = None,  # [k+1, V] π, given when `needs_soft_p`
-    ) -> Verdict: ...
+    ) -> Verdict:
+        """The policy's `decide`, a deterministic drafter's q being all mass on its tokens."""
+        q = q if q is not None else one_hot_q(draft, p.shape[-1])
+        return self.decide(draft, q, p, generator, p_soft)
+
+    def decide(
+        self,
+        draft: torch.Tensor,
+        q: torch.Tensor,  # [k, V]
+        p: torch.Tensor,
+        generator: torch.Generator | None,
+        p_soft: torch.Tensor | None,
+    ) -> Verdict:
+        """The policy's rule, with q given (see `verify`)."""
+        ...
 
 
 def one_hot_q(draft: torch.Tensor, vocab: int) -> torch.Tensor:

@@ -18,7 +18,7 @@ from typing import ClassVar
 import torch
 
 from specdec_core.errors import SpecdecError
-from specdec_core.verifiers.base import ChainVerifier, Verdict, one_hot_q
+from specdec_core.verifiers.base import ChainVerifier, Verdict
 from specdec_core.verifiers.lossless import speculative_accept
 from specdec_core.verifiers.lossy import check_params
 
@@ -46,13 +46,5 @@ class EnsembleVerifier(ChainVerifier):
             raise SpecdecError(f"policy 'ensemble' needs 0 <= w <= 1 (got {self.params['w']:g})")
         self.lossy = self.params["w"] < 1.0
 
-    def verify(
-        self,
-        draft: torch.Tensor,
-        q: torch.Tensor | None,
-        p: torch.Tensor,
-        generator: torch.Generator | None,
-        p_soft: torch.Tensor | None = None,
-    ) -> Verdict:
-        q = q if q is not None else one_hot_q(draft, p.shape[-1])
+    def decide(self, draft, q, p, generator, p_soft) -> Verdict:
         return ensemble_accept(draft, q, p, self.params["w"], generator)

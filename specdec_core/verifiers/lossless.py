@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from specdec_core.sampling import sample
-from specdec_core.verifiers.base import ChainVerifier, Verdict, one_hot_q
+from specdec_core.verifiers.base import ChainVerifier, Verdict
 
 
 def speculative_accept(
@@ -55,14 +55,5 @@ class LosslessVerifier(ChainVerifier):
     name = "lossless"
     lossy = False
 
-    def verify(
-        self,
-        draft: torch.Tensor,
-        q: torch.Tensor | None,
-        p: torch.Tensor,
-        generator: torch.Generator | None,
-        p_soft: torch.Tensor | None = None,
-    ) -> Verdict:
-        if q is None:
-            q = one_hot_q(draft, p.shape[-1])
+    def decide(self, draft, q, p, generator, p_soft) -> Verdict:
         return speculative_accept(draft, q, p, generator)

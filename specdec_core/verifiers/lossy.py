@@ -27,7 +27,7 @@ import torch
 
 from specdec_core.errors import SpecdecError
 from specdec_core.sampling import probs, sample
-from specdec_core.verifiers.base import ChainVerifier, Verdict, one_hot_q
+from specdec_core.verifiers.base import ChainVerifier, Verdict
 from specdec_core.verifiers.lossless import correction
 
 
@@ -91,16 +91,8 @@ class ScoringPolicy(ChainVerifier):
         """[k] bool: which drafted tokens pass; `q` and `pi` are [k, V] at the drafted rows."""
         raise NotImplementedError
 
-    def verify(
-        self,
-        draft: torch.Tensor,  # [k] long
-        q: torch.Tensor | None,  # [k, V] or None (deterministic drafter)
-        p: torch.Tensor,  # [k+1, V] processed target distributions
-        generator: torch.Generator | None,
-        p_soft: torch.Tensor | None = None,  # [k+1, V] π; defaults to p
-    ) -> Verdict:
-        q = q if q is not None else one_hot_q(draft, p.shape[-1])
-        pi = p_soft if p_soft is not None else p
+    def decide(self, draft, q, p, generator, p_soft) -> Verdict:
+        pi = p_soft if p_soft is not None else p  # π; defaults to p
         n = self.accepted(draft, q, p, pi, generator) if draft.shape[0] else 0
         return verdict_after(n, q, p, generator)
 
