@@ -31,22 +31,26 @@ def _top_p(p: torch.Tensor, top_p: float) -> torch.Tensor:
     probabilities the lower id first, as at temperature 0); renormalise.
 
     Only the most likely tokens can be kept, so the `TOP_P_CANDIDATES` largest are ranked
-    first (a partial sort), and every token only where the set would reach past them: a large
-    vocabulary is not sorted for every row a step samples (docs/benchmarks.md). Both ways keep
-    the same tokens with the same values: the candidates are the first places of the full
-    ranking, so the mass before each is the same sum."""
-    vocab = p.shape[-1]
-    if vocab > TOP_P_CANDIDATES:
-        ids = torch.topk(p, TOP_P_CANDIDATES, dim=-1).indices.sort(dim=-1).values
-        ranked, order, kept = _nucleus(p, ids, top_p)
-        smallest_kept = ranked.masked_fill(~kept, float("inf")).amin(-1)
-        mass_before_last = ranked.sum(-1) - ranked[..., -1]
-        # every token past the candidates is no more likely than the last, and comes after
-        # at least this mass: with room for rounding, none of them is kept
-        if bool(((smallest_kept > ranked[..., -1]) & (mass_before_last >= top_p + 1e-5)).all()):
-            return _renormalised(p, ranked, order, kept)
-    ids = torch.arange(vocab, device=p.device).expand_as(p)
-    return _renormalised(p, *_nucleus(p, ids, top_p))
+    first (a partial sort), and every token of a row only where its set would reach past them:
+    a large vocabulary is not sorted for every row a step samples (docs/benchmarks.md). Both
+    ways keep the same tokens with the same values: the candidates are the first places of
+    the full ranking, so the mass before each is the same sum."""
+    rows = p.reshape(-1, p.shape[-1])  # [n, V]
+    every = torch.arange(rows.shape[-1], device=p.device)
+    if rows.shape[-1] <= TOP_P_CANDIDATES:
+        return _renormalised(rows, *_nucleus(rows, every.expand_as(rows), top_p)).reshape(p.shape)
+    ids = torch.topk(rows, TOP_P_CANDIDATES, dim=-1).indices.sort(dim=-1).values
+    ranked, order, kept = _nucleus(rows, ids, top_p)
+    nucleus = _renormalised(rows, ranked, order, kept)
+    smallest_kept = ranked.masked_fill(~kept, float("inf")).amin(-1)
+    mass_before_last = ranked.sum(-1) - ranked[:, -1]
+    # every token past the candidates is no more likely than the last one and comes after at
+    # least this mass: with room for rounding, none of them is kept; other rows rank them all
+    flat = ~((smallest_kept > ranked[:, -1]) & (mass_before_last >= top_p + 1e-5))
+    if bool(flat.any()):
+        wide = rows[flat]
+        nucleus[flat] = _renormalised(wide, *_nucleus(wide, every.expand_as(wide), top_p))
+    return nucleus.reshape(p.shape)
 
 
 def _nucleus(p: torch.Tensor, ids: torch.Tensor, top_p: float):

@@ -69,7 +69,9 @@ def test_top_p_keeps_what_ranking_every_token_keeps():
     for trial in range(240):
         logits = torch.randn(3, (4000, 1100, 20)[trial % 3], generator=generator)
         logits = logits * (0.5, 2.0, 6.0, 20.0)[trial % 4]  # flat to peaked
+        logits[trial % 3] *= (0.5, 1.0, 3.0)[trial % 3]  # the rows of a step differ
         if trial % 2:
             logits = (logits * 2).round()  # many exact ties
         top_p = (0.5, 0.8, 0.9, 0.95, 0.99)[trial % 5]
         assert torch.equal(probs(logits, 1.0, top_p), ranking_all(logits.softmax(-1), top_p))
+        assert torch.equal(probs(logits[0], 1.0, top_p), ranking_all(logits[0].softmax(-1), top_p))
