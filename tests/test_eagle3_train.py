@@ -42,11 +42,18 @@ def _argv(deep_dir, out, *extra) -> list[str]:
     ]
 
 
-@pytest.mark.slow
-def test_an_eagle3_training_run_saves_a_lossless_eagle3_head(deep_dir, deep_target, tmp_path):
-    out = tmp_path / "head"
+@pytest.fixture(scope="module")
+def eagle3_run(deep_dir, tmp_path_factory):
+    """A finished `specdec train eagle --arch eagle3` run: (its argv, its head's folder)."""
+    out = tmp_path_factory.mktemp("eagle3") / "head"
     argv = _argv(deep_dir, out, "--arch", "eagle3", "--unroll", "3")
     assert main(argv) == 0
+    return argv, out
+
+
+@pytest.mark.slow
+def test_an_eagle3_training_run_saves_a_lossless_eagle3_head(eagle3_run, deep_target):
+    argv, out = eagle3_run
     card = json.loads((out / "specdec_card.json").read_text())
     assert card["train_config"]["arch"] == "eagle3" and card["draft_vocab"] == 16
     head = load_head(str(out), deep_target)
@@ -113,9 +120,10 @@ def test_eagle3_training_learns_the_targets_next_tokens(deep_target):
 
 
 @pytest.mark.slow
-def test_an_init_head_of_the_other_layout_is_refused_with_what_to_do(deep_dir, tmp_path, capsys):
-    first = tmp_path / "e3"
-    assert main(_argv(deep_dir, first, "--arch", "eagle3", "--epochs", "1")) == 0
+def test_an_init_head_of_the_other_layout_is_refused_with_what_to_do(
+    deep_dir, eagle3_run, tmp_path, capsys
+):
+    _, first = eagle3_run
     second = tmp_path / "again"
     assert main(_argv(deep_dir, second, "--arch", "eagle1", "--init", str(first))) == 2
     assert "drop --arch" in capsys.readouterr().err
