@@ -88,12 +88,10 @@ def _timed_train(tiny_dir, out, seconds: float, *extra: str) -> tuple[int, float
     return code, time.monotonic() - began
 
 
-def _print_timing(seconds: float, took: float, slowed: str, lines: str, gaps: list[float]) -> None:
-    """One line of what a run with `slowed` steps took, and how far apart its `lines` came."""
-    print(
-        f"\n--seconds {seconds:g} with {slowed}: {took:.1f} s, {lines} lines at most "
-        f"{max(gaps, default=0):.2f} s apart (heartbeat 0.5 s)"
-    )
+def _print_timing(run: str, took: float, lines: str, gaps: list[float]) -> None:
+    """What `run` took, and how far apart its progress `lines` came."""
+    apart = max(gaps, default=0)
+    print(f"\n{run}: {took:.1f} s, {lines} at most {apart:.2f} s apart (heartbeat 0.5 s)")
 
 
 @pytest.fixture
@@ -121,8 +119,11 @@ def test_training_ends_by_the_budget_plus_one_batch_with_progress_inside_batches
     code, took = _timed_train(tiny_dir, out, seconds, "--progress-file", str(progress_file))
     assert code == 0
     training = [line for line in stamped if " training: " in line]
-    batches = f"{len(steps)} batches, progress"
-    _print_timing(seconds, took, "2.5 s batches", batches, _gaps(training))
+    run, lines = (
+        f"--seconds {seconds:g} with 2.5 s batches",
+        f"{len(steps)} batches, progress lines",
+    )
+    _print_timing(run, took, lines, _gaps(training))
     assert took < seconds + 2.5 + SLACK
     card = json.loads((out / "specdec_card.json").read_text())
     assert card["history"][-1]["stopped"] == "time" and card["epochs"] < 1000
@@ -171,7 +172,8 @@ def test_features_take_only_their_share_and_training_trains_on_what_they_made(
     code, took = _timed_train(tiny_dir, out, seconds)
     assert code == 0
     featured = [line for line in stamped if " features: " in line]
-    _print_timing(seconds, took, "0.3 s feature forwards", "feature", _gaps(featured))
+    run = f"--seconds {seconds:g} with 0.3 s feature forwards"
+    _print_timing(run, took, "feature lines", _gaps(featured))
     assert took < seconds + 0.3 + SLACK
     card = json.loads((out / "specdec_card.json").read_text())
     assert featured and all("ETA" in line for line in featured)
