@@ -18,7 +18,7 @@ from specdec_core.models import LoadedModel
 from specdec_core.runner import run
 from specdec_core.target import Target
 from tests.stats import chi_square_pvalue, sample_first_two_tokens, target_marginals
-from tests.tiny import VOCAB, prompt, tiny_loaded, tiny_tokenizer
+from tests.tiny import prompt, tiny_config_fields, tiny_loaded, tiny_tokenizer
 
 LAYERS = 6
 SETTINGS = [
@@ -166,12 +166,12 @@ def test_skip_sets_say_what_they_leave_out():
 
 
 WINDOW = 4
-COMMON = dict(
-    vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=4,
-    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-    bos_token_id=1, eos_token_id=2, pad_token_id=0, tie_word_embeddings=False,
-    sliding_window=WINDOW,
-)  # fmt: skip
+COMMON = {
+    **tiny_config_fields(),
+    "num_hidden_layers": 4,
+    "pad_token_id": 0,
+    "sliding_window": WINDOW,
+}
 
 
 def windowed(kind: str) -> LoadedModel:
