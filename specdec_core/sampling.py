@@ -36,9 +36,8 @@ def _top_p(p: torch.Tensor, top_p: float) -> torch.Tensor:
     ways keep the same tokens with the same values: the candidates are the first places of
     the full ranking, so the mass before each is the same sum."""
     rows = p.reshape(-1, p.shape[-1])  # [n, V]
-    every = torch.arange(rows.shape[-1], device=p.device)
     if rows.shape[-1] <= TOP_P_CANDIDATES:
-        return _renormalised(rows, *_nucleus(rows, every.expand_as(rows), top_p)).reshape(p.shape)
+        return _renormalised(rows, *_nucleus(rows, _every(rows), top_p)).reshape(p.shape)
     ids = torch.topk(rows, TOP_P_CANDIDATES, dim=-1).indices.sort(dim=-1).values
     ranked, order, kept = _nucleus(rows, ids, top_p)
     nucleus = _renormalised(rows, ranked, order, kept)
@@ -49,8 +48,13 @@ def _top_p(p: torch.Tensor, top_p: float) -> torch.Tensor:
     flat = ~((smallest_kept > ranked[:, -1]) & (mass_before_last >= top_p + 1e-5))
     if bool(flat.any()):
         wide = rows[flat]
-        nucleus[flat] = _renormalised(wide, *_nucleus(wide, every.expand_as(wide), top_p))
+        nucleus[flat] = _renormalised(wide, *_nucleus(wide, _every(wide), top_p))
     return nucleus.reshape(p.shape)
+
+
+def _every(rows: torch.Tensor) -> torch.Tensor:
+    """Every token id, for each of `rows` [n, V]."""
+    return torch.arange(rows.shape[-1], device=rows.device).expand_as(rows)
 
 
 def _nucleus(p: torch.Tensor, ids: torch.Tensor, top_p: float):
