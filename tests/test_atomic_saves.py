@@ -63,6 +63,7 @@ def test_a_run_killed_while_saving_its_checkpoint_resumes_from_the_last_whole_on
         *("--target", str(tiny_dir / "target"), "--data", str(tiny_dir / "data.jsonl")),
         *("--tokens", "800", "--epochs", "2", "--draft-vocab", "16"),
         *("--batch-tokens", "256", "--feature-dtype", "float32", "--save-every", "1"),
+        *("--val-kinds", "0"),  # the table by kind is tests/test_validate_head.py's
     ]  # fmt: skip
     whole, cut = tmp_path / "whole", tmp_path / "cut"
     assert main([*common, "--out", str(whole)]) == 0
