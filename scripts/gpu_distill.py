@@ -64,6 +64,7 @@ def main() -> None:
         p.add_argument("--ce-weight", type=float, help="default 0.1; eagle3 1")
         p.add_argument("--layers", type=int, help="eagle1 decoder layers")
         p.add_argument("--answers", help="earlier run's greedy_ids.npz")
+        p.add_argument("--val-kinds", type=int, help="held-out prompts per kind (0 = none)")
         p.add_argument("--seed", type=int)
     args = parser.parse_args()
     options = {k: v for k, v in vars(args).items() if k != "mode"}

@@ -32,6 +32,7 @@ def _settings(root: Path, **changes) -> DistillSettings:
         target=str(root / "target"), prompts=str(root / "prompts.npz"), out=str(root / "out"),
         work=str(root / "work"), init="", device="cpu", batch=4, max_new=6, total_seconds=120,
         reserve_seconds=0, batch_tokens=128, max_epochs=2,
+        val_kinds=0,  # the table by kind is tests/test_validate_head.py's
     )  # fmt: skip
     return replace(settings, **changes)
 
@@ -102,6 +103,7 @@ def test_a_missing_prompts_file_says_how_to_make_it(tmp_path):
 def test_the_script_passes_its_flags_and_says_what_went_wrong_in_one_line(tmp_path):
     missing = str(tmp_path / "none.npz")
     flags = ["--prompts", missing, "--out", "x", "--lr", "1", "--init", "", "--arch", "eagle3"]
+    flags += ["--val-kinds", "0"]
     argv = [sys.executable, str(SCRIPT), "run", *flags]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     assert done.returncode == 1
@@ -162,7 +164,7 @@ def test_a_timed_run_and_specdec_train_write_the_same_card_on_the_same_answers(
     argv = [
         *("train", "eagle", "--target", str(tmp_path / "target"), "--data"),
         *(str(tmp_path / "answers.npz"), "--draft-vocab", "0", "--batch-tokens", "128"),
-        *("--feature-dtype", "float32", "--out", str(tmp_path / "cli")),
+        *("--feature-dtype", "float32", "--val-kinds", "0", "--out", str(tmp_path / "cli")),
     ]
     monkeypatch.setattr(sys, "argv", ["specdec", *argv])
     assert main(argv) == 0

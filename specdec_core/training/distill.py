@@ -92,6 +92,7 @@ class DistillSettings:
     ce_weight: float | None = None  # default 0.1; eagle3 1
     layers: int | None = None  # eagle1 decoder layers
     answers: str = ""  # an earlier run's greedy_ids.npz: train on it, generate nothing
+    val_kinds: int = 3  # held-out prompts per kind for the card's table by kind (0 = none)
     seed: int = 0
     smoke: bool = False  # a random target of SmolLM2-135M's shape, a few batches
 
@@ -142,6 +143,7 @@ def train_request(settings: DistillSettings, command: str) -> TrainRequest:
         layers=settings.layers, draft_vocab=settings.draft_vocab, max_len=settings.max_len,
         batch_tokens=settings.batch_tokens, lr=settings.lr, unroll=settings.unroll,
         ce_weight=settings.ce_weight, seed=settings.seed, val_prompts=0,
+        val_kinds=settings.val_kinds,
         device=settings.device, command=command, save_every=10**9,
         checkpoints=str(settings.work_dir / "train"), cache_features=False,
         feature_batch_tokens=settings.feature_batch_tokens,
