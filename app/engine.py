@@ -337,7 +337,7 @@ class SpecdecEngine:
 
     def sweep(self, request: SweepRequest, on_point: OnPoint, stop: StopFlag) -> SweepResult:
         """The benchmark's measurement on the loaded target and its cached draft / head."""
-        from specdec_core.baselines import HF_METHODS
+        from specdec_core.method_kinds import HF_METHODS
         from specdec_core.sweep import BenchMeasure, run_sweep
 
         method, specs = request.method, request.specs

@@ -23,11 +23,9 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from specdec_core.training.job_plan import DEFAULT_MIX, SOURCES
 from specdec_core.training.progress_file import TrainProgress, read_progress
 
-SOURCES = ("magpie", "sharegpt-first", "sharegpt-later", "long", "code")  # request_streams.py
-DEFAULT_SHARES = {"magpie": 3.0, "sharegpt-first": 2.0, "sharegpt-later": 1.5, "long": 1.5,
-                  "code": 2.0}  # fmt: skip
 LAYOUTS = ("eagle1", "eagle3")
 GENERATION_SHARE = 0.5  # of a time budget, the most generation may take
 BUDGET_MARK = "generation-ended-by-budget"  # in WORK: training goes on with what was made
@@ -88,12 +86,12 @@ class TrainingPlan:
         return self.work / BUDGET_MARK
 
     def mix(self) -> str:
-        return ",".join(f"{s}={DEFAULT_SHARES[s]:g}" for s in self.sources)
+        return ",".join(f"{s}={DEFAULT_MIX[s]:g}" for s in self.sources)
 
     def sized(self) -> TrainingPlan:
         """Batches no larger than the smallest source's share of `tokens` needs (answers of
         about half `max_new_tokens`): a small budget's batches end in seconds."""
-        shares = [DEFAULT_SHARES[s] for s in self.sources] or [1.0]
+        shares = [DEFAULT_MIX[s] for s in self.sources] or [1.0]
         smallest = self.tokens * min(shares) / sum(shares)
         fits = max(1, math.floor(smallest / max(1, self.max_new_tokens // 2)))
         batch, long_batch = min(self.batch, fits), min(self.long_batch, fits)

@@ -17,8 +17,6 @@ import torch
 from specdec_core.config import DecodeConfig
 from specdec_core.models import LoadedModel
 
-HF_METHODS = ("hf-generate", "hf-assisted", "hf-lookup")
-
 
 @dataclass(frozen=True)
 class HFRun:

@@ -74,7 +74,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from specdec_core.baselines import HF_METHODS
 from specdec_core.bench_entries import Entry, entry_method, parse_entry
 from specdec_core.config import DecodeConfig
 from specdec_core.drafters.suffix import History
@@ -92,6 +91,7 @@ from specdec_core.measure import (
     speedup_spread,
     warm_up,
 )
+from specdec_core.method_kinds import HF_METHODS
 from specdec_core.methods import uses_history
 from specdec_core.models import LoadedModel
 from specdec_core.policy_profile import KindSetting, PolicyProfile, prompt_feature

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from specdec_core.baselines import HF_METHODS, run_hf
+from specdec_core.baselines import run_hf
 from specdec_core.bootstrap import RESAMPLES, SEED, percentile_interval, resample
 from specdec_core.config import DecodeConfig
 from specdec_core.control import StopFlag
@@ -49,7 +49,7 @@ from specdec_core.fidelity import (
 )
 from specdec_core.first_difference import BUG, NEAR_TIE, FirstDifference, first_difference
 from specdec_core.forward_costs import ForwardCosts
-from specdec_core.method_kinds import is_tree
+from specdec_core.method_kinds import HF_METHODS, is_tree
 from specdec_core.methods import build_drafter
 from specdec_core.models import LoadedModel
 from specdec_core.prefix_cache import PrefixCache

@@ -15,7 +15,6 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specdec_core.baselines import HF_METHODS
 from specdec_core.config import DecodeConfig
 from specdec_core.control import Progress, StopFlag
 from specdec_core.decode import generate
@@ -23,6 +22,7 @@ from specdec_core.drafters.suffix import History
 from specdec_core.errors import SpecdecError
 from specdec_core.events import Event, Finished, RunSummary
 from specdec_core.forward_costs import ForwardCosts
+from specdec_core.method_kinds import HF_METHODS
 from specdec_core.methods import Extra, build_drafter, get_method
 from specdec_core.models import LoadedModel, LoadOptions, load_model
 from specdec_core.prefix_cache import PrefixCache

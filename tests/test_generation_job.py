@@ -17,7 +17,8 @@ from specdec_core.eagle.data import length_calls
 from specdec_core.errors import SpecdecError
 from specdec_core.models import load_model
 from specdec_core.training import generation_job as job
-from specdec_core.training.generation_job import JobPlan, load_samples, run_job
+from specdec_core.training.generation_job import load_samples, run_job
+from specdec_core.training.job_plan import JobPlan, prepare, running_pid
 from specdec_core.training.kinds import held_out_prompts
 from specdec_core.training.magpie import normalise
 from specdec_core.training.request_streams import conversation_requests
@@ -145,12 +146,12 @@ def test_a_job_refuses_other_settings_in_its_folder_but_takes_a_new_budget_and_r
     setup, tmp_path
 ):
     work = tmp_path / "work"
-    job.prepare(work, tiny_plan(setup))
-    job.prepare(work, tiny_plan(setup, tokens=99_000))  # only the budget changed
-    resumed = job.prepare(work, tiny_plan(setup, tokens=99_000, rows=2))  # and the grouping
-    assert job.JobPlan.read(work / "job.json") == resumed and resumed.rows == 2
+    prepare(work, tiny_plan(setup))
+    prepare(work, tiny_plan(setup, tokens=99_000))  # only the budget changed
+    resumed = prepare(work, tiny_plan(setup, tokens=99_000, rows=2))  # and the grouping
+    assert JobPlan.read(work / "job.json") == resumed and resumed.rows == 2
     with pytest.raises(SpecdecError, match="other settings .*max_new_tokens"):
-        job.prepare(work, tiny_plan(setup, max_new_tokens=64))
+        prepare(work, tiny_plan(setup, max_new_tokens=64))
     with pytest.raises(SpecdecError, match="unknown source.*poems"):
         tiny_plan(setup, mix={"poems": 1.0})
     assert main(["data", "status", "--work", str(tmp_path / "none")]) == 2
@@ -179,7 +180,7 @@ def test_start_detaches_refuses_a_second_job_and_stop_then_start_resumes(setup, 
     finally:
         assert main(["data", "stop", "--work", str(work)]) == 0
     first = len(list((work / "shards").glob("*/*.json.gz")))
-    assert job.running_pid(work) is None
+    assert running_pid(work) is None
     # as `stop` and `status` say: `start --work W` alone resumes the job as it was started
     resume = [sys.executable, "-m", "specdec_core.cli", "data", "start", "--work", str(work)]
     done = subprocess.run([*resume, "--nice", "0"], env=env, capture_output=True, text=True,

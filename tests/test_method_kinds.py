@@ -1,14 +1,19 @@
-"""The torch-free record of tree methods names exactly the registry's tree methods, and what
-the window's process reads of a method (export, serve) imports no torch."""
+"""The torch-free record of the methods names exactly the registry's methods and tree methods;
+what the window's process reads of a method (export, serve) imports no torch, and the CLI's
+job commands answer without transformers."""
 
 import subprocess
 import sys
 from pathlib import Path
 
-from specdec_core.method_kinds import TREE_METHODS, is_tree
+from specdec_core.method_kinds import METHOD_NAMES, TREE_METHODS, is_tree
 from specdec_core.methods import METHODS
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_method_names_are_the_registrys_in_its_order():
+    assert tuple(METHODS) == METHOD_NAMES
 
 
 def test_the_tree_methods_are_the_registrys_tree_methods():
@@ -31,3 +36,20 @@ def test_export_and_serve_import_no_torch():
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "False"
+
+
+def test_the_data_job_commands_answer_without_loading_transformers(tmp_path):
+    """`specdec data status` / `stop` / `start` read the job's folder: their flags and the
+    folder's files are checked without transformers (4 s to import on a 2-core CPU)."""
+    script = (
+        "import sys\n"
+        "from specdec_core.cli import main\n"
+        f"codes = [main(['data', c, '--work', {str(tmp_path)!r}]) for c in ('status', 'stop')]\n"
+        "print(codes, 'transformers' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines()[-1] == "[2, 0] False"
+    assert "no generation job in" in done.stderr and "no generation job is running" in done.stdout

@@ -23,14 +23,13 @@ from specdec_core.errors import SpecdecError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from specdec_core.baselines import HF_METHODS
-    from specdec_core.methods import METHODS
+    from specdec_core.method_kinds import HF_METHODS, METHOD_NAMES
 
     parser = sub.add_parser("bench", help="compare methods on a prompt file in one run")
     parser.add_argument(
         "--methods",
         default="ar,classic",
-        help=f"comma-separated: {','.join([*METHODS, *HF_METHODS])}; an entry "
+        help=f"comma-separated: {','.join([*METHOD_NAMES, *HF_METHODS])}; an entry "
         "METHOD[@SPEC][:POLICY[:NAME=VALUE[/NAME=VALUE...]]] runs METHOD with its own head or "
         "draft SPEC (embedded, a directory or a hub id; no ':') and/or that policy, so several "
         "heads or policies compare in one run against the same ar, e.g. "
@@ -83,10 +82,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specdec_core.baselines import HF_METHODS
     from specdec_core.bench import format_table, run_bench, stderr_progress, write_outputs
     from specdec_core.bench_entries import entry_method, parse_entry
     from specdec_core.environment import command_line, current_environment
+    from specdec_core.method_kinds import HF_METHODS
     from specdec_core.methods import METHODS, check_method_params
     from specdec_core.models import load_model
     from specdec_core.prompts import read_conversations, read_prompt_file

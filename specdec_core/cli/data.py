@@ -117,7 +117,7 @@ def parse_mix(text: str | None) -> dict[str, float] | None:
 def plan_from(args: argparse.Namespace, work: Path):
     """The plan: WORK/job.json's (a new job: the defaults, with $SPECDEC_EVAL_PROMPTS as the
     evaluation files), with every flag given on top."""
-    from specdec_core.training.generation_job import JobPlan
+    from specdec_core.training.job_plan import JobPlan
 
     saved = work / "job.json"
     base = JobPlan.read(saved) if saved.is_file() else None
@@ -159,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def start(args: argparse.Namespace) -> int:
-    from specdec_core.training.generation_job import prepare, running_pid
+    from specdec_core.training.job_plan import prepare, running_pid
 
     work = (args.work or default_work()).resolve()
     plan = plan_from(args, work)  # bad flags are refused here, not in the detached job
@@ -198,7 +198,7 @@ def start(args: argparse.Namespace) -> int:
 
 
 def status(args: argparse.Namespace) -> int:
-    from specdec_core.training.generation_job import running_pid
+    from specdec_core.training.job_plan import running_pid
 
     work = (args.work or default_work()).resolve()
     path = work / "status.json"
@@ -217,7 +217,7 @@ def status(args: argparse.Namespace) -> int:
 
 
 def stop(args: argparse.Namespace) -> int:
-    from specdec_core.training.generation_job import running_pid
+    from specdec_core.training.job_plan import running_pid
 
     work = (args.work or default_work()).resolve()
     pid = running_pid(work)

@@ -23,10 +23,10 @@ from specdec_core.errors import SpecdecError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from specdec_core.methods import METHODS
+    from specdec_core.method_kinds import METHOD_NAMES
 
     parser = sub.add_parser("generate", help="generate once and report timing and acceptance")
-    parser.add_argument("--method", default="ar", choices=list(METHODS))
+    parser.add_argument("--method", default="ar", choices=list(METHOD_NAMES))
     parser.add_argument("--prompt", default=None)
     parser.add_argument("--prompt-file", default=None)
     parser.add_argument("--json", action="store_true", help="print one JSON object")

@@ -17,17 +17,16 @@ from specdec_core.cli.options import (
     sweep_axes,
 )
 from specdec_core.errors import SpecdecError
-from specdec_core.sweep_records import SweepResult, read_sweep
+from specdec_core.sweep_records import BASELINES, SweepResult, read_sweep
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from specdec_core.methods import METHODS
-    from specdec_core.sweep import BASELINES
+    from specdec_core.method_kinds import METHOD_NAMES
 
     parser = sub.add_parser(
         "sweep", help="speedup and tau of one method over a grid of settings (JSON, PNG)"
     )
-    parser.add_argument("--method", required=True, choices=list(METHODS))
+    parser.add_argument("--method", required=True, choices=list(METHOD_NAMES))
     parser.add_argument("--prompts", required=True, help="JSONL with 'prompt' or 'turns'")
     parser.add_argument("--limit", type=int, default=None)
     add_model_options(parser)

@@ -24,5 +24,5 @@ data they train on (`specdec data`).
 - `validation.py`: teacher-forced top-1, tau of real greedy decoding on held-out prompts, and
   the table by kind every trainer writes; `progress_file.py`: `--progress-file`.
 - `generation_job.py`, `request_streams.py`: `specdec data`, a resumable job that generates
-  answers to train on.
+  answers to train on; `job_plan.py`: its plan and folder (lock, job.json), torch-free.
 """

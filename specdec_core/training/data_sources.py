@@ -55,7 +55,7 @@ class Collected:
 
 def check_source(source: str) -> None:
     """Refuse a --data source that names no source or a file that is not there."""
-    from specdec_core.training.generation_job import is_job
+    from specdec_core.training.job_plan import is_job
 
     if is_job(source):
         return
@@ -85,7 +85,8 @@ def collect(
 ) -> Collected:
     """Samples from one source until about `tokens` tokens; plus held-out samples / prompts.
     `exclude`: prompts (evaluation sets) that generated prompts must not match (magpie)."""
-    from specdec_core.training.generation_job import is_job, load_samples, magpie_samples
+    from specdec_core.training.generation_job import load_samples, magpie_samples
+    from specdec_core.training.job_plan import is_job
 
     check_source(source)
     if source.endswith(".jsonl"):

