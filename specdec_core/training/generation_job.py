@@ -4,9 +4,10 @@
 `specdec data status` reads what it reports; `specdec train eagle --data WORK` trains on it.
 
 Contract:
-- Everything lives in the work folder WORK: `job.json` (the plan), `shards/SOURCE/NNNNNN.json.gz`
-  (one `Shard` per finished batch, job_shards.py), `status.json` (progress), `job.log`, and
-  `lock` (held by the running job, so a second one in the same folder is refused).
+- Everything lives in the work folder WORK: `job.json` (the plan) and `lock` (held by the
+  running job, so a second one in the same folder is refused), both job_plan.py's;
+  `shards/SOURCE/NNNNNN.json.gz` (one `Shard` per finished batch, job_shards.py),
+  `status.json` (progress) and `job.log`.
 - Batch n of a source is a pure function of the plan and of batches 0..n-1: candidate requests
   n·B .. (n+1)·B - 1 of its stream (request_streams.py; magpie's are written by the target
   with seed `seed`·1000003 + n). A shard is written to a temporary name and renamed, so a job
