@@ -39,8 +39,8 @@ def test_export_and_serve_import_no_torch():
 
 
 def test_the_data_job_commands_answer_without_loading_transformers(tmp_path):
-    """`specdec data status` / `stop` / `start` read the job's folder: their flags and the
-    folder's files are checked without transformers (4 s to import on a 2-core CPU)."""
+    """`specdec data status` and `stop` read the job's folder without transformers (4 s to
+    import on a 2-core CPU): neither the flags nor the folder's files need it."""
     script = (
         "import sys\n"
         "from specdec_core.cli import main\n"
