@@ -362,7 +362,10 @@ def test_sampled_tokens_follow_target_distribution(tiny_target, fitted, temperat
     firsts, seconds, accepted = sample_first_two_tokens(
         tiny_target, MLPSpeculatorDrafter(fitted), ids, config, samples=2500, seed=7
     )
-    assert accepted > 500, "the test must exercise accepted drafts"
+    # about 500 (T 0.7) and 700 (T 1) here: the fitted speculator's weights follow the CPU's
+    # rounding, which moves the count by a few drafts between machine classes (497 at T 0.7 on
+    # an Intel Xeon with AMX); half of it is a margin no rounding crosses
+    assert accepted > 250, "the test must exercise accepted drafts"
     assert chi_square_pvalue(firsts, first) > 0.001
     assert chi_square_pvalue(seconds, second) > 0.001
 
