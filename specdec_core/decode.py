@@ -32,7 +32,7 @@ from specdec_core.config import DecodeConfig
 from specdec_core.control import StopFlag
 from specdec_core.detokenize import IncrementalDetokenizer
 from specdec_core.drafters.adaptive import apply_schedule
-from specdec_core.drafters.base import Drafter, Proposal
+from specdec_core.drafters.base import Drafter
 from specdec_core.errors import SpecdecError
 from specdec_core.events import (
     DraftTree,
@@ -54,6 +54,7 @@ from specdec_core.target import Target, TargetOutput
 from specdec_core.verifiers import ChainVerifier, LosslessVerifier, make_verifier
 from specdec_core.verifiers.greedy import argmax_ids, verify_greedy
 from specdec_core.verifiers.lossy import policy_probs
+from specdec_core.verifiers.proposal import Proposal
 from specdec_core.verifiers.tree import verify_tree
 
 
@@ -376,17 +377,8 @@ class _Stats:
     def add(self, proposal: Proposal, accepted: int, phases: StepPhases) -> None:
         self.steps += 1
         self.phases = self.phases + phases
-        depth = _depth(proposal)
+        depth = proposal.depth()
         for counts, n in ((self.drafted, depth), (self.accepted, accepted)):
             counts.extend([0] * max(0, n - len(counts)))
             for i in range(n):
                 counts[i] += 1
-
-
-def _depth(proposal: Proposal) -> int:
-    if not proposal.is_tree:
-        return len(proposal.tokens)
-    depth: list[int] = []
-    for parent in proposal.parents:
-        depth.append(depth[parent] + 1 if parent >= 0 else 1)
-    return max(depth, default=0)

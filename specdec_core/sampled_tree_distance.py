@@ -49,7 +49,6 @@ from dataclasses import dataclass
 
 import torch
 
-from specdec_core.drafters.base import Proposal
 from specdec_core.fidelity import CLOSED_FORMS, Distance, PathCall, estimated_distance, residual
 from specdec_core.sampling import sample_many
 from specdec_core.verifiers.base import ChainVerifier
@@ -57,6 +56,7 @@ from specdec_core.verifiers.cosine import CosineVerifier
 from specdec_core.verifiers.hybrid import HybridVerifier
 from specdec_core.verifiers.lossy import ScoringPolicy
 from specdec_core.verifiers.ngram import NgramVerifier
+from specdec_core.verifiers.proposal import Proposal
 from specdec_core.verifiers.threshold import ThresholdVerifier
 from specdec_core.verifiers.tree import verify_tree
 from specdec_core.verifiers.typical import TypicalVerifier

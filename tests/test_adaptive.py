@@ -10,9 +10,10 @@ import torch
 
 from specdec_core.config import DecodeConfig
 from specdec_core.drafters.adaptive import AdaptiveK, apply_schedule
-from specdec_core.drafters.base import Drafter, Proposal
+from specdec_core.drafters.base import Drafter
 from specdec_core.errors import SpecdecError
 from specdec_core.runner import run
+from specdec_core.verifiers.proposal import Proposal
 from tests.tiny import prompt
 
 

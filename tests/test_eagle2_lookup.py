@@ -7,7 +7,6 @@ import torch
 
 from specdec_core.config import DecodeConfig
 from specdec_core.decode import generate
-from specdec_core.drafters.base import EMPTY, Proposal
 from specdec_core.drafters.eagle2_lookup import (
     LOOKUP_SCORE,
     Eagle2LookupDrafter,
@@ -21,6 +20,7 @@ from specdec_core.methods import build_drafter, is_tree
 from specdec_core.runner import run
 from specdec_core.sampling import probs
 from specdec_core.target import Target
+from specdec_core.verifiers.proposal import EMPTY, Proposal
 from tests.eagle_tiny import tiny_head
 from tests.stats import chi_square_pvalue
 from tests.test_tree import joint_first_two, sample_first_two

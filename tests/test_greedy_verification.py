@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from specdec_core.decode import make_generator, verify_proposal
-from specdec_core.drafters.base import Proposal
 from specdec_core.sampling import probs
 from specdec_core.verifiers import LosslessVerifier
 from specdec_core.verifiers.greedy import argmax_ids, verify_greedy
+from specdec_core.verifiers.proposal import Proposal
 
 VOCAB = 6  # few ids, so drafts often equal the argmax and paths run deep
 

@@ -9,9 +9,9 @@ import torch
 
 from specdec_core.config import DecodeConfig
 from specdec_core.decode import generate
-from specdec_core.drafters.base import Proposal
 from specdec_core.events import Step
 from specdec_core.verifiers import VERIFIERS, make_verifier
+from specdec_core.verifiers.proposal import Proposal
 from specdec_core.verifiers.tree import tree_paths, verify_tree
 from tests.test_tree import TopKTreeDrafter
 from tests.tiny import prompt

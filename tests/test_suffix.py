@@ -11,7 +11,6 @@ import torch
 
 from specdec_core.config import DecodeConfig
 from specdec_core.decode import generate
-from specdec_core.drafters.base import Proposal
 from specdec_core.drafters.eagle2_merge import MERGED_SCORE, merge_proposal
 from specdec_core.drafters.eagle2_suffix import Eagle2SuffixDrafter
 from specdec_core.drafters.suffix import History, SuffixDrafter, candidate_tree
@@ -20,6 +19,7 @@ from specdec_core.methods import build_drafter, is_chain, is_tree, vocabulary_ke
 from specdec_core.runner import run
 from specdec_core.suffix_array import SuffixArray, match_ends, suffix_array
 from specdec_core.target import Target
+from specdec_core.verifiers.proposal import Proposal
 from tests.eagle_tiny import tiny_head
 from tests.stats import chi_square_pvalue
 from tests.test_tree import joint_first_two, sample_first_two

@@ -12,12 +12,13 @@ import torch
 
 from specdec_core.config import DecodeConfig
 from specdec_core.decode import generate
-from specdec_core.drafters.base import Drafter, Proposal
+from specdec_core.drafters.base import Drafter
 from specdec_core.events import Finished, Step
 from specdec_core.prefix_cache import PrefixCache
 from specdec_core.runner import run
 from specdec_core.sampling import probs
 from specdec_core.target import Target, TargetOutput
+from specdec_core.verifiers.proposal import Proposal
 from tests.stats import chi_square_pvalue
 from tests.tiny import VOCAB, prompt, tiny_model
 

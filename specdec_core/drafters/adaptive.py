@@ -21,9 +21,10 @@ from typing import Any
 import torch
 
 from specdec_core.config import DecodeConfig
-from specdec_core.drafters.base import Drafter, Proposal
+from specdec_core.drafters.base import Drafter
 from specdec_core.errors import SpecdecError
 from specdec_core.target import Target, TargetOutput
+from specdec_core.verifiers.proposal import Proposal
 
 SCHEDULES = ("fixed", "adaptive")
 K_MAX_FLOOR = 8

@@ -5,8 +5,9 @@ from __future__ import annotations
 import torch
 
 from specdec_core.config import DecodeConfig
-from specdec_core.drafters.base import EMPTY, Drafter, Proposal
+from specdec_core.drafters.base import Drafter
 from specdec_core.target import TargetOutput
+from specdec_core.verifiers.proposal import EMPTY, Proposal
 
 
 class AutoregressiveDrafter(Drafter):

@@ -16,7 +16,6 @@ self-speculative draft skips, SWIFT's search as it runs, lookahead's n-gram pool
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
@@ -24,24 +23,7 @@ import torch
 from specdec_core.config import DecodeConfig
 from specdec_core.events import DrafterStatus
 from specdec_core.target import Target, TargetOutput
-
-
-@dataclass(frozen=True)
-class Proposal:
-    tokens: list[int]  # drafted token ids (chain order, or tree nodes with parents first)
-    q: torch.Tensor | None = None  # [n, V] draft distributions the tokens were drawn from
-    parents: tuple[int, ...] | None = None  # tree: parent node index per node (-1 = root)
-    scores: tuple[float, ...] = ()  # tree: cumulative log-prob per node (display)
-    # sampled tree: node indices in the order they were drawn (a node drawn twice appears
-    # twice), each from its q row; None = deterministic children (verifiers/tree.py)
-    draws: tuple[int, ...] | None = None
-
-    @property
-    def is_tree(self) -> bool:
-        return self.parents is not None
-
-
-EMPTY = Proposal(tokens=[])
+from specdec_core.verifiers.proposal import Proposal
 
 
 class Drafter(Protocol):

@@ -13,10 +13,11 @@ from transformers import PreTrainedModel
 
 from specdec_core import kv_cache
 from specdec_core.config import DecodeConfig
-from specdec_core.drafters.base import Drafter, Proposal
+from specdec_core.drafters.base import Drafter
 from specdec_core.errors import SpecdecError
 from specdec_core.sampling import probs, sample
 from specdec_core.target import TargetOutput
+from specdec_core.verifiers.proposal import Proposal
 
 
 class ClassicDrafter(Drafter):

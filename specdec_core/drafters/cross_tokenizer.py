@@ -43,13 +43,14 @@ from transformers import PreTrainedModel
 from specdec_core import kv_cache
 from specdec_core.config import DecodeConfig
 from specdec_core.detokenize import IncrementalDetokenizer
-from specdec_core.drafters.base import Drafter, Proposal
+from specdec_core.drafters.base import Drafter
 from specdec_core.drafters.classic import ClassicDrafter, tokenizers_match
 from specdec_core.errors import SpecdecError
 from specdec_core.models import LoadedModel
 from specdec_core.sampling import probs, sample
 from specdec_core.step_clock import now
 from specdec_core.target import TargetOutput
+from specdec_core.verifiers.proposal import Proposal
 from specdec_core.vocabulary_map import VocabularyMap, vocabulary_map
 
 LOOKBEHIND = 4  # ids before new text that are decoded and re-encoded with it

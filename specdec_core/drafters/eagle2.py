@@ -31,7 +31,7 @@ import torch
 
 from specdec_core import kv_cache
 from specdec_core.config import DecodeConfig
-from specdec_core.drafters.base import EMPTY, Drafter, Proposal
+from specdec_core.drafters.base import Drafter
 from specdec_core.drafters.eagle import feature_layers, head_features
 from specdec_core.drafters.eagle2_growth import Root, grow
 from specdec_core.drafters.eagle2_sampled import grow_sampled
@@ -41,6 +41,7 @@ from specdec_core.forward_costs import ForwardCosts
 from specdec_core.step_clock import Laps
 from specdec_core.target import TargetOutput
 from specdec_core.tree_sizing import AcceptanceEstimates
+from specdec_core.verifiers.proposal import EMPTY, Proposal
 
 # (committed ids, config, the head's tree) -> the proposal to verify
 PostProcess = Callable[[list[int], DecodeConfig, Proposal], Proposal]

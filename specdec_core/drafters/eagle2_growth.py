@@ -27,10 +27,10 @@ import torch
 from transformers import DynamicCache
 
 from specdec_core import attention_mask, kv_cache
-from specdec_core.drafters.base import Proposal
 from specdec_core.eagle.head import EagleHead, HeadOutput
 from specdec_core.step_clock import Laps
 from specdec_core.tree_sizing import TreeShape
+from specdec_core.verifiers.proposal import Proposal
 
 Root = tuple[torch.Tensor, torch.Tensor]  # the head's (hidden [h], logits [Vd]) after the prefix
 

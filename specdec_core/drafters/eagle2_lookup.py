@@ -27,13 +27,13 @@ deterministic children tried after the drawn ones (verifiers/tree.py handles bot
 from __future__ import annotations
 
 from specdec_core.config import DecodeConfig
-from specdec_core.drafters.base import Proposal
 from specdec_core.drafters.eagle2 import Eagle2Drafter
 from specdec_core.drafters.eagle2_merge import MERGED_SCORE, merge_chain, merge_proposal
 from specdec_core.drafters.ngram import prompt_lookup
 from specdec_core.eagle.head import EagleHead
 from specdec_core.forward_costs import ForwardCosts
 from specdec_core.tree_sizing import AcceptanceEstimates
+from specdec_core.verifiers.proposal import Proposal
 
 __all__ = ["LOOKUP_SCORE", "Eagle2LookupDrafter", "merge_chain", "merge_lookup"]
 

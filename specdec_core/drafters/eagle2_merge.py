@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from specdec_core.drafters.base import Proposal
+from specdec_core.verifiers.proposal import Proposal
 
 MERGED_SCORE = float("-inf")  # score of a node only the merged proposal had
 

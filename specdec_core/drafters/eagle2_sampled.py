@@ -27,12 +27,12 @@ import torch
 from transformers import DynamicCache
 
 from specdec_core import kv_cache
-from specdec_core.drafters.base import Proposal
 from specdec_core.drafters.eagle2_growth import Root, beam_step
 from specdec_core.eagle.head import EagleHead
 from specdec_core.sampling import probs, sample_many
 from specdec_core.step_clock import Laps
 from specdec_core.tree_sizing import TreeShape
+from specdec_core.verifiers.proposal import Proposal
 
 
 @torch.inference_mode()

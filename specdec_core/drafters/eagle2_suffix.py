@@ -18,7 +18,6 @@ from __future__ import annotations
 from collections.abc import Hashable
 
 from specdec_core.config import DecodeConfig
-from specdec_core.drafters.base import Proposal
 from specdec_core.drafters.eagle2 import Eagle2Drafter
 from specdec_core.drafters.eagle2_merge import merge_proposal
 from specdec_core.drafters.suffix import History, SuffixSource
@@ -26,6 +25,7 @@ from specdec_core.eagle.head import EagleHead
 from specdec_core.forward_costs import ForwardCosts
 from specdec_core.target import TargetOutput
 from specdec_core.tree_sizing import AcceptanceEstimates
+from specdec_core.verifiers.proposal import Proposal
 
 
 class Eagle2SuffixDrafter(Eagle2Drafter):

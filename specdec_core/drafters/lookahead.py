@@ -58,7 +58,7 @@ from typing import Any
 import torch
 
 from specdec_core.config import DecodeConfig
-from specdec_core.drafters.base import Drafter, Proposal
+from specdec_core.drafters.base import Drafter
 from specdec_core.drafters.suffix import History
 from specdec_core.errors import SpecdecError
 from specdec_core.events import DrafterStatus, PoolStatus
@@ -66,6 +66,7 @@ from specdec_core.forward_costs import ForwardCosts
 from specdec_core.models import LoadedModel
 from specdec_core.target import TargetOutput
 from specdec_core.tree_sizing import AcceptanceEstimates
+from specdec_core.verifiers.proposal import Proposal
 
 # the paper's settings for a 7B model on an A100 are W 15, N 5, G 15 (~120 rows a step);
 # on a CPU a forward costs about in proportion to its rows, so the defaults are far smaller

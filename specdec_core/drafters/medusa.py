@@ -26,7 +26,7 @@ size is refitted every RESIZE_STEPS steps.
 
 The proposal is deterministic (q None, siblings distinct tokens), so `verifiers/tree.py`
 verifies it losslessly: at T = 0 the target's greedy output, at T > 0 its distribution.
-Typical acceptance (lossy) on the same tree: specdec_core/medusa/typical.py.
+Typical acceptance (lossy) on the same tree: `--policy typical` (verifiers/typical.py).
 """
 
 from __future__ import annotations
@@ -36,13 +36,14 @@ from dataclasses import dataclass, field
 import torch
 
 from specdec_core.config import DecodeConfig
-from specdec_core.drafters.base import EMPTY, Drafter, Proposal
+from specdec_core.drafters.base import Drafter
 from specdec_core.forward_costs import ForwardCosts
 from specdec_core.medusa.head import MedusaHeads
 from specdec_core.models import LoadedModel
 from specdec_core.step_clock import Laps
 from specdec_core.target import TargetOutput
 from specdec_core.tree_sizing import AcceptanceEstimates, Costs
+from specdec_core.verifiers.proposal import EMPTY, Proposal
 
 TOPK = 10  # candidates per head (FasterDecoding's TOPK)
 RESIZE_STEPS = 16  # verified steps between refits of the acceptance estimates (auto size)
@@ -177,7 +178,7 @@ class MedusaSizer:
             return
         for level, (trials, hits) in enumerate(self._tally):
             if trials:
-                self.acceptance.observe(self._key(config, level), trials, hits)
+                self.acceptance.observe(self.key(config, level), trials, hits)
         self._tally = [[0, 0] for _ in self._tally]
         self._steps = 0
         self._choices = {key: c for key, c in self._choices.items() if key[2] is not None}
@@ -185,7 +186,9 @@ class MedusaSizer:
     def _sampling(self, config: DecodeConfig) -> tuple[float, float]:
         return (config.temperature, config.top_p)
 
-    def _key(self, config: DecodeConfig, level: int) -> tuple:
+    def key(self, config: DecodeConfig, level: int) -> tuple:
+        """The acceptance estimates' key of head `level` (-1: the heads as a whole) under
+        `config`'s sampling settings."""
         heads = self.heads
         weight = heads.lm_heads[0].weight
         return (id(heads), "medusa", str(weight.dtype), *self._sampling(config), level)
@@ -195,7 +198,7 @@ class MedusaSizer:
         paths = usable_paths(
             self.choices, heads.num_heads, heads.config.rows, config.tree_depth, config.tree_topk
         )
-        alphas = [self.acceptance.acceptance(self._key(config, d)) for d in range(heads.num_heads)]
+        alphas = [self.acceptance.acceptance(self.key(config, d)) for d in range(heads.num_heads)]
         taus = expected_taus(paths, alphas)
         if config.tree_tokens is not None:
             n = max(0, min(config.tree_tokens - 1, len(paths)))
@@ -206,7 +209,7 @@ class MedusaSizer:
                     f"{len(paths)} paths of the Medusa tree"
                 )
             return MedusaChoice(tuple(paths[:n]), taus[n], reason)
-        costs = self.costs.for_sizing(self.target_model, self._key(config, -1)[:3], self.time_heads)
+        costs = self.costs.for_sizing(self.target_model, self.key(config, -1)[:3], self.time_heads)
         draft = costs.head_seconds(1)
         best, rate = 0, 0.0
         for n in range(1, len(paths) + 1):  # the smallest tree unless a larger is faster

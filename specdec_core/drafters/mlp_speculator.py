@@ -20,11 +20,12 @@ from typing import Any
 import torch
 
 from specdec_core.config import DecodeConfig
-from specdec_core.drafters.base import EMPTY, Drafter, Proposal
+from specdec_core.drafters.base import Drafter
 from specdec_core.mlp_speculator.head import MLPSpeculator
 from specdec_core.models import LoadedModel
 from specdec_core.sampling import probs, sample
 from specdec_core.target import TargetOutput
+from specdec_core.verifiers.proposal import EMPTY, Proposal
 
 
 class MLPSpeculatorDrafter(Drafter):

@@ -19,8 +19,9 @@ from collections.abc import Sequence
 import torch
 
 from specdec_core.config import DecodeConfig
-from specdec_core.drafters.base import EMPTY, Drafter, Proposal
+from specdec_core.drafters.base import Drafter
 from specdec_core.target import TargetOutput
+from specdec_core.verifiers.proposal import EMPTY, Proposal
 
 
 def prompt_lookup(ids: Sequence[int], k: int, ngram_max: int) -> list[int]:

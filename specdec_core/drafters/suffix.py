@@ -56,9 +56,10 @@ import numpy as np
 import torch
 
 from specdec_core.config import DecodeConfig
-from specdec_core.drafters.base import EMPTY, Drafter, Proposal
+from specdec_core.drafters.base import Drafter
 from specdec_core.suffix_array import SuffixArray, match_ends
 from specdec_core.target import TargetOutput
+from specdec_core.verifiers.proposal import EMPTY, Proposal
 
 MAX_TOKENS = 1 << 16  # sealed history tokens in all, all vocabularies together
 MAX_MATCH = 32  # longest suffix of the context that is matched

@@ -45,7 +45,7 @@ from typing import Any
 import torch
 
 from specdec_core.config import DecodeConfig
-from specdec_core.drafters.base import EMPTY, Drafter, Proposal
+from specdec_core.drafters.base import Drafter
 from specdec_core.drafters.layer_skip import (
     CONFIDENCE,
     check_confidence,
@@ -59,6 +59,7 @@ from specdec_core.layer_subset import SkipSet, check, forward_subset, prefix_vie
 from specdec_core.models import LoadedModel
 from specdec_core.step_clock import now
 from specdec_core.target import Target, TargetOutput
+from specdec_core.verifiers.proposal import EMPTY, Proposal
 
 SKIP_RATIO = 0.45  # SWIFT's default share of sublayers skipped
 WINDOW = 32  # SWIFT's context window: positions each set is scored on

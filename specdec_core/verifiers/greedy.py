@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from specdec_core.drafters.base import Proposal
+from specdec_core.verifiers.proposal import Proposal
 
 
 def argmax_ids(logits: torch.Tensor) -> list[int]:
@@ -27,13 +27,7 @@ def argmax_ids(logits: torch.Tensor) -> list[int]:
 def verify_greedy(proposal: Proposal, argmax: list[int]) -> tuple[list[int], int]:
     """`argmax[i]`: the target's argmax id at row i (row 0 the pending token, row j + 1 after
     node j). Returns the accepted node indices from the root down, and the next token."""
-    parents = proposal.parents
-    if parents is None:  # a chain: node j's parent is node j - 1
-        parents = tuple(range(-1, len(proposal.tokens) - 1))
-    order = proposal.draws if proposal.draws is not None else range(len(proposal.tokens))
-    children: dict[int, list[int]] = {}
-    for node in order:
-        children.setdefault(parents[node], []).append(node)
+    children = proposal.children()
     path: list[int] = []
     node = -1
     while True:

@@ -9,7 +9,7 @@ rule, and the children were drafted independently of the target, so the emitted 
 distributed exactly as sampling from the target alone (SpecInfer's multi-step speculative
 sampling, Miao et al. 2024).
 
-Two kinds of children (`Proposal` in drafters/base.py):
+Two kinds of children (`Proposal`, verifiers/proposal.py):
 - deterministic (`draws` None, or a child with a one-hot q row: EAGLE-2's top-k, a lookup
   chain): q is one-hot, so accept x with probability r(x), else set r(x) = 0 and renormalise
   (EAGLE-2's sibling-wise rule). At temperature 0 r is one-hot: "follow the child equal to the
@@ -53,10 +53,7 @@ def verify_tree(
     """
     if verifier.lossy:
         return verify_paths(proposal, p, generator, verifier, p_soft)
-    order = proposal.draws if proposal.draws is not None else range(len(proposal.tokens))
-    children: dict[int, list[int]] = {}
-    for node in order:
-        children.setdefault(proposal.parents[node], []).append(node)
+    children = proposal.children()
     sampled = proposal.draws is not None
     path: list[int] = []
     node = -1
@@ -88,12 +85,7 @@ def verify_tree(
 def tree_paths(proposal) -> list[list[int]]:
     """Root-to-leaf node paths, depth first, children in the order the lossless rule tries
     them (`draws` order for a sampled tree, a node drawn twice listed once); [[]] for no nodes."""
-    order = proposal.draws if proposal.draws is not None else range(len(proposal.tokens))
-    children: dict[int, list[int]] = {}
-    for node in order:
-        siblings = children.setdefault(proposal.parents[node], [])
-        if node not in siblings:
-            siblings.append(node)
+    children = proposal.children(distinct=True)
     paths: list[list[int]] = []
     stack: list[list[int]] = [[]]
     while stack:

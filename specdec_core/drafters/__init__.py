@@ -1,0 +1,1 @@
+"""Drafters, one module per algorithm; chosen by name from `specdec_core.methods`."""
