@@ -48,7 +48,7 @@ def vllm_spec(dialog: ServerExportDialog) -> dict:
 
 
 def buttons_enabled(dialog: ServerExportDialog, engine: str) -> bool:
-    return all(button.isEnabled() for button in dialog._buttons[engine])
+    return all(button.isEnabled() for button in dialog.buttons[engine])
 
 
 @pytest.mark.parametrize("method", ["eagle", "eagle2"])

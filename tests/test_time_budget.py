@@ -156,7 +156,7 @@ def test_features_take_only_their_share_and_training_trains_on_what_they_made(
     tiny_dir, tmp_path, monkeypatch, stamped
 ):
     _beat(monkeypatch, 0.5)
-    forward, featured_by = features._forward, FeatureSettings.featured
+    forward, featured_by = features.forward_batch, FeatureSettings.featured
 
     def slow_forward(*args, **kwargs):
         time.sleep(0.3)
@@ -165,7 +165,7 @@ def test_features_take_only_their_share_and_training_trains_on_what_they_made(
     def small_batches(*args, **kwargs):  # two sequences per forward
         return featured_by(*args, **{**kwargs, "batch_tokens": 64})
 
-    monkeypatch.setattr(features, "_forward", slow_forward)
+    monkeypatch.setattr(features, "forward_batch", slow_forward)
     monkeypatch.setattr(FeatureSettings, "featured", small_batches)
     seconds = 10.0
     out = tmp_path / "head"

@@ -46,13 +46,13 @@ def test_a_budget_spent_on_features_still_validates_on_held_out_samples(tmp_path
     tiny_model(1).save_pretrained(tmp_path / "target")
     tiny_tokenizer().save_pretrained(tmp_path / "target")
     target = load_model(str(tmp_path / "target"), "cpu", "float32")
-    forward = features._forward
+    forward = features.forward_batch
 
     def slow_forward(*args, **kwargs):  # the training features outlast their share
         time.sleep(0.4)
         return forward(*args, **kwargs)
 
-    monkeypatch.setattr(features, "_forward", slow_forward)
+    monkeypatch.setattr(features, "forward_batch", slow_forward)
     for module in (driver, feature_collection):
         monkeypatch.setattr(module, "log", lambda message: None)
     (tmp_path / "tiny.jsonl").write_text("")  # the request checks its source is there

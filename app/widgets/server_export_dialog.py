@@ -213,7 +213,7 @@ class ServerExportDialog(QDialog):
         self.texts: dict[str, CommandText] = {}
         self.notes: dict[str, QPlainTextEdit] = {}
         self.boxes: dict[str, QGroupBox] = {}
-        self._buttons: dict[str, tuple[QPushButton, QPushButton]] = {}
+        self.buttons: dict[str, tuple[QPushButton, QPushButton]] = {}
         self.status = QLabel("")
         self.head_source = head
         self.checker = checker
@@ -273,7 +273,7 @@ class ServerExportDialog(QDialog):
         self.boxes[engine] = box
         self.texts[engine] = text
         self.notes[engine] = notes
-        self._buttons[engine] = (copy, save)
+        self.buttons[engine] = (copy, save)
         return box
 
     def _show(self, engine: str, command: ServeCommand | str) -> None:
@@ -286,7 +286,7 @@ class ServerExportDialog(QDialog):
         self.notes[engine].setPlainText(notes)
         self.notes[engine].setVisible(bool(notes))  # the space goes to the boxes with notes
         self._layout.setStretchFactor(self.boxes[engine], 1 if notes else 0)
-        for button in self._buttons[engine]:
+        for button in self.buttons[engine]:
             button.setEnabled(served)
         if engine == "vllm" and self.checker is not None and not self.checking:
             self.check_button.setEnabled(served)

@@ -162,7 +162,7 @@ def _forward_all(
     for batch in length_calls(lengths, padded=batch_tokens, in_order=until is not None):
         if _passed(until) and (results or not must_start):
             break
-        items = _forward(model, [samples[j] for j in batch], pad, layers)
+        items = forward_batch(model, [samples[j] for j in batch], pad, layers)
         results.update(zip(batch, items, strict=True))
         if done is not None:
             done(items)
@@ -175,7 +175,8 @@ def _from_generation(sample: Sample) -> dict:
     return {"ids": ids, "start": sample.start, "hidden": sample.hidden}
 
 
-def _forward(model, batch: list[Sample], pad: int, layers: tuple[int, ...]) -> list[dict]:
+def forward_batch(model, batch: list[Sample], pad: int, layers: tuple[int, ...]) -> list[dict]:
+    """One target forward over a padded batch of samples -> each sample's features."""
     width = max(len(s.ids) for s in batch)
     input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
     for row, sample in enumerate(batch):
