@@ -458,9 +458,9 @@ def _with_kind(stream: Iterator[Event], kind: str) -> Iterator[Event]:
 
 def _prompt_ids(target: LoadedModel, request: RunRequest) -> list[int]:
     """The run's prompt as token ids: a chat turn's whole conversation under its template."""
-    from specdec_core.prompts import encode_chat, encode_prompt
+    from specdec_core.prompts import encode_chat_turn, encode_prompt
 
     if request.messages:
         messages = [{"role": m.role, "content": m.content} for m in request.messages]
-        return encode_chat(target.tokenizer, messages)
+        return encode_chat_turn(target.tokenizer, messages)
     return encode_prompt(target.tokenizer, request.prompt, request.raw)

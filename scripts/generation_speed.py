@@ -25,6 +25,7 @@ from specdec_core import cpu_attention  # noqa: E402
 from specdec_core.eagle import data as datasets  # noqa: E402
 from specdec_core.environment import current_environment  # noqa: E402
 from specdec_core.models import load_model  # noqa: E402
+from specdec_core.prompts import encode_chat  # noqa: E402
 
 SENTENCE = "The committee met on Tuesday to discuss the budget for the new library wing. "
 
@@ -33,7 +34,7 @@ def prompts(tokenizer, rows: int, length: int) -> list[list[int]]:
     """ROWS chat prompts of about LENGTH tokens (a text to summarise), each a little different."""
     repeats = max(1, length // len(tokenizer(SENTENCE)["input_ids"]))
     return [
-        datasets.encode_chat(
+        encode_chat(
             tokenizer,
             [{"role": "user", "content": f"Summarise ({row}): " + SENTENCE * repeats}],
             True,

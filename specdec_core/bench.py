@@ -96,7 +96,7 @@ from specdec_core.methods import uses_history
 from specdec_core.models import LoadedModel
 from specdec_core.policy_profile import KindSetting, PolicyProfile, prompt_feature
 from specdec_core.prefix_cache import PrefixCache
-from specdec_core.prompts import encode_chat, encode_prompt
+from specdec_core.prompts import encode_chat_turn, encode_prompt
 from specdec_core.run_distance import RunDistance, pooled
 from specdec_core.run_distance import record as distance_record
 from specdec_core.runner import extra_key, load_extra, run
@@ -168,7 +168,7 @@ class _Dialogue:
 
     def encode(self, tokenizer, user: str) -> list[int]:
         self.messages.append({"role": "user", "content": user})
-        return encode_chat(tokenizer, self.messages)
+        return encode_chat_turn(tokenizer, self.messages)
 
     def reply(self, tokenizer, token_ids: tuple[int, ...]) -> None:
         text = tokenizer.decode(list(token_ids), skip_special_tokens=True)

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from specdec_core.errors import SpecdecError
+from specdec_core.sampling import is_greedy
 
 MAX_K = 64  # longest draft chain: beyond it a draft is mostly rejected work
 
@@ -33,9 +34,19 @@ class DecodeConfig:
         """Method parameter `name`, or the method's `default` where it is not set."""
         return self.method_params.get(name, default)
 
+    def method_int(self, name: str, default: int, method: str) -> int:
+        """`method_param` of a setting that counts something (a window, an exit layer): a
+        whole number, or an error that names the `method` asking for it."""
+        value = self.method_param(name, default)
+        if value != int(value):
+            raise SpecdecError(
+                f"--method-param {name}={value:g}: {method} needs a whole number for {name}"
+            )
+        return int(value)
+
     @property
     def greedy(self) -> bool:
-        return self.temperature <= 0.0
+        return is_greedy(self.temperature)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -93,7 +93,7 @@ def generate(
     detok = IncrementalDetokenizer(target.tokenizer, prompt_ids)
     eos = target.eos_ids
     method = method or drafter.name
-    greedy = config.temperature <= 0.0 and isinstance(verifier, LosslessVerifier)
+    greedy = config.greedy and isinstance(verifier, LosslessVerifier)
     info = {**config.as_dict(), "policy": verifier.name, "lossy": verifier.lossy}
     try:
         info.update(drafter.describe(config))  # e.g. the tree size a drafter chose
@@ -135,7 +135,7 @@ def generate(
             else:
                 p = probs(out.logits, config.temperature, config.top_p)  # [n+1, V]
                 path, next_token = verify_proposal(
-                    proposal, p, verifier, generator, _soft(verifier, out, config)
+                    proposal, p, verifier, generator, _soft(verifier, out, config, p)
                 )
                 p_target = _p_target(p, path, [*(proposal.tokens[n] for n in path), next_token])
             laps.lap("accept")
@@ -293,11 +293,14 @@ def verify_proposal(
     return list(range(verdict.accepted)), verdict.next_token
 
 
-def _soft(verifier: ChainVerifier, out: TargetOutput, config: DecodeConfig) -> torch.Tensor | None:
-    """π for lossy policies that score the target's distribution (`verifiers.lossy`); else None."""
+def _soft(
+    verifier: ChainVerifier, out: TargetOutput, config: DecodeConfig, p: torch.Tensor
+) -> torch.Tensor | None:
+    """π for lossy policies that score the target's distribution (`verifiers.lossy`); else None.
+    Above T = 0 it is `p`, the rows' distribution the step computed already."""
     if not verifier.needs_soft_p:
         return None
-    return policy_probs(out.logits, config.temperature, config.top_p)  # [n+1, V]
+    return policy_probs(out.logits, config.temperature, config.top_p, p)  # [n+1, V]
 
 
 def _p_target(p: torch.Tensor, path: list[int], emitted: list[int]) -> list[float]:

@@ -18,23 +18,41 @@ def check_prompt_text(text: str) -> None:
 def encode_prompt(tokenizer, text: str, raw: bool = False) -> list[int]:
     """Token ids for `text`; with the chat template as a user turn unless `raw`."""
     check_prompt_text(text)
-    if raw or not getattr(tokenizer, "chat_template", None):
+    if raw or not has_chat_template(tokenizer):
+        return list(tokenizer(text, add_special_tokens=True)["input_ids"])
+    return encode_chat(tokenizer, [{"role": "user", "content": text}])
+
+
+def has_chat_template(tokenizer) -> bool:
+    return bool(getattr(tokenizer, "chat_template", None))
+
+
+def encode_chat(
+    tokenizer, messages: list[dict[str, str]], add_generation_prompt: bool = True
+) -> list[int]:
+    """Token ids for a conversation (`role` user / assistant, `content`): the chat template
+    rendered over the whole history (ready for the assistant's next turn where
+    `add_generation_prompt`), then tokenised without adding special tokens, as
+    `apply_chat_template(tokenize=True)` does. The one rendering of every chat in the engine:
+    prompts, chat turns and training conversations alike. A tokenizer without a template
+    gets the contents joined by newlines, with its own special tokens."""
+    if not has_chat_template(tokenizer):
+        text = "\n".join(m["content"] for m in messages)
         return list(tokenizer(text, add_special_tokens=True)["input_ids"])
     rendered = tokenizer.apply_chat_template(
-        [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False
+        messages, add_generation_prompt=add_generation_prompt, tokenize=False
     )
     return list(tokenizer(rendered, add_special_tokens=False)["input_ids"])
 
 
-def encode_chat(tokenizer, messages: list[dict[str, str]]) -> list[int]:
-    """Token ids for a conversation (`role` user / assistant, `content`), the chat template
-    applied over the whole history, ready for the assistant's next turn."""
+def encode_chat_turn(tokenizer, messages: list[dict[str, str]]) -> list[int]:
+    """`encode_chat` for the next turn of a chat: the conversation must end with the user's
+    message, and the model must have a chat template."""
     if not messages or messages[-1]["role"] != "user" or not messages[-1]["content"].strip():
         raise SpecdecError("the message is empty; type a message to send")
-    if not getattr(tokenizer, "chat_template", None):
+    if not has_chat_template(tokenizer):
         raise SpecdecError("this model has no chat template; turn chat mode off (raw prompts)")
-    rendered = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    return list(tokenizer(rendered, add_special_tokens=False)["input_ids"])
+    return encode_chat(tokenizer, messages)
 
 
 def read_conversations(path: str | Path, limit: int | None = None) -> list[list[str]]:

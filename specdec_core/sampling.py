@@ -15,10 +15,16 @@ import torch
 TOP_P_CANDIDATES = 1024  # tokens ranked before top-p falls back to ranking all
 
 
+def is_greedy(temperature: float) -> bool:
+    """Is decoding at `temperature` greedy (the one-hot argmax)? The one place this is
+    decided: the config, the loop, the policies and the drafters all ask here."""
+    return temperature <= 0.0
+
+
 def probs(logits: torch.Tensor, temperature: float, top_p: float = 1.0) -> torch.Tensor:
     """[..., V] logits -> [..., V] float32 probabilities after temperature and top-p."""
     logits = logits.float()
-    if temperature <= 0.0:
+    if is_greedy(temperature):
         return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
     p = torch.softmax(logits / temperature, dim=-1)
     if top_p < 1.0:

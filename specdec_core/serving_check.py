@@ -617,7 +617,7 @@ def served_model(method: str, specs: Mapping[str, str]) -> str:
 
 def check_setting(config: DecodeConfig) -> None:
     """The check compares greedy lossless decoding: anything else is refused in one line."""
-    if config.temperature > 0:
+    if not config.greedy:
         raise SpecdecError("serve-check compares greedy outputs token by token; drop --temperature")
     if config.policy != "lossless":
         raise SpecdecError(

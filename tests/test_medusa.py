@@ -568,7 +568,7 @@ def test_on_a_chain_typical_acceptance_takes_what_the_chain_policy_takes():
 
 @pytest.mark.slow
 def test_bundled_heads_decode_exactly_as_the_embedded_model(embedded):
-    from specdec_core.eagle.data import encode_chat
+    from specdec_core.prompts import encode_chat
 
     heads = load_medusa("embedded", embedded)
     text = "Name three rivers in Europe and one fact about each."

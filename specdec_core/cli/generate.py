@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     kind = None
     if profile is not None:
         kind = profile.classify(prompt_feature(target, text))
-        config = profile.config_for(kind, config)  # as `profiled_config`, keeping the kind
+        config = profile.config_for(kind, config)
         print(f"[policy profile] {_picked(kind.kind, config)}", file=sys.stderr)
     extra = load_extra(args.method, target, model_specs(args))
     config = resolve_auto_k(args, config, target, [args.method], extra)

@@ -10,8 +10,7 @@
 - `decode_config`: the parsed flags as a checked `DecodeConfig`; `model_specs`: the draft /
   head specs; `resolve_auto_k`: `--k auto`, measured once the models are loaded.
 - `add_policy_profile_option` / `policy_profile`: `--policy-profile FILE`, a profile written by
-  `specdec tune-policy`, read and checked before any model loads; `profiled_config`: the
-  config a prompt runs with under it.
+  `specdec tune-policy`, read and checked before any model loads.
 
 Nothing past the CLI sees an argparse namespace: commands turn it into these typed values.
 """
@@ -239,18 +238,6 @@ def policy_profile(args: argparse.Namespace, config: DecodeConfig) -> PolicyProf
     return profile
 
 
-def profiled_config(
-    profile: PolicyProfile | None, config: DecodeConfig, target: LoadedModel, text: str
-) -> DecodeConfig:
-    """`config` with the policy `profile` gives the kind of prompt `text` (as it is without
-    a profile)."""
-    if profile is None:
-        return config
-    from specdec_core.policy_profile import prompt_feature
-
-    return profile.config_for(profile.classify(prompt_feature(target, text)), config)
-
-
 def add_adapt_options(parser: argparse.ArgumentParser) -> None:
     """`--adapt` and its settings (generate, bench): fine-tune the EAGLE head between runs."""
     parser.add_argument(
@@ -295,12 +282,20 @@ def adapt_settings(args: argparse.Namespace, methods: list[str]):
 
 def k_value(text: str) -> int | str:
     """`--k`: a draft length, or 'auto' (a short sweep picks it; `specdec_core.autotune`)."""
+    try:
+        return int_or_auto(text, "--k")
+    except SpecdecError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def int_or_auto(text: str, name: str) -> int | str:
+    """A flag's value that is a whole number or 'auto'; `name` names the flag in the error."""
     if text == AUTO:
         return AUTO
     try:
         return int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer or 'auto', got '{text}'") from None
+        raise SpecdecError(f"{name} must be an integer or 'auto' (got '{text}')") from None
 
 
 def decode_config(args: argparse.Namespace, *, sweep: bool = False) -> DecodeConfig:
@@ -313,13 +308,13 @@ def decode_config(args: argparse.Namespace, *, sweep: bool = False) -> DecodeCon
             raise SpecdecError(f"--temperature must be a number >= 0 (got {args.temperature})")
         if not 0 <= k <= MAX_K:
             raise SpecdecError(f"--k must be between 0 and {MAX_K} (got {k}), or auto")
-        tree_tokens = None if args.tree_tokens == AUTO else _int(args.tree_tokens, "--tree-tokens")
+        tree_tokens = int_or_auto(args.tree_tokens, "--tree-tokens")
         fields = dict(
             k=k,
             temperature=args.temperature,
             tree_depth=args.tree_depth,
             tree_topk=args.tree_topk,
-            tree_tokens=tree_tokens,
+            tree_tokens=None if tree_tokens == AUTO else tree_tokens,
             k_schedule=args.k_schedule,
         )
     if args.max_new_tokens < 1:
@@ -469,10 +464,3 @@ def _policies() -> str:
     from specdec_core.verifiers import describe_policies
 
     return describe_policies().replace("%", "%%")
-
-
-def _int(text: str, name: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise SpecdecError(f"{name} must be an integer or 'auto' (got '{text}')") from None

@@ -14,7 +14,6 @@ from transformers import PreTrainedModel
 from specdec_core import kv_cache
 from specdec_core.config import DecodeConfig
 from specdec_core.drafters.base import Drafter
-from specdec_core.errors import SpecdecError
 from specdec_core.sampling import probs, sample
 from specdec_core.target import TargetOutput
 from specdec_core.verifiers.proposal import Proposal
@@ -69,14 +68,3 @@ def _fit_vocab(logits: torch.Tensor, vocab: int) -> torch.Tensor:
 def tokenizers_match(target_tokenizer, draft_tokenizer) -> bool:
     """Do the two tokenizers give every token string the same id (drafts need no translation)?"""
     return target_tokenizer.get_vocab() == draft_tokenizer.get_vocab()
-
-
-def check_same_tokenizer(target_tokenizer, draft_tokenizer, draft_spec: str) -> None:
-    """A draft for `ClassicDrafter` must tokenize exactly like the target; say so before
-    generating (a draft with another tokenizer drafts through drafters/cross_tokenizer.py)."""
-    if not tokenizers_match(target_tokenizer, draft_tokenizer):
-        raise SpecdecError(
-            f"draft '{draft_spec}' uses a different tokenizer than the target "
-            f"({len(draft_tokenizer)} vs {len(target_tokenizer)} tokens); classic speculative "
-            "decoding needs a draft from the same model family, or use --method ngram"
-        )

@@ -47,7 +47,7 @@ from specdec_core.drafters.base import Drafter
 from specdec_core.drafters.classic import ClassicDrafter, tokenizers_match
 from specdec_core.errors import SpecdecError
 from specdec_core.models import LoadedModel
-from specdec_core.sampling import probs, sample
+from specdec_core.sampling import is_greedy, probs, sample
 from specdec_core.step_clock import now
 from specdec_core.target import TargetOutput
 from specdec_core.verifiers.proposal import Proposal
@@ -67,7 +67,7 @@ def draft_algorithm(target_tokenizer, draft_tokenizer, temperature: float) -> st
     """What a classic draft with `draft_tokenizer` drafts with at `temperature`, in words."""
     if tokenizers_match(target_tokenizer, draft_tokenizer):
         return Algorithm.SAME.value
-    return (Algorithm.UAG if temperature <= 0.0 else Algorithm.TLI).value
+    return (Algorithm.UAG if is_greedy(temperature) else Algorithm.TLI).value
 
 
 def draft_pairing(target_tokenizer, draft_tokenizer) -> str:

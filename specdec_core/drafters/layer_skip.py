@@ -172,12 +172,6 @@ def check_confidence(confidence: float) -> None:
         )
 
 
-def whole(value: float, name: str) -> int:
-    if value != int(value):
-        raise SpecdecError(f"--method-param {name}={value:g}: {name} is a whole number")
-    return int(value)
-
-
 class LayerSkipDrafter(Drafter):
     """Drafts with a fixed early exit or skip list (module docstring). The constructor's
     choice is the default; `config.method_params` `exit_layer` (non-zero) and `confidence`
@@ -203,7 +197,7 @@ class LayerSkipDrafter(Drafter):
 
     def choice(self, config: DecodeConfig) -> LayerChoice:
         """The constructor's choice as `config.method_params` overrides it."""
-        exit_layer = whole(config.method_param("exit_layer", 0.0), "exit_layer")
+        exit_layer = config.method_int("exit_layer", 0, "layer-skip")
         confidence = config.method_param("confidence", self.defaults.confidence)
         check_confidence(confidence)
         if not exit_layer:

@@ -103,9 +103,9 @@ class LookaheadSettings:
     def resolved(self, config: DecodeConfig) -> LookaheadSettings:
         """These settings as `config.method_params` overrides them."""
         return LookaheadSettings(
-            window=_whole(config.method_param("window", self.window), "window"),
-            ngram_size=_whole(config.method_param("ngram_size", self.ngram_size), "ngram_size"),
-            candidates=_whole(config.method_param("candidates", self.candidates), "candidates"),
+            window=config.method_int("window", self.window, "lookahead"),
+            ngram_size=config.method_int("ngram_size", self.ngram_size, "lookahead"),
+            candidates=config.method_int("candidates", self.candidates, "lookahead"),
             prompt_pool=bool(config.method_param("prompt_pool", float(self.prompt_pool))),
         )
 
@@ -113,12 +113,6 @@ class LookaheadSettings:
     def max_nodes(self) -> int:
         """Most nodes a proposal can have: the window at its widest stage, all candidates."""
         return window_nodes(self.window, self.ngram_size) + self.candidates * (self.ngram_size - 1)
-
-
-def _whole(value: float, name: str) -> int:
-    if value != int(value):
-        raise SpecdecError(f"--method-param {name}={value:g}: lookahead needs a whole number")
-    return int(value)
 
 
 def window_nodes(window: int, ngram_size: int) -> int:

@@ -51,7 +51,6 @@ from specdec_core.drafters.layer_skip import (
     check_confidence,
     draft_chain,
     skipped_layers,
-    whole,
 )
 from specdec_core.errors import SpecdecError
 from specdec_core.events import DrafterStatus, SearchProgress, SearchState
@@ -103,13 +102,17 @@ class SwiftSettings:
     def resolved(self, config: DecodeConfig) -> SwiftSettings:
         """These settings as `config.method_params` overrides them."""
         value = config.method_param
+
+        def count(name: str, default: int) -> int:
+            return config.method_int(name, default, "SWIFT")
+
         return SwiftSettings(
             skip_ratio=value("skip_ratio", self.skip_ratio),
-            window=whole(value("window", self.window), "window"),
+            window=count("window", self.window),
             target_score=value("target_score", self.target_score),
-            patience=whole(value("patience", self.patience), "patience"),
-            max_iterations=whole(value("max_iterations", self.max_iterations), "max_iterations"),
-            per_step=whole(value("per_step", self.per_step), "per_step"),
+            patience=count("patience", self.patience),
+            max_iterations=count("max_iterations", self.max_iterations),
+            per_step=count("per_step", self.per_step),
             confidence=value("confidence", self.confidence),
         )
 

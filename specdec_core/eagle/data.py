@@ -42,6 +42,8 @@ from transformers import StoppingCriteria, StoppingCriteriaList
 from specdec_core.errors import SpecdecError
 from specdec_core.files import save_atomic
 from specdec_core.kv_cache import cache_arg, generation_cache
+from specdec_core.prompts import encode_chat
+from specdec_core.sampling import is_greedy
 
 HOLDOUT = 64  # conversations held out for validation (split_conversations)
 
@@ -110,18 +112,6 @@ def first_prompt(tokenizer, conversation: list[dict], max_tokens: int) -> list[i
         return None
     ids = encode_chat(tokenizer, [{"role": "user", "content": turn["value"]}], True)
     return ids if len(ids) <= max_tokens else None
-
-
-def encode_chat(tokenizer, messages: list[dict], add_generation_prompt: bool) -> list[int]:
-    """`messages` ({"role", "content"}) through the chat template (a plain join without one)."""
-    if getattr(tokenizer, "chat_template", None):
-        out = tokenizer.apply_chat_template(
-            messages, add_generation_prompt=add_generation_prompt, tokenize=True
-        )
-        ids = out["input_ids"] if isinstance(out, dict) or hasattr(out, "keys") else out
-        return list(ids)
-    text = "\n".join(m["content"] for m in messages)
-    return tokenizer(text, add_special_tokens=True)["input_ids"]
 
 
 def pack(lists: Sequence[Sequence[int]]):
@@ -389,7 +379,7 @@ def answer_batch(
         input_ids[row, width - len(prompt) :] = torch.tensor(prompt)
         mask[row, width - len(prompt) :] = 1
     sampling = {"do_sample": False}
-    if temperature > 0:
+    if not is_greedy(temperature):
         sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0}
     criteria = [EnoughEnded(width, eos_ids, enough)] if enough < 1.0 else []
     out = model.generate(

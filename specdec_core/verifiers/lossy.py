@@ -26,14 +26,20 @@ from typing import ClassVar
 import torch
 
 from specdec_core.errors import SpecdecError
-from specdec_core.sampling import probs, sample
+from specdec_core.sampling import is_greedy, probs, sample
 from specdec_core.verifiers.base import ChainVerifier, Verdict
 from specdec_core.verifiers.lossless import correction
 
 
-def policy_probs(logits: torch.Tensor, temperature: float, top_p: float = 1.0) -> torch.Tensor:
-    """π: the target distribution a lossy policy scores; softmax at T = 1 when decoding greedily."""
-    return probs(logits, temperature if temperature > 0 else 1.0, top_p)
+def policy_probs(
+    logits: torch.Tensor, temperature: float, top_p: float = 1.0, p: torch.Tensor | None = None
+) -> torch.Tensor:
+    """π: the target distribution a lossy policy scores; softmax at T = 1 when decoding greedily.
+    Above T = 0 π is p itself: `p`, where the caller has computed it already, is returned as it
+    is (the rows' softmax and top-p are computed once a step)."""
+    if not is_greedy(temperature):
+        return p if p is not None else probs(logits, temperature, top_p)
+    return probs(logits, 1.0, top_p)
 
 
 def drafted_probs(draft: torch.Tensor, dist: torch.Tensor) -> torch.Tensor:
