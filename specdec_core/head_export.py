@@ -46,7 +46,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
 
 from specdec_core.config import DecodeConfig
 from specdec_core.eagle.formats import read_head, variant_config
@@ -54,6 +53,7 @@ from specdec_core.eagle.head import EagleHead
 from specdec_core.eagle.layouts import TOKEN_MAP
 from specdec_core.errors import SpecdecError
 from specdec_core.export import ENGINES, SERVING, serving
+from specdec_core.files import save_atomic, save_tensors_atomic, write_atomic
 from specdec_core.resources import bundled_head, names_bundled_head, resource_path
 
 CONFIG, WEIGHTS = "config.json", "model.safetensors"
@@ -205,12 +205,12 @@ def export_head(engine: str, spec: str, out: str | Path) -> HeadExport:
         config["bias"] = "fc.bias" in state
     directory = _empty_directory(Path(out).expanduser(), Path(source).expanduser())
     files = [CONFIG, WEIGHTS]
-    (directory / CONFIG).write_text(json.dumps(config, indent=2, default=str) + "\n")
-    save_file(state, str(directory / WEIGHTS))
+    write_atomic(directory / CONFIG, json.dumps(config, indent=2, default=str) + "\n")
+    save_tensors_atomic(directory / WEIGHTS, state)
     token_map = None
     if token_ids is not None:
         token_map = directory / TOKEN_MAP
-        torch.save(token_ids.tolist(), token_map)  # as SGLang's load_token_map reads it
+        save_atomic(token_map, token_ids.tolist())  # as SGLang's load_token_map reads it
         files.append(TOKEN_MAP)
     for stale in set(WRITTEN) - set(files):  # left by an earlier export into the same folder
         (directory / stale).unlink(missing_ok=True)
