@@ -81,6 +81,7 @@ import torch
 from transformers import PreTrainedModel
 
 from specdec_core.errors import SpecdecError
+from specdec_core.prefix_cache import common_prefix
 from specdec_core.verifiers import fly
 from specdec_core.verifiers.base import ChainVerifier, one_hot_q
 from specdec_core.verifiers.cosine import CosineVerifier, cosine_approve
@@ -90,14 +91,6 @@ from specdec_core.verifiers.lossless import LosslessVerifier
 from specdec_core.verifiers.ngram import NgramVerifier, ngram_span
 from specdec_core.verifiers.threshold import ThresholdVerifier
 from specdec_core.verifiers.typical import TypicalVerifier, entropy
-
-
-def common_prefix(output: Sequence[int], reference: Sequence[int]) -> int:
-    """Number of tokens before the first difference."""
-    for i, (a, b) in enumerate(zip(output, reference, strict=False)):
-        if a != b:
-            return i
-    return min(len(output), len(reference))
 
 
 def prefix_agreement(output: Sequence[int], reference: Sequence[int]) -> float:

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
-from specdec_core.fidelity import common_prefix
+from specdec_core.prefix_cache import common_prefix
 
 NEAR_TIE_ULPS = 8
 NEAR_TIE = "float near-tie"

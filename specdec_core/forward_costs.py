@@ -3,7 +3,7 @@
 `ForwardCosts` keeps each model's and head's costs for whoever owns it (a run, a benchmark, an
 engine: it is handed to the drafters that size trees with it): `target(model)`, seconds per
 target forward over n tree tokens after a cached prefix; `head(key, step)`, seconds per head
-step over k beam rows; `for_sizing(...)` both as the `tree_sizing.Costs` a sizer chooses with.
+step over k beam rows; `for_sizing(...)` both as the `Costs` a sizer chooses with.
 A fresh `ForwardCosts` measures again, so what it returns never depends on what ran before it
 elsewhere in the process.
 
@@ -43,13 +43,13 @@ import statistics
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import torch
 
 from specdec_core.control import StopFlag
 from specdec_core.target import Target
-from specdec_core.tree_sizing import Costs, interpolate
 
 TARGET_SIZES = (1, 2, 4, 8, 16, 32, 60)  # tokens per measured target forward
 HEAD_ROWS = (1, 2, 4, 7, 10)  # beam widths per measured head step
@@ -59,6 +59,49 @@ LINE_FIT = 0.12  # a timed table within 12 % of a line at every size is that lin
 OUTLIER = 1.5  # a timing beyond 1.5x (or below 1/1.5x) its size's median is another cause's
 WINDOW = 32  # latest step ratios kept per measured size
 PRIOR = 4  # ratios of 1 each window starts with: the measurement's weight against steps
+
+
+@dataclass(frozen=True)
+class Costs:
+    target: dict[int, float]  # tokens -> seconds per target forward
+    head: dict[int, float]  # rows -> seconds per head step (layer + lm_head + top-k)
+    steps: int = 0  # decode steps' timings the target table follows (forward_costs.py)
+    line: bool = False  # the target table timed at load is the line through its timings
+
+    def target_seconds(self, n: int) -> float:
+        return interpolate(self.target, n)
+
+    def head_seconds(self, k: int) -> float:
+        return interpolate(self.head, k)
+
+    def describe(self) -> dict:
+        """The tables in use, in milliseconds, for the run's config."""
+        return {
+            "target_ms": {n: round(1000 * s, 3) for n, s in sorted(self.target.items())},
+            "head_ms": {k: round(1000 * s, 3) for k, s in sorted(self.head.items())},
+            "target_steps": self.steps,
+            "target_line": self.line,
+        }
+
+    def text(self) -> str:
+        """The target table in use in one line (the reason's last part: bench JSON, hover)."""
+        table = ", ".join(f"{n}: {1000 * s:.2f}" for n, s in sorted(self.target.items()))
+        line = ", a line through the timings" if self.line else ""
+        since = f", followed over {self.steps} steps" if self.steps else ""
+        return f"target ms by tokens {table} (timed at load{line}{since})"
+
+
+def interpolate(table: dict[int, float], x: float) -> float:
+    """Linear between measured points; linear extrapolation past the largest."""
+    points = sorted(table.items())
+    if x <= points[0][0]:
+        return points[0][1]
+    for (x0, y0), (x1, y1) in zip(points, points[1:], strict=False):
+        if x <= x1:
+            return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    (x0, y0), (x1, y1) = points[-2:] if len(points) > 1 else (points[0], points[0])
+    slope = (y1 - y0) / (x1 - x0) if x1 != x0 else 0.0
+    return y1 + slope * (x - x1)
 
 
 class TimingStopped(Exception):

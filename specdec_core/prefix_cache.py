@@ -19,13 +19,21 @@ output at temperature 0 is the same as a fresh run over the whole history (teste
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
 from transformers import DynamicCache
 
 from specdec_core import kv_cache
-from specdec_core.fidelity import common_prefix
+
+
+def common_prefix(output: Sequence[int], reference: Sequence[int]) -> int:
+    """Number of tokens before the first difference."""
+    for i, (a, b) in enumerate(zip(output, reference, strict=False)):
+        if a != b:
+            return i
+    return min(len(output), len(reference))
 
 
 @dataclass

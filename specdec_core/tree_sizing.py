@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from specdec_core.forward_costs import Costs
+
 MAX_DEPTH, MAX_TOPK, MAX_TOKENS = 8, 10, 60  # EAGLE: 60 tokens, top-k 10
 ALPHA1 = 0.6  # prior top-1 acceptance of a trained head
 PRIOR_TRIALS, MEMORY_TRIALS = 8, 128  # weight of the prior α₁; most weight the past gets
@@ -46,36 +48,6 @@ class TreeShape:
     @property
     def nodes(self) -> int:
         return self.total_tokens - 1
-
-
-@dataclass(frozen=True)
-class Costs:
-    target: dict[int, float]  # tokens -> seconds per target forward
-    head: dict[int, float]  # rows -> seconds per head step (layer + lm_head + top-k)
-    steps: int = 0  # decode steps' timings the target table follows (forward_costs.py)
-    line: bool = False  # the target table timed at load is the line through its timings
-
-    def target_seconds(self, n: int) -> float:
-        return interpolate(self.target, n)
-
-    def head_seconds(self, k: int) -> float:
-        return interpolate(self.head, k)
-
-    def describe(self) -> dict:
-        """The tables in use, in milliseconds, for the run's config."""
-        return {
-            "target_ms": {n: round(1000 * s, 3) for n, s in sorted(self.target.items())},
-            "head_ms": {k: round(1000 * s, 3) for k, s in sorted(self.head.items())},
-            "target_steps": self.steps,
-            "target_line": self.line,
-        }
-
-    def text(self) -> str:
-        """The target table in use in one line (the reason's last part: bench JSON, hover)."""
-        table = ", ".join(f"{n}: {1000 * s:.2f}" for n, s in sorted(self.target.items()))
-        line = ", a line through the timings" if self.line else ""
-        since = f", followed over {self.steps} steps" if self.steps else ""
-        return f"target ms by tokens {table} (timed at load{line}{since})"
 
 
 @dataclass(frozen=True)
@@ -186,16 +158,3 @@ def _rank_probs(k: int, alpha1: float) -> torch.Tensor:
     r = torch.arange(1, k + 1, dtype=torch.float64)
     alpha = 1 - (1 - alpha1) * r.rsqrt()
     return torch.diff(alpha, prepend=torch.zeros(1, dtype=torch.float64))
-
-
-def interpolate(table: dict[int, float], x: float) -> float:
-    """Linear between measured points; linear extrapolation past the largest."""
-    points = sorted(table.items())
-    if x <= points[0][0]:
-        return points[0][1]
-    for (x0, y0), (x1, y1) in zip(points, points[1:], strict=False):
-        if x <= x1:
-            return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
-    (x0, y0), (x1, y1) = points[-2:] if len(points) > 1 else (points[0], points[0])
-    slope = (y1 - y0) / (x1 - x0) if x1 != x0 else 0.0
-    return y1 + slope * (x - x1)

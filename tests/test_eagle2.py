@@ -12,10 +12,11 @@ from specdec_core.drafters.eagle2 import Eagle2Drafter
 from specdec_core.drafters.eagle2_growth import rerank
 from specdec_core.drafters.eagle2_sizing import RESIZE_STEPS
 from specdec_core.events import Finished, Started, Step
+from specdec_core.forward_costs import Costs
 from specdec_core.runner import run
 from specdec_core.sampling import probs
 from specdec_core.target import Target
-from specdec_core.tree_sizing import Costs, TreeShape, choose, expected_tau
+from specdec_core.tree_sizing import TreeShape, choose, expected_tau
 from specdec_core.verifiers import make_verifier
 from tests.eagle_tiny import tiny_head
 from tests.stats import chi_square_pvalue

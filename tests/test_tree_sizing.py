@@ -3,9 +3,9 @@ owner and model, acceptance is learned per owner and head, and a fresh owner sta
 
 from specdec_core.config import DecodeConfig
 from specdec_core.drafters.eagle2_sizing import RESIZE_STEPS, TreeSizer
-from specdec_core.forward_costs import HEAD_ROWS, ForwardCosts
+from specdec_core.forward_costs import HEAD_ROWS, Costs, ForwardCosts
 from specdec_core.runner import run
-from specdec_core.tree_sizing import ALPHA1, AcceptanceEstimates, Costs, choose
+from specdec_core.tree_sizing import ALPHA1, AcceptanceEstimates, choose
 from tests.eagle_tiny import tiny_head
 from tests.tiny import prompt
 

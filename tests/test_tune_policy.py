@@ -11,16 +11,8 @@ from specdec_core.bench import run_bench
 from specdec_core.cli import main
 from specdec_core.config import DecodeConfig
 from specdec_core.errors import SpecdecError
-from specdec_core.policy_profile import (
-    KindSetting,
-    PolicyProfile,
-    Tunable,
-    load_profile,
-    prompt_feature,
-    read_kinds,
-    search,
-    tunable,
-)
+from specdec_core.policy_profile import KindSetting, PolicyProfile, load_profile, prompt_feature
+from specdec_core.policy_tuning import Tunable, read_kinds, search, tunable
 from specdec_core.run_distance import RunDistance
 from tests.tiny import tiny_model, tiny_tokenizer
 

@@ -68,7 +68,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from specdec_core.bench import stderr_progress
     from specdec_core.methods import METHODS, check_method_params
-    from specdec_core.policy_profile import read_kinds, tunable, tune
+    from specdec_core.policy_tuning import read_kinds, tunable, tune
     from specdec_core.runner import load_extra
 
     config = decode_config(args)

@@ -24,7 +24,7 @@ from specdec_core import kv_cache, tree_sizing
 from specdec_core.config import DecodeConfig
 from specdec_core.drafters.eagle2_growth import beam_step
 from specdec_core.eagle.head import EagleHead
-from specdec_core.forward_costs import ForwardCosts
+from specdec_core.forward_costs import Costs, ForwardCosts
 from specdec_core.tree_sizing import AcceptanceEstimates, Choice, TreeShape
 
 RESIZE_STEPS = 16  # tree steps between refits of the acceptance estimate (auto size only)
@@ -91,7 +91,7 @@ class TreeSizer:
         next refit (or the owner's next run) sizes with follows it."""
         self.costs.observe_target(self.target_model, tokens, seconds)
 
-    def sizing_costs(self) -> tree_sizing.Costs:
+    def sizing_costs(self) -> Costs:
         """The costs in use now: the target table as the steps so far left it, the head's."""
         return self.costs.for_sizing(self.target_model, self.head_key(), self.time_head_step)
 

@@ -37,12 +37,12 @@ import torch
 
 from specdec_core.config import DecodeConfig
 from specdec_core.drafters.base import Drafter
-from specdec_core.forward_costs import ForwardCosts
+from specdec_core.forward_costs import Costs, ForwardCosts
 from specdec_core.medusa.head import MedusaHeads
 from specdec_core.models import LoadedModel
 from specdec_core.step_clock import Laps
 from specdec_core.target import TargetOutput
-from specdec_core.tree_sizing import AcceptanceEstimates, Costs
+from specdec_core.tree_sizing import AcceptanceEstimates
 from specdec_core.verifiers.proposal import EMPTY, Proposal
 
 TOPK = 10  # candidates per head (FasterDecoding's TOPK)
