@@ -7,9 +7,15 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from specdec_core.errors import SpecdecError
-from specdec_core.sampling import is_greedy
 
 MAX_K = 64  # longest draft chain: beyond it a draft is mostly rejected work
+
+
+def is_greedy(temperature: float) -> bool:
+    """Is decoding at `temperature` greedy (the one-hot argmax)? The one place this is
+    decided: the config, the loop, the distributions, the policies and the drafters all ask
+    here (torch-free, like the rest of this module: the window's process reads it)."""
+    return temperature <= 0.0
 
 
 @dataclass(frozen=True)

@@ -12,13 +12,9 @@ from __future__ import annotations
 
 import torch
 
+from specdec_core.config import is_greedy
+
 TOP_P_CANDIDATES = 1024  # tokens ranked before top-p falls back to ranking all
-
-
-def is_greedy(temperature: float) -> bool:
-    """Is decoding at `temperature` greedy (the one-hot argmax)? The one place this is
-    decided: the config, the loop, the policies and the drafters all ask here."""
-    return temperature <= 0.0
 
 
 def probs(logits: torch.Tensor, temperature: float, top_p: float = 1.0) -> torch.Tensor:

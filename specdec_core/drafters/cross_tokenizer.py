@@ -41,13 +41,13 @@ import torch
 from transformers import PreTrainedModel
 
 from specdec_core import kv_cache
-from specdec_core.config import DecodeConfig
+from specdec_core.config import DecodeConfig, is_greedy
 from specdec_core.detokenize import IncrementalDetokenizer
 from specdec_core.drafters.base import Drafter
 from specdec_core.drafters.classic import ClassicDrafter, tokenizers_match
 from specdec_core.errors import SpecdecError
 from specdec_core.models import LoadedModel
-from specdec_core.sampling import is_greedy, probs, sample
+from specdec_core.sampling import probs, sample
 from specdec_core.step_clock import now
 from specdec_core.target import TargetOutput
 from specdec_core.verifiers.proposal import Proposal

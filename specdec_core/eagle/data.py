@@ -39,11 +39,11 @@ from typing import Protocol, TypeVar
 import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
+from specdec_core.config import is_greedy
 from specdec_core.errors import SpecdecError
 from specdec_core.files import save_atomic
 from specdec_core.kv_cache import cache_arg, generation_cache
 from specdec_core.prompts import encode_chat
-from specdec_core.sampling import is_greedy
 
 HOLDOUT = 64  # conversations held out for validation (split_conversations)
 
