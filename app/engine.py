@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING
 
 from app.engine_api import (
     HEAD_KINDS,
-    POLICY_KIND,
     ChatMessage,
     HeadExportRequest,
     MethodInfo,
@@ -43,7 +42,7 @@ from specdec_core.serving_check import ServeCheck
 
 END_LABEL = "⟨end⟩"  # the label of the end-of-text / end-of-turn token in the draft tree
 SPECIAL_LABEL = "⟨special⟩"  # of any other special token
-AUTOREGRESSIVE = "ar"  # drafts nothing: a policy profile does not apply to it
+AUTOREGRESSIVE = "ar"  # drafts nothing: it loads nothing besides the target
 
 if TYPE_CHECKING:  # torch-heavy: imported by the worker threads only
     from specdec_core.adaptation import Adapter
@@ -51,6 +50,7 @@ if TYPE_CHECKING:  # torch-heavy: imported by the worker threads only
     from specdec_core.forward_costs import ForwardCosts
     from specdec_core.methods import Extra
     from specdec_core.models import LoadedModel
+    from specdec_core.policy_profile import PolicyProfile
     from specdec_core.prefix_cache import PrefixCache
     from specdec_core.sweep_records import SweepResult, TuneResult
     from specdec_core.tree_sizing import AcceptanceEstimates
@@ -119,33 +119,31 @@ class SpecdecEngine:
         return TargetInfo(spec, str(model.device), model.dtype_name, parameters, config)
 
     def events(self, request: RunRequest, stop: StopFlag, progress: Progress) -> Iterator[Event]:
-        from specdec_core.decode import generate
-        from specdec_core.methods import build_drafter
         from specdec_core.prefix_cache import PrefixCache
+        from specdec_core.runner import start
 
         with self._held() as target:
-            request, kind = _profiled(target, request)
+            profile = _profile(request)
             ids = _prompt_ids(target, request)
             extra = self.extra(request.method, request.specs, progress)
             costs, acceptance = self._tree_sizing()
-            history = self._history(request)
-            costs = costs.watching(stop)  # Stop ends a first tree run's timing of forwards
-            drafter = build_drafter(request.method, target, extra, history, costs, acceptance)
             prefix = None
             if request.conversation:
                 prefix = self._conversations.setdefault(request.conversation, PrefixCache())
-            stream = generate(
+            stream = start(
                 target,
-                drafter,
+                request.method,
                 ids,
                 request.config,
-                method=request.method,
-                stop=stop,
-                started_info={POLICY_KIND: kind} if kind else None,
+                extra,
+                stop=stop,  # also ends a first tree run's timing of forwards
                 prefix=prefix,
+                history=self._history(request),
+                costs=costs,
+                acceptance=acceptance,
+                profile=profile,
+                prompt_text=request.prompt,
             )
-            if kind:
-                stream = _with_kind(stream, kind)
             adapter = self._adapter_for(request, target, extra) if self._adapt else None
             if adapter is None:
                 yield from stream
@@ -164,18 +162,19 @@ class SpecdecEngine:
         """`measure.run_distance` of the run: its prompt decoded again from scratch (a chat
         turn's cache is not reused), the tree at the size the run used."""
         from specdec_core.measure import MeasurementStopped, run_distance, tree_label
+        from specdec_core.policy_profile import profiled_config
 
         if not summary.lossy:
             return RunDistance.lossless()
         with self._held() as target:
-            request, _ = _profiled(target, request)  # the policy the run had
+            config, _ = profiled_config(  # the policy the run had
+                _profile(request), request.method, target, request.prompt, request.config
+            )
             ids = _prompt_ids(target, request)
             extra = self.extra(request.method, request.specs)
             tree = tree_label(request.method, summary.config)
             try:
-                return run_distance(
-                    request.method, target, ids, request.config, extra, tree, stop=stop
-                )
+                return run_distance(request.method, target, ids, config, extra, tree, stop=stop)
             except MeasurementStopped:
                 return None
 
@@ -431,29 +430,14 @@ def _pairing(needs: str, target: LoadedModel, extra: Extra) -> str:
     return f" ({draft_pairing(target.tokenizer, extra.tokenizer)})"
 
 
-def _profiled(target: LoadedModel, request: RunRequest) -> tuple[RunRequest, str]:
-    """(`request` with the policy its policy profile gives the prompt's kind, that kind), as
-    `specdec generate --policy-profile` runs it: the kind whose centroid is nearest the
-    target's mean input embedding of the prompt (a chat turn: its user message). Without a
-    profile, or for `ar` (it drafts nothing, so no policy applies: a reference stays
-    lossless), the request as it is and no kind. A profile tuned on a target of another
-    hidden size is refused in one line (`PolicyProfile.classify`)."""
-    if not request.policy_profile or request.method == AUTOREGRESSIVE:
-        return request, ""
-    from specdec_core.policy_profile import load_profile, prompt_feature
+def _profile(request: RunRequest) -> PolicyProfile | None:
+    """The run's policy profile (`RunRequest.policy_profile`), read; None without one. The
+    engine's `start` applies it to the prompt, as `specdec generate --policy-profile` does."""
+    if not request.policy_profile:
+        return None
+    from specdec_core.policy_profile import load_profile
 
-    profile = load_profile(request.policy_profile)
-    kind = profile.classify(prompt_feature(target, request.prompt))
-    return replace(request, config=profile.config_for(kind, request.config)), kind.kind
-
-
-def _with_kind(stream: Iterator[Event], kind: str) -> Iterator[Event]:
-    """The run's events, its summary's config naming the kind its policy profile picked."""
-    for event in stream:
-        if isinstance(event, Finished):
-            summary = event.summary
-            event = Finished(replace(summary, config={**summary.config, POLICY_KIND: kind}))
-        yield event
+    return load_profile(request.policy_profile)
 
 
 def _prompt_ids(target: LoadedModel, request: RunRequest) -> list[int]:

@@ -24,6 +24,7 @@ from typing import Protocol
 from specdec_core.config import DecodeConfig
 from specdec_core.control import Progress, StopFlag
 from specdec_core.events import Event, RunSummary
+from specdec_core.policy_profile import POLICY_KIND  # the config key of the kind a profile picked
 from specdec_core.run_distance import RunDistance
 from specdec_core.serve import ServeCommand
 from specdec_core.serving_check import ServeCheck
@@ -56,9 +57,6 @@ __all__ = [
 OnPoint = Callable[[SweepProgress], None]
 
 ENDED = "the engine process ended unexpectedly"  # how every engine death is reported
-# the key of a run's config (`Started.config`, `RunSummary.config`) naming the kind of request
-# its policy profile picked (`RunRequest.policy_profile`), as bench's rows name it
-POLICY_KIND = "policy_kind"
 
 
 def engine_ended(message: str) -> bool:

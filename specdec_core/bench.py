@@ -91,10 +91,9 @@ from specdec_core.measure import (
     speedup_spread,
     warm_up,
 )
-from specdec_core.method_kinds import HF_METHODS
 from specdec_core.methods import uses_history
 from specdec_core.models import LoadedModel
-from specdec_core.policy_profile import KindSetting, PolicyProfile, prompt_feature
+from specdec_core.policy_profile import PolicyProfile, profiled_config
 from specdec_core.prefix_cache import PrefixCache
 from specdec_core.prompts import encode_chat_turn, encode_prompt
 from specdec_core.run_distance import RunDistance, pooled
@@ -207,7 +206,6 @@ def run_bench(
     warm_up(target, encode_prompt(target.tokenizer, first, raw), config.seed)
     rows: list[Row] = []
     judge = reference_model or target  # whose logits explain a difference
-    kinds: dict[str, KindSetting] = {}  # a user turn's kind, classified once
     for index, turns in enumerate(conversations):
         dialogues = {entry.label: _Dialogue() for entry in entries}
         for turn, user in enumerate(turns):
@@ -223,10 +221,8 @@ def run_bench(
                 else:
                     ids = encode_prompt(target.tokenizer, user, raw)
                 prefix = dialogue.prefix if multi_turn else None
-                config_used, kind = entry.config, None
-                if profile is not None and _profiled(entry):
-                    kind = kinds.setdefault(user, profile.classify(prompt_feature(target, user)))
-                    config_used = profile.config_for(kind, entry.config)
+                own = profile if ":" not in entry.label else None  # an entry's own :POLICY
+                config_used, kind = profiled_config(own, entry.method, target, user, entry.config)
                 row = run_one(
                     entry.method,
                     target,
@@ -241,9 +237,7 @@ def run_bench(
                     acceptance,
                 )
                 distance = _distance(entry.method, target, ids, row, config_used, extras[label])
-                row = replace(
-                    row, turn=turn, distance=distance, policy_kind=kind.kind if kind else None
-                )
+                row = replace(row, turn=turn, distance=distance, policy_kind=kind)
                 dialogue.reply(target.tokenizer, row.token_ids)
                 if label == "ar":
                     reference = row.token_ids
@@ -277,12 +271,6 @@ def _distance(
     if not row.lossy:
         return RunDistance.lossless()
     return run_distance(method, target, ids, config, extra, row.tree)
-
-
-def _profiled(entry: Entry) -> bool:
-    """Does a policy profile choose this entry's policy? Every entry written without its own
-    `:POLICY`, but `ar` and the HF baselines (they verify nothing)."""
-    return ":" not in entry.label and entry.method != "ar" and entry.method not in HF_METHODS
 
 
 def suffix_histories(entries: list[Entry], mode: str) -> dict[str, History]:

@@ -41,6 +41,7 @@ from specdec_core.files import write_atomic
 if TYPE_CHECKING:
     from specdec_core.models import LoadedModel
 
+POLICY_KIND = "policy_kind"  # the Started and summary config key of the kind a profile picked
 FORMAT = "specdec-policy-profile"
 VERSION = 1
 GENERAL = "general"  # the kind of a prompt whose file names none
@@ -171,6 +172,27 @@ def load_profile(path: str | Path) -> PolicyProfile:
     if not profile.kinds:
         raise SpecdecError(f"{path}: the policy profile has no kinds; tune it again")
     return profile
+
+
+def profiled_config(
+    profile: PolicyProfile | None,
+    method: str,
+    target: LoadedModel,
+    text: str,
+    config: DecodeConfig,
+) -> tuple[DecodeConfig, str | None]:
+    """(`config` with the policy `profile` gives the kind of prompt `text`, that kind): the
+    kind whose centroid is nearest the target's mean input embedding of the words of `text`
+    (a chat turn: its user message). Without a profile, or for `ar` and transformers'
+    baselines (they verify nothing, so no policy applies: a reference stays lossless),
+    `config` as it is and no kind. A profile tuned on a target of another hidden size is
+    refused in one line (`PolicyProfile.classify`)."""
+    from specdec_core.method_kinds import HF_METHODS
+
+    if profile is None or method == "ar" or method in HF_METHODS:
+        return config, None
+    kind = profile.classify(prompt_feature(target, text))
+    return profile.config_for(kind, config), kind.kind
 
 
 def prompt_feature(target: LoadedModel, text: str) -> tuple[float, ...]:

@@ -4,14 +4,20 @@
 the `EXTRA_LOADERS` registry, so adding a method never touches the CLI; the CLI, the bench, the
 sweeps and the window all load through it.
 
-`run` sizes EAGLE-2 trees with the forward costs and acceptance estimates it is given (their
+`start` is the one way a run starts, for the window's engine, `specdec generate` and the
+benchmark (through `run` and `measure.run_one`) alike: the policy profile applied to the prompt
+(`policy_profile.profiled_config`; the kind it picked is in the Started and summary config
+under `POLICY_KIND`), the drafter built from the method registry, the decode loop's events.
+It sizes EAGLE-2 trees with the forward costs and acceptance estimates it is given (their
 owner: a benchmark, a sweep's measurement, an engine, a test); a run given none makes a fresh
-pair of its own, so its result never depends on what ran before it in the process.
+pair of its own, so its result never depends on what ran before it in the process. `run`
+runs `start` to the end and returns the summary.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,6 +31,7 @@ from specdec_core.forward_costs import ForwardCosts
 from specdec_core.method_kinds import HF_METHODS
 from specdec_core.methods import Extra, build_drafter, get_method
 from specdec_core.models import LoadedModel, LoadOptions, load_model
+from specdec_core.policy_profile import POLICY_KIND, PolicyProfile, profiled_config
 from specdec_core.prefix_cache import PrefixCache
 from specdec_core.resources import bundled_head, names_bundled_head, resource_path
 from specdec_core.tree_sizing import AcceptanceEstimates
@@ -154,6 +161,47 @@ def load_extra(
     return extra
 
 
+def start(
+    target: LoadedModel,
+    method: str,
+    prompt_ids: list[int],
+    config: DecodeConfig,
+    extra: Extra = None,
+    *,
+    stop: StopFlag | None = None,
+    prefix: PrefixCache | None = None,
+    history: History | None = None,
+    costs: ForwardCosts | None = None,
+    acceptance: AcceptanceEstimates | None = None,
+    profile: PolicyProfile | None = None,
+    prompt_text: str = "",
+) -> Iterator[Event]:
+    """The events of a run of `method` on `prompt_ids`: with `profile`, under the policy it
+    gives the kind of `prompt_text` (the words the kind is read from); with `prefix`, reusing
+    and then updating a conversation's cache; a suffix method drafts from and records into
+    `history` (None: an empty history of its own, so the run never depends on what ran before
+    it); an EAGLE-2 method sizes its tree with `costs` and `acceptance` (None: a fresh pair of
+    its own)."""
+    config, kind = profiled_config(profile, method, target, prompt_text, config)
+    history = history if history is not None else History()
+    costs = (costs if costs is not None else ForwardCosts()).watching(stop)
+    acceptance = acceptance if acceptance is not None else AcceptanceEstimates()
+    drafter = build_drafter(method, target, extra, history, costs, acceptance)
+    picked = {POLICY_KIND: kind} if kind else None
+    events = generate(
+        target, drafter, prompt_ids, config, method=method, stop=stop, started_info=picked,
+        prefix=prefix,
+    )  # fmt: skip
+    try:
+        for event in events:
+            if picked and isinstance(event, Finished):  # the summary names the kind too
+                summary = event.summary
+                event = Finished(replace(summary, config={**summary.config, **picked}))
+            yield event
+    finally:
+        events.close()  # a consumer that stops early: the loop saves its cache at its yield
+
+
 def run(
     target: LoadedModel,
     method: str,
@@ -166,16 +214,14 @@ def run(
     history: History | None = None,
     costs: ForwardCosts | None = None,
     acceptance: AcceptanceEstimates | None = None,
+    profile: PolicyProfile | None = None,
+    prompt_text: str = "",
 ) -> RunSummary:
-    """Run `method` to the end; with `prefix`, reuse and then update a conversation's cache;
-    a suffix method drafts from and records into `history` (None: an empty history of its own,
-    so the run never depends on what ran before it); an EAGLE-2 method sizes its tree with
-    `costs` and `acceptance` (None: a fresh pair of its own)."""
-    history = history if history is not None else History()
-    costs = (costs if costs is not None else ForwardCosts()).watching(stop)
-    acceptance = acceptance if acceptance is not None else AcceptanceEstimates()
-    drafter = build_drafter(method, target, extra, history, costs, acceptance)
-    events = generate(target, drafter, prompt_ids, config, method=method, stop=stop, prefix=prefix)
+    """`start` run to the end: its summary (`on_event` hears every event on the way)."""
+    events = start(
+        target, method, prompt_ids, config, extra, stop=stop, prefix=prefix, history=history,
+        costs=costs, acceptance=acceptance, profile=profile, prompt_text=prompt_text,
+    )  # fmt: skip
     for event in events:
         if on_event is not None:
             on_event(event)

@@ -18,8 +18,8 @@ from specdec_core.cli.options import (
     policy_profile,
     resolve_auto_k,
 )
-from specdec_core.config import DecodeConfig
 from specdec_core.errors import SpecdecError
+from specdec_core.events import RunSummary
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -39,7 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from specdec_core.methods import check_method_params
-    from specdec_core.policy_profile import prompt_feature
+    from specdec_core.policy_profile import POLICY_KIND
     from specdec_core.prompts import check_prompt_text, encode_prompt, read_prompt_file
     from specdec_core.runner import load_extra
     from specdec_core.runner import run as run_method
@@ -54,21 +54,21 @@ def run(args: argparse.Namespace) -> int:
     check_prompt_text(text)  # before minutes of model loading
     target = load_target(args, [text], quiet=args.json)
     prompt_ids = encode_prompt(target.tokenizer, text, args.raw)
-    kind = None
-    if profile is not None:
-        kind = profile.classify(prompt_feature(target, text))
-        config = profile.config_for(kind, config)
-        print(f"[policy profile] {_picked(kind.kind, config)}", file=sys.stderr)
     extra = load_extra(args.method, target, model_specs(args))
     config = resolve_auto_k(args, config, target, [args.method], extra)
-    summary = run_method(target, args.method, prompt_ids, config, extra)
+    summary = run_method(
+        target, args.method, prompt_ids, config, extra, profile=profile, prompt_text=text
+    )
+    kind = summary.config.get(POLICY_KIND)
+    if kind is not None:
+        print(f"[policy profile] {_picked(kind, summary)}", file=sys.stderr)
     if adapting is not None:
         _adapt(args, target, extra, adapting, prompt_ids, summary)
     if args.json:
         record = summary.to_record()
         record.update(device=str(target.device), dtype=target.dtype_name)
         if profile is not None:
-            record.update(policy_profile=args.policy_profile, policy_kind=kind.kind)
+            record.update(policy_profile=args.policy_profile, policy_kind=kind)
         print(json.dumps(record))
         return 0
     print(summary.text)
@@ -89,10 +89,11 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _picked(kind: str, config: DecodeConfig) -> str:
-    """'kind code: threshold tau=0.1', or the lossless rule the profile gives the kind."""
-    params = " ".join(f"{name}={value:g}" for name, value in config.policy_params.items())
-    return f"kind {kind}: {config.policy} {params}".rstrip()
+def _picked(kind: str, summary: RunSummary) -> str:
+    """'kind code: threshold tau=0.1', or the lossless rule the profile gave the kind."""
+    params = summary.config.get("policy_params") or {}
+    words = " ".join(f"{name}={value:g}" for name, value in params.items())
+    return f"kind {kind}: {summary.policy} {words}".rstrip()
 
 
 def _adapt(args, target, head, settings, prompt_ids, summary) -> None:
