@@ -2,12 +2,12 @@
 never lets an evaluation prompt in, reports progress per source and kind, and `specdec train
 --data WORK` trains on it with the mix in the card."""
 
-import gzip
 import json
 import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,6 +19,7 @@ from specdec_core.models import load_model
 from specdec_core.training import generation_job as job
 from specdec_core.training.generation_job import load_samples, run_job
 from specdec_core.training.job_plan import JobPlan, prepare, running_pid
+from specdec_core.training.job_shards import Shard
 from specdec_core.training.kinds import held_out_prompts
 from specdec_core.training.magpie import normalise
 from specdec_core.training.request_streams import conversation_requests
@@ -49,11 +50,10 @@ def tiny_plan(setup, tokens=1200, **changes) -> JobPlan:
     return JobPlan(**{**settings, **changes})
 
 
-def _shards(work: Path) -> dict[str, list[dict]]:
-    found: dict[str, list[dict]] = {}
-    for path in sorted((work / "shards").glob("*/*.json.gz")):
-        shard = json.loads(gzip.decompress(path.read_bytes()))
-        shard.pop("seconds"), shard.pop("write_seconds")  # timings differ run to run
+def _shards(work: Path) -> dict[str, list[Shard]]:
+    found: dict[str, list[Shard]] = {}
+    for path in sorted((work / "shards").glob("*/*.shard")):
+        shard = replace(Shard.read(path), seconds=0.0, write_seconds=0.0)  # timings differ
         found.setdefault(path.parent.name, []).append(shard)
     return found
 
@@ -172,14 +172,14 @@ def test_start_detaches_refuses_a_second_job_and_stop_then_start_resumes(setup, 
     assert done.returncode == 0, done.stderr
     try:
         for _ in range(600):  # the first shards arrive
-            if len(list((work / "shards").glob("*/*.json.gz"))) >= 3:
+            if len(list((work / "shards").glob("*/*.shard"))) >= 3:
                 break
             time.sleep(0.1)
         again = subprocess.run(start, env=env, capture_output=True, text=True, timeout=120)
         assert again.returncode == 2 and "already running" in again.stderr
     finally:
         assert main(["data", "stop", "--work", str(work)]) == 0
-    first = len(list((work / "shards").glob("*/*.json.gz")))
+    first = len(list((work / "shards").glob("*/*.shard")))
     assert running_pid(work) is None
     # as `stop` and `status` say: `start --work W` alone resumes the job as it was started
     resume = [sys.executable, "-m", "specdec_core.cli", "data", "start", "--work", str(work)]
@@ -188,17 +188,17 @@ def test_start_detaches_refuses_a_second_job_and_stop_then_start_resumes(setup, 
     assert done.returncode == 0, done.stderr
     try:
         for _ in range(600):
-            if len(list((work / "shards").glob("*/*.json.gz"))) > first + 2:
+            if len(list((work / "shards").glob("*/*.shard"))) > first + 2:
                 break
             time.sleep(0.1)
     finally:
         main(["data", "stop", "--work", str(work)])
     assert "resuming after" in (work / "job.log").read_text()
     # the stopped and resumed job made exactly the batches one uninterrupted run makes
-    made = len(list((work / "shards").glob("*/*.json.gz")))
+    made = len(list((work / "shards").glob("*/*.shard")))
     reference = tmp_path / "reference"
     plan = tiny_plan(setup, tokens=50_000_000, exclude=())
-    run_job(reference, plan, stop=lambda: len(list(reference.glob("shards/*/*.gz"))) >= made)
+    run_job(reference, plan, stop=lambda: len(list(reference.glob("shards/*/*.shard"))) >= made)
     assert _shards(work) == _shards(reference)
 
 
@@ -237,8 +237,7 @@ def test_a_budget_smaller_than_the_job_keeps_its_mix(setup, tmp_path):
         for source, share in plan.mix.items()
     }
     largest = {  # one batch's answer tokens, per share
-        source: max(sum(len(s["ids"]) - s["start"] for s in shard["samples"]) for shard in found)
-        / plan.mix[source]
+        source: max(shard.answer_tokens for shard in found) / plan.mix[source]
         for source, found in shards.items()
     }
     for source, share_taken in behind.items():  # none ahead of another by more than a batch

@@ -22,7 +22,7 @@ def tiny_target(tmp_path_factory) -> tuple[Path, Path]:
 
 def _shards(work: Path) -> dict[str, list[str]]:
     found: dict[str, list[str]] = {}
-    for path in sorted((work / "data" / "shards").glob("*/*.json.gz")):
+    for path in sorted((work / "data" / "shards").glob("*/*.shard")):
         found.setdefault(path.parent.name, []).append(path.name)
     return found
 
@@ -54,7 +54,7 @@ def test_train_tab_shows_progress_stops_resumes_and_lists_the_finished_head(
     for source, names in before.items():  # every batch kept, numbered without a gap
         assert after[source][: len(names)] == names
     for names in after.values():
-        assert names == [f"{n:06d}.json.gz" for n in range(len(names))]
+        assert names == [f"{n:06d}.shard" for n in range(len(names))]
     assert "resuming after" in (work / "generation.log").read_text()
     assert read_generation(work).state == "finished"
     assert "ETA done" in view.training_text.text() and "tokens/s" in view.training_text.text()

