@@ -15,10 +15,9 @@ forwards, through `ForwardCosts.watching`: a run stopped there ends before its p
 Timings synchronise CUDA before reading the clock (step_clock.py); each `Step` carries its
 `StepPhases` (draft, target forward, acceptance, cache keep, commit, loop), which add up to
 the step's wall time, and the summary their sums.
-A drafter that sizes its tree by forward costs (`forward_costs.TimedForwards`) is handed each
-step's timed target forward before its `commit`, so its sizing follows the machine.
-Each `Step` carries the drafter's `status()` after its `commit` (the drafter's own, also
-under the adaptive-k wrapper), where it publishes one.
+Every drafter is handed each step's target forward and its time (`observe`) before its
+`commit`: a drafter that sizes its tree by forward costs follows the machine from it. Each
+`Step` carries the drafter's `status()` after its `commit`, where it publishes one.
 """
 
 from __future__ import annotations
@@ -45,7 +44,7 @@ from specdec_core.events import (
     Token,
 )
 from specdec_core.events import TokenKind as Kind
-from specdec_core.forward_costs import TimedForwards, TimingStopped
+from specdec_core.forward_costs import TimingStopped
 from specdec_core.models import LoadedModel
 from specdec_core.prefix_cache import PrefixCache
 from specdec_core.sampling import probs
@@ -85,8 +84,6 @@ def generate(
             f"{target.context_length}; shorten the prompt"
         )
     verifier = verifier or make_verifier(config.policy, **config.policy_params)
-    timed = drafter if isinstance(drafter, TimedForwards) else None  # sizes by forward costs
-    reporter = drafter  # publishes its `status()` (the wrapper below does not)
     drafter = apply_schedule(drafter, config)  # a fixed k, or a wrapper that adapts it
     generator = generator or make_generator(config.seed, target.device)
     runner = Target(target.model, drafter.feature_layers)
@@ -144,9 +141,7 @@ def generate(
             emitted = [proposal.tokens[node] for node in path] + [next_token]
             ids.extend(emitted)
             rows = select_rows(out, [0, *(node + 1 for node in path)])
-            if timed is not None:  # the step's own timing: the sizing follows the machine
-                timed.target_forward_timed(1 + len(proposal.tokens), forward_end - forward_start)
-            drafter.observe(out, path)
+            drafter.observe(out, path, forward_end - forward_start)
             drafter.commit(ids, len(path), rows)
             kept.add(rows)
             laps.lap("commit")
@@ -168,7 +163,7 @@ def generate(
                 tree=tree,
                 rejected=rejected,
                 phases=phases,
-                status=reporter.status(),
+                status=drafter.status(),
             )
             if done is not None and done < keep:
                 reason = "eos"

@@ -23,6 +23,7 @@ import torch
 from specdec_core.config import DecodeConfig
 from specdec_core.drafters.base import Drafter
 from specdec_core.errors import SpecdecError
+from specdec_core.events import DrafterStatus
 from specdec_core.target import Target, TargetOutput
 from specdec_core.verifiers.proposal import Proposal
 
@@ -52,8 +53,11 @@ class AdaptiveK(Drafter):
     def attach(self, target: Target) -> None:
         self.inner.attach(target)
 
-    def observe(self, out: TargetOutput, path: list[int]) -> None:
-        self.inner.observe(out, path)
+    def observe(self, out: TargetOutput, path: list[int], seconds: float | None = None) -> None:
+        self.inner.observe(out, path, seconds)
+
+    def status(self) -> DrafterStatus | None:
+        return self.inner.status()
 
     def begin(self, ids: list[int], features: TargetOutput) -> None:
         self.k = self.k_start

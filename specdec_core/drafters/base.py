@@ -8,10 +8,12 @@ drafter chose itself (EAGLE-2's tree size) for the `Started` event's and the sum
 and `draft_parts()` (no split), where its latest `propose`'s time went (EAGLE: head forwards,
 tree building, merge) for the step's `StepPhases`; `attach(target)` (ignored), the target runner
 of the generation, whose model and cache a self-speculative drafter drafts through; and
-`observe(out, path)` (ignored), every row of the step's target forward, where a drafter reads
-rows it proposed for its own use (lookahead decoding's Jacobi window); and `status()` (None),
-a small `DrafterStatus` the decode loop puts on each step's `Step` (the layers a
-self-speculative draft skips, SWIFT's search as it runs, lookahead's n-gram pool).
+`observe(out, path, seconds)` (ignored), every row of the step's target forward and how long it
+took, where a drafter reads rows it proposed for its own use (lookahead decoding's Jacobi
+window) or follows the machine's forward costs (a tree sized by them: EAGLE-2, Medusa); and
+`status()` (None), a small `DrafterStatus` the decode loop puts on each step's `Step` (the
+layers a self-speculative draft skips, SWIFT's search as it runs, lookahead's n-gram pool).
+Every one is declared here, so the loop calls each as it is and asks no drafter what it is.
 """
 
 from __future__ import annotations
@@ -49,9 +51,10 @@ class Drafter(Protocol):
         (the cache holds every committed token but the pending one between steps). A drafter
         that drafts through them must leave the cache as it found it before `propose` returns."""
 
-    def observe(self, out: TargetOutput, path: list[int]) -> None:
-        """Every row of this step's target forward (row 0 the pending token, row i + 1 node i)
-        and the accepted node indices, before `commit`."""
+    def observe(self, out: TargetOutput, path: list[int], seconds: float | None = None) -> None:
+        """Every row of this step's target forward (row 0 the pending token, row i + 1 node i),
+        the accepted node indices and the forward's seconds (None: not timed), before
+        `commit`."""
 
     def begin(self, ids: list[int], features: TargetOutput) -> None:
         """A new generation: `ids` is the prompt; `features` covers ids[:-1]."""

@@ -79,6 +79,12 @@ class Eagle2Drafter(Drafter):
         """Each step's timed target forward, for the costs the tree is sized with."""
         self.sizer.forward_timed(tokens, seconds)
 
+    def observe(self, out: TargetOutput, path: list[int], seconds: float | None = None) -> None:
+        """The step's timed forward over the pending token and the tree: the sizing follows
+        the machine (forward_costs.TimedForwards)."""
+        if seconds is not None:
+            self.target_forward_timed(len(out.logits), seconds)
+
     def begin(self, ids: list[int], features: TargetOutput) -> None:
         self.cache = self.head.new_cache()
         self.root = None

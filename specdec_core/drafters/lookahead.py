@@ -287,7 +287,7 @@ class LookaheadDrafter(Drafter):
         self.pending = ids[-1]
         return proposal
 
-    def observe(self, out: TargetOutput, path: list[int]) -> None:
+    def observe(self, out: TargetOutput, path: list[int], seconds: float | None = None) -> None:
         if self.window is None or not self.last:
             return
         rows = torch.tensor([node + 1 for node in self.last], device=out.logits.device)

@@ -268,6 +268,12 @@ class MedusaDrafter(Drafter):
         """Each step's timed target forward, for the costs the tree is sized with."""
         self.sizer.forward_timed(tokens, seconds)
 
+    def observe(self, out: TargetOutput, path: list[int], seconds: float | None = None) -> None:
+        """The step's timed forward over the pending token and the tree: the sizing follows
+        the machine (forward_costs.TimedForwards)."""
+        if seconds is not None:
+            self.target_forward_timed(len(out.logits), seconds)
+
     def draft_parts(self) -> dict[str, float]:
         """The latest propose's head passes ("heads") and tree building ("tree")."""
         return self.parts
