@@ -18,8 +18,8 @@ from pathlib import Path
 
 from app.engine_api import ChatMessage
 from app.reference import RunSpeedup
+from specdec_core.decoding.events import RunSummary
 from specdec_core.errors import SpecdecError
-from specdec_core.events import RunSummary
 from specdec_core.files import write_atomic
 
 CONVERSATION = "chat"  # the engine-side name of the window's conversation cache
@@ -72,7 +72,7 @@ class Chat:
     def load(cls, path: Path) -> Chat:
         """A saved chat (or the first line of any prompt file with `turns`); replies that were
         saved are shown, not measured (they have no summary and are answered again)."""
-        from specdec_core.prompts import read_conversations
+        from specdec_core.run.prompts import read_conversations
 
         turns = read_conversations(path, limit=1)[0]
         record = json.loads(path.read_text(encoding="utf-8").splitlines()[0])

@@ -27,9 +27,9 @@ from app.run_parts import PartsOwner, RunParts
 from app.session import Session
 from app.widgets.chat_view import ChatView
 from app.worker import error_message
+from specdec_core.decoding.events import RunSummary, Step
 from specdec_core.errors import SpecdecError
-from specdec_core.events import RunSummary, Step
-from specdec_core.run_speedup import StepTime
+from specdec_core.measurement.run_speedup import StepTime
 
 REFERENCE_CONVERSATION = CONVERSATION + "-reference"
 FILES = "Chat (*.jsonl *.json)"

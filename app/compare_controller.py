@@ -20,8 +20,8 @@ from app.export import CompareResult
 from app.run_parts import PartsOwner, RunParts
 from app.status_controller import RunStatusLine, sizes_tree
 from app.widgets.compare_panel import ComparePanel
-from specdec_core.events import RunSummary, Started, Step
-from specdec_core.run_speedup import StepTime
+from specdec_core.decoding.events import RunSummary, Started, Step
+from specdec_core.measurement.run_speedup import StepTime
 
 
 class CompareController(PartsOwner):

@@ -34,26 +34,26 @@ from app.engine_api import (
     TuneRequest,
     no_head,
 )
+from specdec_core.decoding.events import Event, Finished, RunSummary
 from specdec_core.errors import SpecdecError
-from specdec_core.events import Event, Finished, RunSummary
-from specdec_core.run_distance import RunDistance
-from specdec_core.serve import ServeCommand
-from specdec_core.serving_check import ServeCheck
+from specdec_core.measurement.run_distance import RunDistance
+from specdec_core.serving.serve import ServeCommand
+from specdec_core.serving.serving_check import ServeCheck
 
 END_LABEL = "⟨end⟩"  # the label of the end-of-text / end-of-turn token in the draft tree
 SPECIAL_LABEL = "⟨special⟩"  # of any other special token
 AUTOREGRESSIVE = "ar"  # drafts nothing: it loads nothing besides the target
 
 if TYPE_CHECKING:  # torch-heavy: imported by the worker threads only
-    from specdec_core.adaptation import Adapter
+    from specdec_core.decoding.forward_costs import ForwardCosts
+    from specdec_core.decoding.prefix_cache import PrefixCache
     from specdec_core.drafters.suffix import History
-    from specdec_core.forward_costs import ForwardCosts
-    from specdec_core.methods import Extra
-    from specdec_core.models import LoadedModel
-    from specdec_core.policy_profile import PolicyProfile
-    from specdec_core.prefix_cache import PrefixCache
-    from specdec_core.sweep_records import SweepResult, TuneResult
-    from specdec_core.tree_sizing import AcceptanceEstimates
+    from specdec_core.drafters.tree_sizing import AcceptanceEstimates
+    from specdec_core.measurement.sweep_records import SweepResult, TuneResult
+    from specdec_core.models.loading import LoadedModel
+    from specdec_core.run.methods import Extra
+    from specdec_core.run.policy_profile import PolicyProfile
+    from specdec_core.training.adaptation import Adapter
 
 __all__ = ["ChatMessage", "Registries", "RunRequest", "SpecdecEngine", "TargetInfo"]
 
@@ -80,7 +80,7 @@ class SpecdecEngine:
         self._sizing: tuple[ForwardCosts, AcceptanceEstimates] | None = None
 
     def registries(self) -> Registries:
-        from specdec_core.methods import FAMILIES, METHODS
+        from specdec_core.run.methods import FAMILIES, METHODS
         from specdec_core.verifiers import VERIFIERS, make_verifier, policy_params
 
         methods = tuple(
@@ -96,8 +96,8 @@ class SpecdecEngine:
     def load_target(
         self, target: TargetRequest, progress: Progress, stop: StopFlag | None = None
     ) -> TargetInfo:
-        from specdec_core.memory import parse_max_memory
-        from specdec_core.models import LoadOptions, load_model
+        from specdec_core.models.loading import LoadOptions, load_model
+        from specdec_core.models.memory import parse_max_memory
 
         spec, settings = target.spec, target.settings
         options = LoadOptions(
@@ -119,8 +119,8 @@ class SpecdecEngine:
         return TargetInfo(spec, str(model.device), model.dtype_name, parameters, config)
 
     def events(self, request: RunRequest, stop: StopFlag, progress: Progress) -> Iterator[Event]:
-        from specdec_core.prefix_cache import PrefixCache
-        from specdec_core.runner import start
+        from specdec_core.decoding.prefix_cache import PrefixCache
+        from specdec_core.run.runner import start
 
         with self._held() as target:
             profile = _profile(request)
@@ -161,8 +161,8 @@ class SpecdecEngine:
     ) -> RunDistance | None:
         """`measure.run_distance` of the run: its prompt decoded again from scratch (a chat
         turn's cache is not reused), the tree at the size the run used."""
-        from specdec_core.measure import MeasurementStopped, run_distance, tree_label
-        from specdec_core.policy_profile import profiled_config
+        from specdec_core.measurement.measure import MeasurementStopped, run_distance, tree_label
+        from specdec_core.run.policy_profile import profiled_config
 
         if not summary.lossy:
             return RunDistance.lossless()
@@ -182,8 +182,8 @@ class SpecdecEngine:
         """This engine's forward costs and acceptance estimates, which its runs share (created
         at the first run: torch is imported by the worker threads only)."""
         if self._sizing is None:
-            from specdec_core.forward_costs import ForwardCosts
-            from specdec_core.tree_sizing import AcceptanceEstimates
+            from specdec_core.decoding.forward_costs import ForwardCosts
+            from specdec_core.drafters.tree_sizing import AcceptanceEstimates
 
             self._sizing = (ForwardCosts(), AcceptanceEstimates())
         return self._sizing
@@ -209,8 +209,8 @@ class SpecdecEngine:
 
     def _adapter_for(self, request: RunRequest, target: LoadedModel, extra) -> Adapter | None:
         """The adapter of the head this run drafts with (None for a method without a head)."""
-        from specdec_core.adaptation import Adapter
-        from specdec_core.methods import get_method
+        from specdec_core.run.methods import get_method
+        from specdec_core.training.adaptation import Adapter
 
         if get_method(request.method).needs != "head":
             return None
@@ -264,9 +264,9 @@ class SpecdecEngine:
         """`head_export.export_head` into the folder, then `serve_command` on it (the export's
         notes, then the command's). Reads the head from its files, not the models loaded, so
         it holds no lock."""
-        from specdec_core.head_export import export_for_method
-        from specdec_core.methods import get_method
-        from specdec_core.serve import serve_command
+        from specdec_core.run.methods import get_method
+        from specdec_core.serving.head_export import export_for_method
+        from specdec_core.serving.serve import serve_command
 
         method = get_method(request.method)
         if method.needs not in HEAD_KINDS:
@@ -303,8 +303,8 @@ class SpecdecEngine:
         import tempfile
         from pathlib import Path
 
-        from specdec_core.prompts import encode_prompt
-        from specdec_core.serving_check import (
+        from specdec_core.run.prompts import encode_prompt
+        from specdec_core.serving.serving_check import (
             EngineOptions,
             check_setting,
             serve_check,
@@ -336,8 +336,8 @@ class SpecdecEngine:
 
     def sweep(self, request: SweepRequest, on_point: OnPoint, stop: StopFlag) -> SweepResult:
         """The benchmark's measurement on the loaded target and its cached draft / head."""
-        from specdec_core.method_kinds import HF_METHODS
-        from specdec_core.sweep import BenchMeasure, run_sweep
+        from specdec_core.run.method_kinds import HF_METHODS
+        from specdec_core.tuning.sweep import BenchMeasure, run_sweep
 
         method, specs = request.method, request.specs
         with self._held() as target:
@@ -352,7 +352,7 @@ class SpecdecEngine:
 
     def tune(self, request: TuneRequest, on_point: OnPoint, stop: StopFlag) -> TuneResult:
         """Short runs on the tuning prompts; a tree method tunes its size in tokens."""
-        from specdec_core.autotune import tune_on_device
+        from specdec_core.tuning.autotune import tune_on_device
 
         method, specs = request.method, request.specs
         with self._held() as target:
@@ -399,8 +399,8 @@ class SpecdecEngine:
         """The draft / head `method` needs with these specs (loaded once, then cached); called
         with the models held (a run, a sweep, Tune). Not part of the `Engine` protocol: the
         window never holds a draft or a head."""
-        from specdec_core.methods import get_method
-        from specdec_core.runner import EXTRA_LOADERS
+        from specdec_core.run.methods import get_method
+        from specdec_core.run.runner import EXTRA_LOADERS
 
         needs = get_method(method).needs
         if needs is None:
@@ -423,7 +423,7 @@ def _pairing(needs: str, target: LoadedModel, extra: Extra) -> str:
     if needs != "draft":
         return ""
     from specdec_core.drafters.cross_tokenizer import draft_pairing
-    from specdec_core.models import LoadedModel
+    from specdec_core.models.loading import LoadedModel
 
     if not isinstance(extra, LoadedModel):
         return ""
@@ -435,14 +435,14 @@ def _profile(request: RunRequest) -> PolicyProfile | None:
     engine's `start` applies it to the prompt, as `specdec generate --policy-profile` does."""
     if not request.policy_profile:
         return None
-    from specdec_core.policy_profile import load_profile
+    from specdec_core.run.policy_profile import load_profile
 
     return load_profile(request.policy_profile)
 
 
 def _prompt_ids(target: LoadedModel, request: RunRequest) -> list[int]:
     """The run's prompt as token ids: a chat turn's whole conversation under its template."""
-    from specdec_core.prompts import encode_chat_turn, encode_prompt
+    from specdec_core.run.prompts import encode_chat_turn, encode_prompt
 
     if request.messages:
         messages = [{"role": m.role, "content": m.content} for m in request.messages]

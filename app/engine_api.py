@@ -21,14 +21,16 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Protocol
 
-from specdec_core.config import DecodeConfig
 from specdec_core.control import Progress, StopFlag
-from specdec_core.events import Event, RunSummary
-from specdec_core.policy_profile import POLICY_KIND  # the config key of the kind a profile picked
-from specdec_core.run_distance import RunDistance
-from specdec_core.serve import ServeCommand
-from specdec_core.serving_check import ServeCheck
-from specdec_core.sweep_records import Grid, SweepProgress, SweepResult, TuneResult
+from specdec_core.decoding.config import DecodeConfig
+from specdec_core.decoding.events import Event, RunSummary
+from specdec_core.measurement.run_distance import RunDistance
+from specdec_core.measurement.sweep_records import Grid, SweepProgress, SweepResult, TuneResult
+from specdec_core.run.policy_profile import (
+    POLICY_KIND,  # the config key of the kind a profile picked
+)
+from specdec_core.serving.serve import ServeCommand
+from specdec_core.serving.serving_check import ServeCheck
 
 __all__ = [
     "COMMANDS",
@@ -120,7 +122,7 @@ class TargetInfo:
 
 @dataclass(frozen=True)
 class LoadSettings:
-    """The Models panel's placement choices (specdec_core.models.LoadOptions, Qt-free)."""
+    """The Models panel's placement choices (specdec_core.models.loading.LoadOptions, Qt-free)."""
 
     device_map: str | None = None  # auto, balanced, sequential
     max_memory: str = ""  # DEVICE=SIZE[,DEVICE=SIZE…]
@@ -159,7 +161,7 @@ class RunRequest:
     # as it was when the Compare began and adds nothing to it, so no method of the Compare
     # drafts from another's output of the same prompt ("": the window's history, recorded)
     comparison: str = ""
-    # a policy profile file (`specdec tune-policy`, specdec_core/policy_profile.py): the engine
+    # a policy profile file (`specdec tune-policy`, specdec_core/run/policy_profile.py): the engine
     # reads it, picks the prompt's kind and runs with that kind's policy instead of
     # `config.policy` ("": none; an `ar` run drafts nothing and ignores it)
     policy_profile: str = ""
@@ -205,7 +207,7 @@ class HeadExportRequest:
 class ServeCheckRequest:
     """Serve `method` at `config` (greedy, lossless) with vLLM from the serving environment
     and check it against the playground on `prompt` (File ▸ Export to server… ▸ Check with
-    vLLM): `specdec_core.serving_check.serve_check` on the loaded target, as `specdec
+    vLLM): `specdec_core.serving.serving_check.serve_check` on the loaded target, as `specdec
     serve-check` runs it. `serving_env` "": $SPECDEC_SERVING_ENV, else .venv-serving beside
     the playground's environment."""
 
@@ -238,7 +240,7 @@ class Engine(Protocol):
         ...
 
     def events(self, request: RunRequest, stop: StopFlag, progress: Progress) -> Iterator[Event]:
-        """One run: Started, a Step per target forward, Finished (specdec_core.events)."""
+        """One run: Started, a Step per target forward, Finished (specdec_core.decoding.events)."""
         ...
 
     def distance(

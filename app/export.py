@@ -2,7 +2,7 @@
 
 Each method's speedup is its tokens/s over the `ar` run of the same Compare, with the 95 %
 interval of that ratio over both runs' steps (`speedup_interval_low`, `speedup_interval_high`:
-`specdec_core/run_speedup.py`; empty for `ar` itself and where no step was timed). Files
+`specdec_core/measurement/run_speedup.py`; empty for `ar` itself and where no step was timed). Files
 written before the interval lack those two keys; every other key is as before."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.reference import measured
-from specdec_core.events import RunSummary
-from specdec_core.run_speedup import StepTime
+from specdec_core.decoding.events import RunSummary
+from specdec_core.measurement.run_speedup import StepTime
 
 COLUMNS = (
     "method",

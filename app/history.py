@@ -12,7 +12,7 @@ from pathlib import Path
 
 from platformdirs import user_data_dir
 
-from specdec_core.events import RunSummary
+from specdec_core.decoding.events import RunSummary
 
 
 def history_path() -> Path:

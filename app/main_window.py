@@ -62,8 +62,8 @@ from app.widgets.status_bar import StatusBar
 from app.widgets.train_view import TrainView
 from app.window_layout import scrolled_column, split
 from app.window_settings import WindowSettings
-from specdec_core.events import RunSummary
-from specdec_core.run_distance import RunDistance
+from specdec_core.decoding.events import RunSummary
+from specdec_core.measurement.run_distance import RunDistance
 
 log = logging.getLogger(__name__)
 TITLE = "specdec-playground"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from specdec_core.config import DecodeConfig
+from specdec_core.decoding.config import DecodeConfig
 
 
 class MethodParams:

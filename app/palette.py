@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specdec_core.events import Token, TokenKind
+from specdec_core.decoding.events import Token, TokenKind
 
 KIND_COLORS: dict[TokenKind, str] = {
     TokenKind.ACCEPTED_DRAFT: "#9be3b0",  # green: the drafter's token, accepted

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from specdec_core.events import DraftTree, Step
+from specdec_core.decoding.events import DraftTree, Step
 
 
 @dataclass

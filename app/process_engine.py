@@ -14,7 +14,7 @@ at the first call, and talks over one duplex `multiprocessing` Pipe, one request
   arguments by name, or `LABELS` (the label of every token id). The child calls its engine's
   method of that name; the `progress`, `on_point` and `stop` parameters become messages
   (below). Arguments and results are the frozen dataclasses of app/engine_api.py,
-  specdec_core.events, .run_distance and .sweep_records (picklable).
+  specdec_core.decoding.events, .run_distance and .sweep_records (picklable).
 - engine -> window, for each request: any number of `("progress", message, fraction)`,
   `("event", Started | Step | Finished)` (what a streaming method yields) and
   `("point", SweepProgress)`, then exactly one of `("result", value)` or
@@ -64,8 +64,8 @@ from app.engine_api import (
     TargetInfo,
     TargetRequest,
 )
+from specdec_core.decoding.events import Event, Step
 from specdec_core.errors import SpecdecError
-from specdec_core.events import Event, Step
 
 if TYPE_CHECKING:
     from multiprocessing.synchronize import Event as SharedFlag

@@ -6,8 +6,9 @@ ignores k, trees and policies): measured right after the run, the reference runs
 same conditions (the same load on the machine, the same clock speed), which a reference
 measured minutes earlier would not. An `ar` run is its own reference. The run's tokens/s
 divided by the reference's is its speedup, shown with its 95 % interval over both runs'
-steps (`specdec_core/run_speedup.py`); a lossless ratio above τ is a timing disturbance, not
-a result (`specdec_core/speedup_bound.py`). Chat turns and Compare show the same record.
+steps (`specdec_core/measurement/run_speedup.py`); a lossless ratio above τ is a timing
+disturbance, not a result (`specdec_core/measurement/speedup_bound.py`). Chat turns and Compare
+show the same record.
 Qt-free, so the rule is tested without a window.
 """
 
@@ -17,9 +18,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from app.engine_api import RunRequest
-from specdec_core.events import RunSummary
-from specdec_core.run_speedup import StepTime, speedup_interval
-from specdec_core.speedup_bound import MeasuredSpeedup
+from specdec_core.decoding.events import RunSummary
+from specdec_core.measurement.run_speedup import StepTime, speedup_interval
+from specdec_core.measurement.speedup_bound import MeasuredSpeedup
 
 REFERENCE = "ar"
 OWN_REFERENCE = "×1.00 vs autoregressive: this run is the autoregressive reference"

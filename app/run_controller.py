@@ -23,8 +23,8 @@ from app.engine_api import Engine, RunRequest, engine_ended
 from app.jobs import JobRunner
 from app.session import Activity, Session
 from app.worker import EventWorker, Job, TaskWorker
-from specdec_core.events import Finished, RunSummary, Started, Step
-from specdec_core.run_distance import RunDistance
+from specdec_core.decoding.events import Finished, RunSummary, Started, Step
+from specdec_core.measurement.run_distance import RunDistance
 
 TASK_NAMES = {Activity.STARTING: "engine start", Activity.LOADING: "model load"}
 

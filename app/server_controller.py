@@ -7,7 +7,7 @@ the playground's last finished speculative run (`Session.last_results["run"]`) b
 server. The URL is remembered in the settings (`server_url`, read from the view when they are
 saved). After a baseline the status line counts down to the first numbers, once a second.
 `export_commands` gives the vLLM and SGLang commands for the current model and decoding
-settings (`specdec_core.serve`), which `open_export` shows (File ▸ Export to server…); the
+settings (`specdec_core.serving.serve`), which `open_export` shows (File ▸ Export to server…); the
 window adds the tab.
 
 Below the commands, the dialog writes the EAGLE head the method drafts with for the chosen
@@ -41,15 +41,15 @@ from app.widgets.server_export_dialog import (
 )
 from app.widgets.server_view import ServerView
 from app.worker import Job, TaskWorker
-from specdec_core.config import DecodeConfig
+from specdec_core.decoding.config import DecodeConfig
 from specdec_core.errors import SpecdecError
-from specdec_core.export import ENGINES, METHOD_MAP
-from specdec_core.serve import serve_command, tensor_parallel_size
-from specdec_core.server_metrics import RESET, MetricsPoller
+from specdec_core.serving.export import ENGINES, METHOD_MAP
+from specdec_core.serving.serve import serve_command, tensor_parallel_size
+from specdec_core.serving.server_metrics import RESET, MetricsPoller
 
 if TYPE_CHECKING:
-    from specdec_core.serve import ServeCommand
-    from specdec_core.server_metrics import Poll
+    from specdec_core.serving.serve import ServeCommand
+    from specdec_core.serving.server_metrics import Poll
 
 WAIT_FOR_RUN = "wait until the run or measurement ends, then write the head"
 WAIT_FOR_LOAD = "wait until the model has loaded, then write the head"

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from app.plot_data import Series
-from specdec_core.events import RunSummary
-from specdec_core.server_metrics import Interval
+from specdec_core.decoding.events import RunSummary
+from specdec_core.serving.server_metrics import Interval
 
 Points = tuple[list[float], list[float]]
 

@@ -1,4 +1,4 @@
-"""Polling a serving engine in the background: `specdec_core.server_metrics.watch` in a
+"""Polling a serving engine in the background: `specdec_core.serving.server_metrics.watch` in a
 worker thread (app/worker.py's pattern), one `polled` signal per poll. It never touches a
 widget; Stop sets its flag, which also ends the wait between polls at once."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 from PySide6.QtCore import Signal
 
 from app.worker import Worker
-from specdec_core.server_metrics import MetricsPoller, watch
+from specdec_core.serving.server_metrics import MetricsPoller, watch
 
 
 class ServerWorker(Worker):

@@ -20,8 +20,8 @@ from app.reference import OWN_REFERENCE, REFERENCE, reference_request, speedup_t
 from app.run_parts import PartsOwner, RunParts
 from app.status_controller import RunStatusLine, sizes_tree
 from app.widgets.output_panel import OutputPanel
-from specdec_core.events import RunSummary, Started, Step
-from specdec_core.run_speedup import StepTime
+from specdec_core.decoding.events import RunSummary, Started, Step
+from specdec_core.measurement.run_speedup import StepTime
 
 MEASURING = "measuring the autoregressive reference for the speedup…"
 

@@ -16,7 +16,7 @@ step: the points finished before it stay, and the one it cut short is marked on 
 
 Tune of a method parameter (the Sweep tab's "Tune" row; a method's own parameters are offered
 first): the engine sweeps the parameter's `method_params.NAME` axis on the tuning prompts
-(specdec_core/tuning.py: the values, the short runs and the choice, as Tune k), and the
+(specdec_core/tuning/tune.py: the values, the short runs and the choice, as Tune k), and the
 chosen value goes into `method_params` (app/method_params.py), which the sweeps and tunings
 after it measure with and a run's config takes from `method_params.applied`.
 """
@@ -41,17 +41,17 @@ from app.sweep_worker import SweepWorker
 from app.widgets.decoding_panel import DecodingPanel
 from app.widgets.sweep_view import SweepView, param_words, point_words
 from app.worker import Job
-from specdec_core.config import DecodeConfig
+from specdec_core.decoding.config import DecodeConfig
 from specdec_core.errors import SpecdecError
-from specdec_core.prompts import read_prompt_file
-from specdec_core.sweep_records import (  # torch-free records
+from specdec_core.measurement.sweep_records import (  # torch-free records
     METHOD_PREFIX,
     Grid,
     SweepResult,
     TuneResult,
     point_key,
 )
-from specdec_core.tuning import (
+from specdec_core.run.prompts import read_prompt_file
+from specdec_core.tuning.tune import (
     TUNING_MAX_NEW_TOKENS,
     TUNING_PROMPTS,
     num_layers,
@@ -62,7 +62,7 @@ from specdec_core.tuning import (
 )
 
 if TYPE_CHECKING:
-    from specdec_core.sweep_records import SweepProgress
+    from specdec_core.measurement.sweep_records import SweepProgress
 
 
 @dataclass(frozen=True)

@@ -23,9 +23,9 @@ from contextlib import contextmanager
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from app.engine_api import Progress, StopFlag
+from specdec_core.decoding.events import Event, Finished, RunSummary, Started, Step
 from specdec_core.errors import SpecdecError, is_out_of_memory, out_of_memory
-from specdec_core.events import Event, Finished, RunSummary, Started, Step
-from specdec_core.run_distance import RunDistance
+from specdec_core.measurement.run_distance import RunDistance
 
 log = logging.getLogger(__name__)
 

@@ -40,11 +40,11 @@ def options(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from specdec_core.adaptation import Adapter, AdaptSettings
-    from specdec_core.eagle.data import Sample
-    from specdec_core.models import load_model
-    from specdec_core.prompts import encode_prompt, read_prompt_file
-    from specdec_core.runner import load_head
+    from specdec_core.models.loading import load_model
+    from specdec_core.run.prompts import encode_prompt, read_prompt_file
+    from specdec_core.run.runner import load_head
+    from specdec_core.training.adaptation import Adapter, AdaptSettings
+    from specdec_core.training.datasets import Sample
     from specdec_core.training.features import extract_features
     from specdec_core.training.objective import Objective
     from specdec_core.training.validation import teacher_forced_agreement

@@ -21,11 +21,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from specdec_core import cpu_attention  # noqa: E402
-from specdec_core.eagle import data as datasets  # noqa: E402
 from specdec_core.environment import current_environment  # noqa: E402
-from specdec_core.models import load_model  # noqa: E402
-from specdec_core.prompts import encode_chat  # noqa: E402
+from specdec_core.models import cpu_attention  # noqa: E402
+from specdec_core.models.loading import load_model  # noqa: E402
+from specdec_core.run.prompts import encode_chat  # noqa: E402
+from specdec_core.training import datasets  # noqa: E402
 
 SENTENCE = "The committee met on Tuesday to discuss the budget for the new library wing. "
 

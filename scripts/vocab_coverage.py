@@ -24,9 +24,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from specdec_core.eagle import data as datasets  # noqa: E402
-from specdec_core.models import load_model  # noqa: E402
-from specdec_core.prompts import encode_prompt  # noqa: E402
+from specdec_core.models.loading import load_model  # noqa: E402
+from specdec_core.run.prompts import encode_prompt  # noqa: E402
+from specdec_core.training import datasets  # noqa: E402
 from specdec_core.training.generation_job import load_samples  # noqa: E402
 
 SIZES = (8192, 16384, 32768)
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     tok = target.tokenizer
     vocabularies = {f"top {size}": set(order[:size]) for size in map(int, args.sizes.split(","))}
     if args.head:
-        from specdec_core.runner import load_head
+        from specdec_core.run.runner import load_head
 
         ids = load_head(args.head, target).draft_ids()
         if ids is not None:

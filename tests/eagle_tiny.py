@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from specdec_core.eagle.head import EagleHead
-from specdec_core.models import LoadedModel
+from specdec_core.heads.eagle.head import EagleHead
+from specdec_core.models.loading import LoadedModel
 
 
 def tiny_head(

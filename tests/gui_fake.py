@@ -27,9 +27,8 @@ from app.engine_api import (
     TuneRequest,
     no_head,
 )
-from specdec_core.config import DecodeConfig
-from specdec_core.errors import SpecdecError
-from specdec_core.events import (
+from specdec_core.decoding.config import DecodeConfig
+from specdec_core.decoding.events import (
     DraftTree,
     Event,
     Finished,
@@ -39,14 +38,15 @@ from specdec_core.events import (
     StepPhases,
     Token,
 )
-from specdec_core.events import TokenKind as Kind
-from specdec_core.run_distance import RunDistance
-from specdec_core.sweep_records import SweepResult, TuneResult
+from specdec_core.decoding.events import TokenKind as Kind
+from specdec_core.errors import SpecdecError
+from specdec_core.measurement.run_distance import RunDistance
+from specdec_core.measurement.sweep_records import SweepResult, TuneResult
 
 if TYPE_CHECKING:
-    from specdec_core.measure import Measurement
-    from specdec_core.serve import ServeCommand
-    from specdec_core.serving_check import ServeCheck
+    from specdec_core.measurement.measure import Measurement
+    from specdec_core.serving.serve import ServeCommand
+    from specdec_core.serving.serving_check import ServeCheck
 
 METHODS = (
     MethodInfo("ar", "Autoregressive", None),
@@ -100,8 +100,8 @@ class FakeMeasure:
         self.gate.set()
 
     def __call__(self, method: str, config: DecodeConfig, reference) -> Measurement:
-        from specdec_core.measure import Measurement  # torch: only when measuring
-        from specdec_core.sweep_records import Aggregate
+        from specdec_core.measurement.measure import Measurement  # torch: only when measuring
+        from specdec_core.measurement.sweep_records import Aggregate
 
         self.gate.wait(5)
         self.calls.append((method, config.as_dict()))
@@ -216,7 +216,7 @@ class FakeEngine:
         self.cached.pop(conversation, None)
 
     def sweep(self, request: SweepRequest, on_point: OnPoint, stop: StopFlag) -> SweepResult:
-        from specdec_core.sweep import run_sweep
+        from specdec_core.tuning.sweep import run_sweep
 
         self.sweeps.append(request)
         header = {"prompts": len(request.prompts), "source": "gui"}
@@ -231,7 +231,7 @@ class FakeEngine:
         )
 
     def tune(self, request: TuneRequest, on_point: OnPoint, stop: StopFlag) -> TuneResult:
-        from specdec_core.autotune import autotune_k
+        from specdec_core.tuning.autotune import autotune_k
 
         return autotune_k(request.method, request.config, self.measure, None, on_point, stop)
 
@@ -241,7 +241,7 @@ class FakeEngine:
         """Says it starts vLLM, waits `check_seconds` (stop honoured every 20 ms, as the
         real check between prompts), then reports vLLM's answer identical to the playground's
         ar with `check_tau` on both sides. `fail_next` fails it instead."""
-        from specdec_core.serving_check import CheckStopped, PromptCheck, ServeCheck
+        from specdec_core.serving.serving_check import CheckStopped, PromptCheck, ServeCheck
 
         self.serve_checks.append(request)
         if self.fail_next is not None:
@@ -273,7 +273,7 @@ class FakeEngine:
     def export_head(self, request: HeadExportRequest) -> ServeCommand:
         """Writes a config.json naming the head into the folder (no weights), then serves the
         folder with the real `serve_command`."""
-        from specdec_core.serve import serve_command
+        from specdec_core.serving.serve import serve_command
 
         self.export_gate.wait(5)
         self.head_exports.append(request)

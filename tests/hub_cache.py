@@ -17,7 +17,7 @@ from pathlib import Path
 from huggingface_hub import constants
 from huggingface_hub.hf_api import RepoSibling
 
-from specdec_core import hub
+from specdec_core.models import hub
 
 
 def use_cache(monkeypatch, root: Path, offline: bool = True) -> Path:

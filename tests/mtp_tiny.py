@@ -1,7 +1,7 @@
 """Tiny random checkpoints with native MTP layers, one per family layout, written to a folder.
 
 Each is a target of TARGET_LAYERS layers shaped like its published config (very small sizes)
-whose safetensors file also holds one MTP layer in the family's own names (specdec_core/mtp/
+whose safetensors file also holds one MTP layer in the family's own names (specdec_core/heads/mtp/
 layouts.py): the block is layer TARGET_LAYERS of a random model with one layer more, saved by
 transformers itself (so MoE experts are stored per expert, as published checkpoints are), and
 the wrapper (norms, projection, DeepSeek's shared head and embedding copy) is random.

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 
 from app.engine_api import OnPoint, Progress, StopFlag, SweepRequest, TargetInfo
-from specdec_core.sweep_records import (
+from specdec_core.measurement.sweep_records import (
     Aggregate,
     MeasuredPoint,
     SweepProgress,

@@ -6,8 +6,8 @@ from __future__ import annotations
 import threading
 
 from app.engine_api import RunRequest, StopFlag
-from specdec_core.events import RunSummary
-from specdec_core.run_distance import RunDistance
+from specdec_core.decoding.events import RunSummary
+from specdec_core.measurement.run_distance import RunDistance
 from tests.gui_fake import FakeEngine
 
 

@@ -19,7 +19,7 @@ class SlowEngine(SpecdecEngine):
         super().__init__()
 
     def events(self, request, stop, progress):
-        from specdec_core.events import Step
+        from specdec_core.decoding.events import Step
 
         if request.prompt == BOOM:
             raise ValueError("the engine broke")

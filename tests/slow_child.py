@@ -34,7 +34,7 @@ def main() -> int:
     seconds = float(sys.argv[1])
     sys.path.insert(0, str(ROOT))
     from specdec_core.cli import main as cli
-    from specdec_core.eagle import data
+    from specdec_core.training import datasets as data
     from specdec_core.training import loop
 
     assert sys.argv[2:4] == ["-m", "specdec_core.cli"], sys.argv

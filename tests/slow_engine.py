@@ -17,7 +17,7 @@ import pytest
 
 from app.engine import SpecdecEngine
 from app.engine_api import Progress, StopFlag, TargetInfo, TargetRequest
-from specdec_core.models import LoadedModel
+from specdec_core.models.loading import LoadedModel
 from tests.tiny import CHAT_TEMPLATE, chat_target, tiny_loaded
 
 # a window on this engine starts on a method that needs no draft or head
@@ -118,7 +118,7 @@ def with_held_out_answers(train_target, layout: str = "eagle1") -> None:
     import shutil
 
     from app.training_plan import default_work
-    from specdec_core.models import load_model
+    from specdec_core.models.loading import load_model
     from specdec_core.training.validation import held_out_by_kind
 
     target, _ = train_target

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from scipy.stats import chisquare
 
-from specdec_core.prefix_cache import PrefixCache
+from specdec_core.decoding.prefix_cache import PrefixCache
 
 
 def chi_square_pvalue(
@@ -42,7 +42,7 @@ def target_marginals(model, prompt_ids: list[int], temperature: float, top_p: fl
     Generation stops at EOS, so the second distribution has one extra cell (index V, "no
     second token") holding the probability that the first token is EOS.
     """
-    from specdec_core.sampling import probs
+    from specdec_core.decoding.sampling import probs
 
     def next_probs(ids: list[int]) -> torch.Tensor:
         logits = model(torch.tensor([ids])).logits[0, -1]
@@ -61,8 +61,8 @@ def sample_first_two_tokens(target, drafter, ids, config, samples: int, seed: in
     """Run `samples` generations; the first tokens, the second ones (V after EOS), and the
     number of accepted drafts (so a test can check it exercised acceptance). The prompt is
     prefilled once; every generation's steps are its own."""
-    from specdec_core.decode import generate
-    from specdec_core.events import Finished, Step
+    from specdec_core.decoding.events import Finished, Step
+    from specdec_core.loop.decode import generate
 
     generator = torch.Generator().manual_seed(seed)
     vocab = target.vocab_size
@@ -83,7 +83,7 @@ def first_two_pvalues(target, drafter, temperature: float, top_p: float, samples
     """`samples` generations of two tokens after `tiny.prompt(length=4)` with k = 3; -> the
     chi-square p-values of the first tokens and of the second ones against the target's
     marginals, and the number of accepted drafts."""
-    from specdec_core.config import DecodeConfig
+    from specdec_core.decoding.config import DecodeConfig
     from tests.tiny import prompt
 
     ids = prompt(length=4)

@@ -8,15 +8,15 @@ import torch
 
 from app.engine import SpecdecEngine
 from app.engine_api import RunRequest
-from specdec_core import runner
-from specdec_core.adaptation import AdaptationBuffer, Adapter, AdaptSettings
-from specdec_core.config import DecodeConfig
+from specdec_core.decoding.config import DecodeConfig
+from specdec_core.decoding.events import Finished, Step
+from specdec_core.decoding.target import Target
 from specdec_core.drafters.eagle import EagleDrafter
-from specdec_core.eagle.formats import load_head
 from specdec_core.errors import SpecdecError
-from specdec_core.events import Finished, Step
-from specdec_core.runner import run
-from specdec_core.target import Target
+from specdec_core.heads.eagle.formats import load_head
+from specdec_core.run import runner
+from specdec_core.run.runner import run
+from specdec_core.training.adaptation import AdaptationBuffer, Adapter, AdaptSettings
 from specdec_core.training.features import Featured
 from tests.eagle_tiny import tiny_head
 from tests.tiny import prompt
@@ -144,8 +144,8 @@ def saved(tmp_path):
     """A tiny target and head saved as directories, and a prompt file: the CLI's options."""
     import json
 
-    from specdec_core.eagle.formats import save_head
-    from specdec_core.models import load_model
+    from specdec_core.heads.eagle.formats import save_head
+    from specdec_core.models.loading import load_model
     from tests.tiny import tiny_model, tiny_tokenizer
 
     tiny_model(1).save_pretrained(tmp_path / "target")

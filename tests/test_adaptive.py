@@ -8,12 +8,12 @@ from dataclasses import replace
 import pytest
 import torch
 
-from specdec_core.config import DecodeConfig
-from specdec_core.drafters.adaptive import AdaptiveK, apply_schedule
-from specdec_core.drafters.base import Drafter
+from specdec_core.decoding.config import DecodeConfig
+from specdec_core.decoding.proposal import Proposal
 from specdec_core.errors import SpecdecError
-from specdec_core.runner import run
-from specdec_core.verifiers.proposal import Proposal
+from specdec_core.loop.adaptive import AdaptiveK, apply_schedule
+from specdec_core.loop.drafter import Drafter
+from specdec_core.run.runner import run
 from tests.tiny import prompt
 
 

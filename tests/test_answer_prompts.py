@@ -1,10 +1,10 @@
-"""`eagle.data.answer_prompts`, the one way the target answers prompts for training: every
+"""`training.datasets.answer_prompts`, the one way the target answers prompts for training: every
 prompt once, in calls of like-length prompts, read back from its shards by a rerun, within a
 token budget or a deadline."""
 
 import time
 
-from specdec_core.eagle.data import CallDone, Deadline, answer_prompts, generate_answers
+from specdec_core.training.datasets import CallDone, Deadline, answer_prompts, generate_answers
 from tests.tiny import prompt
 
 PROMPTS = [prompt(length=3 + i % 5, offset=i) for i in range(10)]

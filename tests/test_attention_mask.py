@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specdec_core import attention_mask
-from specdec_core.target import tree_attention
+from specdec_core.decoding import attention_mask
+from specdec_core.decoding.target import tree_attention
 
 
 def _allowed(mask: torch.Tensor) -> list[list[int]]:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specdec_core import runner
-from specdec_core.bench import load_extras, run_bench
-from specdec_core.bench_entries import entry_method, parse_entry
-from specdec_core.config import DecodeConfig
-from specdec_core.eagle.formats import save_head
+from specdec_core.decoding.config import DecodeConfig
 from specdec_core.errors import SpecdecError
+from specdec_core.heads.eagle.formats import save_head
+from specdec_core.measurement.bench import load_extras, run_bench
+from specdec_core.measurement.bench_entries import entry_method, parse_entry
+from specdec_core.run import runner
 from tests.eagle_tiny import tiny_head
 
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from specdec_core.bench import BenchResult, format_table, run_bench, write_outputs
-from specdec_core.config import DecodeConfig
-from specdec_core.measure import Row, aggregate, speedup_spread
-from specdec_core.sweep_records import Aggregate
+from specdec_core.decoding.config import DecodeConfig
+from specdec_core.measurement.bench import BenchResult, format_table, run_bench, write_outputs
+from specdec_core.measurement.measure import Row, aggregate, speedup_spread
+from specdec_core.measurement.sweep_records import Aggregate
 
 ROOT = Path(__file__).resolve().parents[1]
 PREVIOUS = ROOT / "docs" / "bench" / "bundled-head-greedy.json"  # written before intervals

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from specdec_core import resources
-from specdec_core.eagle.formats import save_head
 from specdec_core.errors import SpecdecError
-from specdec_core.runner import load_head
+from specdec_core.heads.eagle.formats import save_head
+from specdec_core.run.runner import load_head
 from tests.eagle_tiny import tiny_head
 
 
@@ -51,8 +51,8 @@ def test_this_install_bundles_its_current_head_as_embedded():
 
 
 def test_the_serving_export_reads_an_older_bundled_head_from_its_own_folder(two_bundled_heads):
-    from specdec_core.config import DecodeConfig
-    from specdec_core.export import export
+    from specdec_core.decoding.config import DecodeConfig
+    from specdec_core.serving.export import export
 
     exported = export("sglang", "eagle2", DecodeConfig(tree_depth=3, tree_topk=2, tree_tokens=6),
                       model="embedded-v1")  # fmt: skip
@@ -65,8 +65,8 @@ def test_the_bundled_eagle3_head_is_named_and_vllm_serves_it_as_eagle3():
     """The head vLLM can serve (the EAGLE-1 head it cannot: an fc bias, a reduced vocabulary
     with SGLang's token map only) is bundled as `embedded-eagle3`, an EAGLE-3 head."""
     from app.widgets.server_export_dialog import vllm_refusal
-    from specdec_core.config import DecodeConfig
-    from specdec_core.export import export
+    from specdec_core.decoding.config import DecodeConfig
+    from specdec_core.serving.export import export
 
     folder = resources.bundled_heads()["embedded-eagle3"]
     assert folder == resources.resource_path("head-eagle3")

@@ -10,9 +10,9 @@ import pytest
 from app.chat import CONVERSATION, Chat
 from app.engine import SpecdecEngine
 from app.engine_api import ChatMessage, RunRequest
-from specdec_core.config import DecodeConfig
-from specdec_core.detokenize import IncrementalDetokenizer
-from specdec_core.events import Finished, Step, StepPhases, Token, TokenKind
+from specdec_core.decoding.config import DecodeConfig
+from specdec_core.decoding.detokenize import IncrementalDetokenizer
+from specdec_core.decoding.events import Finished, Step, StepPhases, Token, TokenKind
 from tests import gui_fake
 from tests.gui_window import make_window_fixture, wait_idle  # noqa: F401  (fixture)
 from tests.tiny import CHAT_TEMPLATE, tiny_loaded, tiny_tokenizer
@@ -122,8 +122,8 @@ def test_the_settings_remember_chat_mode(make_window, qtbot, tmp_path):
 
 
 def test_a_saved_chat_replays_turn_by_turn_in_bench(chat_target, tmp_path, monkeypatch, capsys):
-    from specdec_core import models
     from specdec_core.cli import main
+    from specdec_core.models import loading as models
 
     chat = Chat()
     chat.ask("w1 w2 w3")

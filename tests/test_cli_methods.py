@@ -2,7 +2,7 @@
 chosen method reads is refused before any model loads."""
 
 from specdec_core.cli import main
-from specdec_core.methods import METHODS
+from specdec_core.run.methods import METHODS
 
 
 def test_methods_lists_every_method_under_its_family(capsys):

@@ -12,7 +12,7 @@ from PySide6.QtWidgets import QStyle, QStyleOptionViewItem
 from app.export import CompareResult
 from app.widgets.compare_panel import COLUMN_LINES
 from app.widgets.compare_table import HEADERS, CompareTable
-from specdec_core.methods import METHODS
+from specdec_core.run.methods import METHODS
 from tests.gui_window import make_window_fixture  # noqa: F401  (fixture)
 from tests.test_speedup_bound import AR, DISTURBED, PLAUSIBLE
 

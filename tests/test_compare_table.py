@@ -6,7 +6,7 @@ import json
 
 from app.export import COLUMNS, CompareResult, write_csv, write_json
 from app.widgets.compare_table import HEADERS, CompareTable
-from specdec_core.run_speedup import StepTime
+from specdec_core.measurement.run_speedup import StepTime
 from tests.test_speedup_bound import AR, DISTURBED, PLAUSIBLE
 
 

@@ -145,7 +145,7 @@ def test_contamination_finds_an_evaluation_prompt_inside_a_longer_prompt():
 @pytest.mark.slow
 @pytest.mark.skipif(not (CORPUS / "card.json").is_file(), reason="no bundled corpus yet")
 def test_the_bundled_corpus_matches_its_card_and_holds_no_evaluation_prompt():
-    from specdec_core.models import load_model
+    from specdec_core.models.loading import load_model
 
     card = check(CORPUS)
     assert card["answer_tokens"] > 0

@@ -7,13 +7,13 @@ import copy
 import pytest
 import torch
 
-from specdec_core import cpu_attention
-from specdec_core.config import DecodeConfig
-from specdec_core.cpu_attention import NAME, forward_keywords, row_groups, use_grouped_sdpa
-from specdec_core.models import LoadedModel, fast_cpu_paths
-from specdec_core.prepacked_linear import native_bf16
-from specdec_core.runner import run
-from specdec_core.target import Target
+from specdec_core.decoding.config import DecodeConfig
+from specdec_core.decoding.target import Target
+from specdec_core.models import cpu_attention
+from specdec_core.models.cpu_attention import NAME, forward_keywords, row_groups, use_grouped_sdpa
+from specdec_core.models.loading import LoadedModel, fast_cpu_paths
+from specdec_core.models.prepacked_linear import native_bf16
+from specdec_core.run.runner import run
 from tests.eagle_tiny import tiny_head
 from tests.test_sliding_window import loaded, sliding_model
 from tests.tiny import perturbed, prompt, tiny_loaded, tiny_model
@@ -266,7 +266,7 @@ def test_only_a_reduced_precision_step_of_several_sequences_takes_the_batched_pa
 def test_a_bf16_batched_generation_answers_as_the_masked_kernel_does(monkeypatch):
     """Left-padded prompts answered together in bf16: the batched steps take the two-product
     attention, and the greedy answers are the ones torch's masked kernel gives."""
-    from specdec_core.eagle.data import answer_batch
+    from specdec_core.training.datasets import answer_batch
 
     model = tiny_model(seed=5, layers=3).to(torch.bfloat16)
     fast_cpu_paths(model, rows_like_ar=True)

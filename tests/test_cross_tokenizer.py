@@ -13,8 +13,9 @@ from tokenizers.models import BPE, WordLevel, WordPiece
 from tokenizers.trainers import BpeTrainer
 from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
-from specdec_core.config import DecodeConfig
-from specdec_core.decode import generate
+from specdec_core.decoding.config import DecodeConfig
+from specdec_core.decoding.events import Finished
+from specdec_core.decoding.sampling import probs
 from specdec_core.drafters import cross_tokenizer
 from specdec_core.drafters.classic import ClassicDrafter, tokenizers_match
 from specdec_core.drafters.cross_tokenizer import (
@@ -27,12 +28,11 @@ from specdec_core.drafters.cross_tokenizer import (
     draft_pairing,
     target_continuation,
 )
+from specdec_core.drafters.vocabulary_map import build_vocabulary_map, token_texts
 from specdec_core.errors import SpecdecError
-from specdec_core.events import Finished
-from specdec_core.models import LoadedModel
-from specdec_core.runner import run
-from specdec_core.sampling import probs
-from specdec_core.vocabulary_map import build_vocabulary_map, token_texts
+from specdec_core.loop.decode import generate
+from specdec_core.models.loading import LoadedModel
+from specdec_core.run.runner import run
 from tests.stats import chi_square_pvalue, sample_first_two_tokens, target_marginals
 from tests.tiny import VOCAB, prompt, tiny_loaded, tiny_model
 
@@ -174,7 +174,7 @@ def test_the_choice_rule_names_the_algorithm(target, other):
 
 def test_the_window_says_how_a_draft_drafts_when_it_loads(target, other, monkeypatch):
     from app.engine import SpecdecEngine
-    from specdec_core import runner
+    from specdec_core.run import runner
 
     drafts = {"same": tiny_loaded(2), "other": other}
     monkeypatch.setitem(runner.EXTRA_LOADERS, "draft", lambda spec, _t, progress: drafts[spec])
@@ -336,7 +336,7 @@ def _mixed10(count: int) -> list[str]:
 @pytest.mark.slow
 @pytest.mark.parametrize("direction", ["gemma-drafted-by-smollm2", "smollm2-drafted-by-gemma"])
 def test_real_pair_equals_ar_both_ways(gemma, embedded, direction):
-    from specdec_core.prompts import encode_prompt
+    from specdec_core.run.prompts import encode_prompt
 
     target, draft = (gemma, embedded) if direction.startswith("gemma") else (embedded, gemma)
     vocabulary = build_vocabulary_map(

@@ -5,14 +5,14 @@ import threading
 import pytest
 import torch
 
-from specdec_core import kv_cache
-from specdec_core.config import DecodeConfig
-from specdec_core.decode import generate
+from specdec_core.decoding import kv_cache
+from specdec_core.decoding.config import DecodeConfig
+from specdec_core.decoding.events import Finished, Started, Step, TokenKind
+from specdec_core.decoding.target import Target
 from specdec_core.drafters.classic import ClassicDrafter
 from specdec_core.errors import SpecdecError
-from specdec_core.events import Finished, Started, Step, TokenKind
-from specdec_core.runner import run
-from specdec_core.target import Target
+from specdec_core.loop.decode import generate
+from specdec_core.run.runner import run
 from tests.stats import first_two_pvalues
 from tests.tiny import ar_and, prompt
 

@@ -3,12 +3,12 @@ search as it runs, lookahead's n-gram pool (tiny models)."""
 
 from __future__ import annotations
 
-from specdec_core.config import DecodeConfig
-from specdec_core.decode import generate
+from specdec_core.decoding.config import DecodeConfig
+from specdec_core.decoding.events import SearchState, SkippedLayers, Step
 from specdec_core.drafters.layer_skip import LayerSkipDrafter
 from specdec_core.drafters.lookahead import LookaheadDrafter
 from specdec_core.drafters.swift import SwiftDrafter
-from specdec_core.events import SearchState, SkippedLayers, Step
+from specdec_core.loop.decode import generate
 from tests.tiny import prompt, tiny_loaded, tiny_model
 
 LAYERS = 4

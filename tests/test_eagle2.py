@@ -5,18 +5,19 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specdec_core import forward_costs, tree_sizing
-from specdec_core.config import DecodeConfig
-from specdec_core.decode import generate, select_rows, verify_proposal
-from specdec_core.drafters.eagle2 import Eagle2Drafter
-from specdec_core.drafters.eagle2_growth import rerank
-from specdec_core.drafters.eagle2_sizing import RESIZE_STEPS
-from specdec_core.events import Finished, Started, Step
-from specdec_core.forward_costs import Costs
-from specdec_core.runner import run
-from specdec_core.sampling import probs
-from specdec_core.target import Target
-from specdec_core.tree_sizing import TreeShape, choose, expected_tau
+from specdec_core.decoding import forward_costs
+from specdec_core.decoding.config import DecodeConfig
+from specdec_core.decoding.events import Finished, Started, Step
+from specdec_core.decoding.forward_costs import Costs
+from specdec_core.decoding.sampling import probs
+from specdec_core.decoding.target import Target
+from specdec_core.drafters import tree_sizing
+from specdec_core.drafters.eagle2.drafter import Eagle2Drafter
+from specdec_core.drafters.eagle2.growth import rerank
+from specdec_core.drafters.eagle2.sizing import RESIZE_STEPS
+from specdec_core.drafters.tree_sizing import TreeShape, choose, expected_tau
+from specdec_core.loop.decode import generate, select_rows, verify_proposal
+from specdec_core.run.runner import run
 from specdec_core.verifiers import make_verifier
 from tests.eagle_tiny import tiny_head
 from tests.stats import chi_square_pvalue
@@ -240,7 +241,7 @@ def test_a_one_wide_tree_drafts_what_the_eagle_chain_drafts(tiny_target):
 
 def test_head_step_timing_runs_the_dummy_prefix_once(tiny_target, monkeypatch):
     """`--tree-tokens auto` times the beam step alone, not the 128-row prefix under it."""
-    from specdec_core import kv_cache
+    from specdec_core.decoding import kv_cache
 
     drafter = Eagle2Drafter(tiny_head(tiny_target), tiny_target.model)
     rows = []

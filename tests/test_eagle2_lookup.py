@@ -5,22 +5,22 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specdec_core.config import DecodeConfig
-from specdec_core.decode import generate
-from specdec_core.drafters.eagle2_lookup import (
+from specdec_core.decoding.config import DecodeConfig
+from specdec_core.decoding.events import Step
+from specdec_core.decoding.proposal import EMPTY, Proposal
+from specdec_core.decoding.sampling import probs
+from specdec_core.decoding.target import Target
+from specdec_core.drafters.eagle2.lookup import (
     LOOKUP_SCORE,
     Eagle2LookupDrafter,
     merge_chain,
     merge_lookup,
 )
-from specdec_core.drafters.eagle2_sizing import head_levels
+from specdec_core.drafters.eagle2.sizing import head_levels
 from specdec_core.drafters.ngram import prompt_lookup
-from specdec_core.events import Step
-from specdec_core.methods import build_drafter, is_tree
-from specdec_core.runner import run
-from specdec_core.sampling import probs
-from specdec_core.target import Target
-from specdec_core.verifiers.proposal import EMPTY, Proposal
+from specdec_core.loop.decode import generate
+from specdec_core.run.methods import build_drafter, is_tree
+from specdec_core.run.runner import run
 from tests.eagle_tiny import tiny_head
 from tests.stats import chi_square_pvalue
 from tests.test_tree import joint_first_two, sample_first_two

@@ -7,13 +7,13 @@ import pytest
 import torch
 
 from specdec_core.cli import main
-from specdec_core.config import DecodeConfig
-from specdec_core.eagle.data import Sample
-from specdec_core.eagle.formats import load_head
-from specdec_core.eagle.head import fused_layers
-from specdec_core.models import load_model
-from specdec_core.runner import run
-from specdec_core.target import Target
+from specdec_core.decoding.config import DecodeConfig
+from specdec_core.decoding.target import Target
+from specdec_core.heads.eagle.formats import load_head
+from specdec_core.heads.eagle.head import fused_layers
+from specdec_core.models.loading import load_model
+from specdec_core.run.runner import run
+from specdec_core.training.datasets import Sample
 from specdec_core.training.features import extract_features
 from specdec_core.training.loop import train_step
 from specdec_core.training.objective import Objective, collate

@@ -3,11 +3,11 @@
 import pytest
 import torch
 
-from specdec_core import kv_cache
-from specdec_core.config import DecodeConfig
+from specdec_core.decoding import kv_cache
+from specdec_core.decoding.config import DecodeConfig
+from specdec_core.decoding.target import Target
 from specdec_core.drafters.eagle import EagleDrafter, head_features
-from specdec_core.runner import run
-from specdec_core.target import Target
+from specdec_core.run.runner import run
 from tests.eagle_tiny import tiny_head
 from tests.stats import first_two_pvalues
 from tests.tiny import ar_and, prompt

@@ -2,9 +2,9 @@
 
 import pytest
 
-from specdec_core.config import DecodeConfig
-from specdec_core.prompts import encode_prompt
-from specdec_core.runner import load_draft, load_head, run
+from specdec_core.decoding.config import DecodeConfig
+from specdec_core.run.prompts import encode_prompt
+from specdec_core.run.runner import load_draft, load_head, run
 
 pytestmark = pytest.mark.slow
 

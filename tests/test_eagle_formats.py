@@ -6,11 +6,11 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from specdec_core.config import DecodeConfig
-from specdec_core.eagle.formats import head_from_state, load_head, save_head
+from specdec_core.decoding.config import DecodeConfig
 from specdec_core.errors import SpecdecError
-from specdec_core.prepacked_linear import fast_bf16
-from specdec_core.runner import run
+from specdec_core.heads.eagle.formats import head_from_state, load_head, save_head
+from specdec_core.models.prepacked_linear import fast_bf16
+from specdec_core.run.runner import run
 from tests.eagle_tiny import tiny_head
 from tests.tiny import VOCAB, prompt, tiny_config
 

@@ -21,10 +21,10 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from specdec_core.config import DecodeConfig
-from specdec_core.eagle.formats import load_head
+from specdec_core.decoding.config import DecodeConfig
 from specdec_core.errors import SpecdecError
-from specdec_core.runner import run
+from specdec_core.heads.eagle.formats import load_head
+from specdec_core.run.runner import run
 from tests.tiny import VOCAB, prompt, tiny_loaded
 
 FIXTURES = Path(__file__).parent / "fixtures" / "eagle-heads" / "heads"

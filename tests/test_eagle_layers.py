@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from specdec_core.cli import main
-from specdec_core.config import DecodeConfig
-from specdec_core.eagle.formats import load_head, save_head
-from specdec_core.models import load_model
-from specdec_core.runner import run
+from specdec_core.decoding.config import DecodeConfig
+from specdec_core.heads.eagle.formats import load_head, save_head
+from specdec_core.models.loading import load_model
+from specdec_core.run.runner import run
 from specdec_core.training.starting_model import starting_model
 from tests.tiny import training_dir
 

@@ -21,14 +21,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from specdec_core.attention_mask import causal
-from specdec_core.config import DecodeConfig
+from specdec_core.decoding.attention_mask import causal
+from specdec_core.decoding.config import DecodeConfig
 from specdec_core.drafters.eagle import feature_layers
-from specdec_core.eagle.formats import load_head, save_head
-from specdec_core.eagle.head import Eagle3Variant, EagleHead
-from specdec_core.eagle.layouts import flat_config
 from specdec_core.errors import SpecdecError
-from specdec_core.runner import run
+from specdec_core.heads.eagle.formats import load_head, save_head
+from specdec_core.heads.eagle.head import Eagle3Variant, EagleHead
+from specdec_core.heads.eagle.layouts import flat_config
+from specdec_core.run.runner import run
 from tests.test_eagle_head_fixtures import H, V, head_state, layout_of, read_config, shrink
 from tests.test_eagle_head_fixtures import write_head as write_published
 from tests.tiny import prompt, tiny_loaded

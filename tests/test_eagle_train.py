@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from specdec_core.cli import main
-from specdec_core.config import DecodeConfig
-from specdec_core.eagle.formats import load_head
-from specdec_core.models import load_model
-from specdec_core.runner import load_draft, run
+from specdec_core.decoding.config import DecodeConfig
+from specdec_core.heads.eagle.formats import load_head
+from specdec_core.models.loading import load_model
+from specdec_core.run.runner import load_draft, run
 from specdec_core.training.card import read_card
 from tests.tiny import VOCAB, training_dir
 
@@ -56,7 +56,7 @@ def test_a_short_training_run_produces_a_loadable_model(tiny_dir, tmp_path, kind
 
 
 def test_self_distillation_keeps_features_equal_to_a_fresh_forward(tiny_target, tmp_path):
-    from specdec_core.eagle.data import generate_answers
+    from specdec_core.training.datasets import generate_answers
     from specdec_core.training.features import extract_features
 
     prompts = [[1, 5, 9], [1, 7, 8, 9, 10, 11], [1, 4]]
@@ -74,7 +74,7 @@ def test_self_distillation_keeps_features_equal_to_a_fresh_forward(tiny_target, 
 
 
 def test_sampled_answers_without_kept_features_get_them_from_one_forward(tiny_target, tmp_path):
-    from specdec_core.eagle.data import generate_answers
+    from specdec_core.training.datasets import generate_answers
     from specdec_core.training.features import extract_features
 
     prompts = [[1, 5 + i, 9, 4 + i] for i in range(8)]
@@ -93,9 +93,9 @@ def test_sampled_answers_without_kept_features_get_them_from_one_forward(tiny_ta
 
 
 def test_an_init_head_is_read_in_float32_not_rounded_through_a_bf16_target(tiny_target, tmp_path):
-    from specdec_core.eagle.formats import save_head
-    from specdec_core.models import LoadedModel
-    from specdec_core.runner import load_head as load_any_head
+    from specdec_core.heads.eagle.formats import save_head
+    from specdec_core.models.loading import LoadedModel
+    from specdec_core.run.runner import load_head as load_any_head
     from tests.eagle_tiny import tiny_head
 
     head = tiny_head(tiny_target, "eagle1", 12)
@@ -141,8 +141,7 @@ def test_unrolled_training_pass_matches_drafting_step_by_step(tiny_target):
 def test_self_distillation_never_reuses_sharegpt_or_held_out_conversations(
     tiny_target, tmp_path, monkeypatch
 ):
-    from specdec_core.eagle import data as datasets
-    from specdec_core.training import data_sources
+    from specdec_core.training import data_sources, datasets
 
     # conversation i asks "w{i // 29} w{i % 29}": its prompt ids name it
     conversations = [
@@ -174,8 +173,7 @@ def test_self_distillation_never_reuses_sharegpt_or_held_out_conversations(
 def test_self_long_answers_only_the_long_prompts_and_caches_them_apart(
     tiny_target, tmp_path, monkeypatch
 ):
-    from specdec_core.eagle import data as datasets
-    from specdec_core.training import data_sources
+    from specdec_core.training import data_sources, datasets
 
     # even conversations ask 2 words, odd ones 6 (ids: BOS + words, no chat template)
     conversations = [
@@ -265,7 +263,7 @@ def test_a_checkpoint_from_other_data_is_refused_not_resumed_at_a_wrong_step(
 def _one_second_of_training(tiny_target, monkeypatch):
     """A tiny EAGLE head's training asked for a million epochs within a 1-second budget, and
     the list the learning rate of each optimiser step goes to."""
-    from specdec_core.eagle.data import Sample
+    from specdec_core.training.datasets import Sample
     from specdec_core.training.features import extract_features
     from specdec_core.training.objective import Objective
     from specdec_core.training.starting_model import build_model
@@ -326,7 +324,7 @@ def test_slow_epoch_saves_still_end_the_schedule_near_zero(tiny_target, tmp_path
 
 
 def test_feature_shards_of_other_samples_are_redone_not_reused(tiny_target, tmp_path):
-    from specdec_core.eagle.data import Sample
+    from specdec_core.training.datasets import Sample
     from specdec_core.training.features import extract_features
 
     model = tiny_target.model

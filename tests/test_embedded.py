@@ -2,10 +2,10 @@
 
 import pytest
 
-from specdec_core.config import DecodeConfig
-from specdec_core.models import cache_root, load_model
-from specdec_core.prompts import encode_prompt
-from specdec_core.runner import run
+from specdec_core.decoding.config import DecodeConfig
+from specdec_core.models.loading import cache_root, load_model
+from specdec_core.run.prompts import encode_prompt
+from specdec_core.run.runner import run
 
 pytestmark = pytest.mark.slow
 
@@ -27,7 +27,7 @@ def test_embedded_answers_coherently_and_classic_matches_ar(embedded):
 
 
 def test_a_conversion_published_by_another_process_is_kept_and_ours_dropped(tmp_path):
-    from specdec_core.models import publish_conversion
+    from specdec_core.models.loading import publish_conversion
 
     def converted(name: str, text: str):
         folder = tmp_path / name

@@ -29,9 +29,9 @@ from PySide6.QtWidgets import QMessageBox
 from app.engine_api import ENDED, RunRequest, SweepRequest, TargetRequest
 from app.main_window import MainWindow
 from app.process_engine import EngineProcessError, ProcessEngine
-from specdec_core.config import DecodeConfig
-from specdec_core.events import Finished
-from specdec_core.sweep_records import Grid
+from specdec_core.decoding.config import DecodeConfig
+from specdec_core.decoding.events import Finished
+from specdec_core.measurement.sweep_records import Grid
 from tests.paced_engine import PacedEngine
 
 ROUNDS = int(os.environ.get("SPECDEC_KILL_ROUNDS", "4"))

@@ -2,7 +2,7 @@
 
 Documented names: vLLM `SpeculativeConfig` (vllm/config/speculative.py) and SGLang's
 "Full Parameter Reference" (docs/advanced_features/speculative_decoding.md); see
-`specdec_core.export` for the mapping table.
+`specdec_core.serving.export` for the mapping table.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import shlex
 import pytest
 
 from specdec_core.cli import main
-from specdec_core.config import DecodeConfig
+from specdec_core.decoding.config import DecodeConfig
 from specdec_core.errors import SpecdecError
-from specdec_core.export import export
+from specdec_core.serving.export import export
 
 VLLM_KEYS = {"method", "model", "num_speculative_tokens", "prompt_lookup_max", "prompt_lookup_min"}
 VLLM_METHODS = {"ngram", "draft_model", "eagle", "eagle3"}
@@ -148,7 +148,7 @@ def test_head_layout_is_read_from_the_weight_names(tmp_path):
 
 
 def test_export_from_a_sweep_takes_its_best_point(tmp_path, capsys):
-    from specdec_core.sweep import Grid, run_sweep
+    from specdec_core.tuning.sweep import Grid, run_sweep
     from tests.test_sweep import FakeMeasure
 
     out = tmp_path / "sweep.json"
@@ -169,7 +169,7 @@ def test_export_from_a_sweep_takes_its_best_point(tmp_path, capsys):
 
 
 def test_export_from_a_tree_sweep_uses_the_tree_each_point_actually_used(tmp_path):
-    from specdec_core.export import best_of_sweep
+    from specdec_core.serving.export import best_of_sweep
 
     point = {"point": {"tree_tokens": None}, "speedup_vs_ar": 1.2, "mean_accept_length": 2.0}
     point.update(config=DecodeConfig().as_dict(), tree="12/4/3")
@@ -186,7 +186,7 @@ def test_export_from_a_tree_sweep_uses_the_tree_each_point_actually_used(tmp_pat
 def test_a_head_exported_with_sglangs_token_map_is_served_with_it(tmp_path):
     import torch
 
-    from specdec_core.eagle.layouts import TOKEN_MAP
+    from specdec_core.heads.eagle.layouts import TOKEN_MAP
 
     head = head_dir(tmp_path, "LlamaForCausalLMEagle")
     torch.save([0, 5, 9], f"{head}/{TOKEN_MAP}")

@@ -12,8 +12,8 @@ from app.widgets.server_export_dialog import (
     HeadExportSource,
     ServerExportDialog,
 )
-from specdec_core.config import DecodeConfig
-from specdec_core.serve import ServeCommand
+from specdec_core.decoding.config import DecodeConfig
+from specdec_core.serving.serve import ServeCommand
 
 TARGET = "HuggingFaceTB/SmolLM2-135M-Instruct"
 

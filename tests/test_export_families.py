@@ -3,7 +3,7 @@ classic draft of another tokenizer: each engine's payload or flags are what its 
 take, what it cannot serve is one line naming why, and `--head-out` writes Medusa heads and an
 MLP speculator that the families' own readers read back identically.
 
-The engines' rules, as read in their source (specdec_core/export.py lists the lines):
+The engines' rules, as read in their source (specdec_core/serving/export.py lists the lines):
 - vLLM `SpeculativeConfig`: `method` one of `VLLM_METHODS`; `num_speculative_tokens` a positive
   integer; Medusa builds num_speculative_tokens heads from a config.json whose "num…heads" key
   gives how many are stored (MedusaConfig.from_pretrained), and reads only `blocks.*` /
@@ -27,23 +27,23 @@ import pytest
 import torch
 
 from specdec_core.cli import main
-from specdec_core.config import DecodeConfig
+from specdec_core.decoding.config import DecodeConfig
 from specdec_core.errors import SpecdecError
-from specdec_core.export import SERVING, export
-from specdec_core.head_export import export_for_method
-from specdec_core.medusa.formats import (
+from specdec_core.heads.medusa.formats import (
     export_vllm as medusa_export_vllm,
 )
-from specdec_core.medusa.formats import (
+from specdec_core.heads.medusa.formats import (
     read_medusa,
     save_fasterdecoding,
     vllm_config,
 )
-from specdec_core.medusa.head import MedusaConfig, MedusaHeads
-from specdec_core.mlp_speculator.formats import export_vllm as speculator_export_vllm
-from specdec_core.mlp_speculator.formats import read_speculator, save_speculator
-from specdec_core.mlp_speculator.head import MLPSpeculator, SpeculatorConfig
-from specdec_core.serve import serve_command
+from specdec_core.heads.medusa.head import MedusaConfig, MedusaHeads
+from specdec_core.heads.mlp_speculator.formats import export_vllm as speculator_export_vllm
+from specdec_core.heads.mlp_speculator.formats import read_speculator, save_speculator
+from specdec_core.heads.mlp_speculator.head import MLPSpeculator, SpeculatorConfig
+from specdec_core.serving.export import SERVING, export
+from specdec_core.serving.head_export import export_for_method
+from specdec_core.serving.serve import serve_command
 
 VLLM_METHODS = {
     "ngram", "medusa", "mlp_speculator", "draft_model", "suffix", "eagle", "eagle3", "mtp",

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from specdec_core.cli import main
-from specdec_core.medusa.formats import save_fasterdecoding
-from specdec_core.methods import METHODS
-from specdec_core.mlp_speculator.formats import save_speculator
+from specdec_core.heads.medusa.formats import save_fasterdecoding
+from specdec_core.heads.mlp_speculator.formats import save_speculator
+from specdec_core.run.methods import METHODS
 from tests.mtp_tiny import write_checkpoint
 from tests.test_medusa import random_heads
 from tests.test_mlp_speculator import random_speculator
@@ -94,7 +94,7 @@ def test_the_windows_engine_writes_medusa_heads_for_vllm_and_serves_the_folder(m
 
     from app.engine import SpecdecEngine
     from app.engine_api import HeadExportRequest
-    from specdec_core.config import DecodeConfig
+    from specdec_core.decoding.config import DecodeConfig
 
     out = tmp_path / "medusa-vllm"
     specs = {"medusa": str(models / "medusa")}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from specdec_core.eagle.data import Sample
+from specdec_core.training.datasets import Sample
 from specdec_core.training.features import extract_features
 from tests.tiny import tiny_model
 

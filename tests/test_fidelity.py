@@ -10,8 +10,9 @@ import math
 import pytest
 import torch
 
+from specdec_core.decoding.sampling import probs
 from specdec_core.errors import SpecdecError
-from specdec_core.fidelity import (
+from specdec_core.measurement.fidelity import (
     divergence,
     fly_induced,
     induced_distribution,
@@ -20,7 +21,6 @@ from specdec_core.fidelity import (
     residual,
     sampled_distance,
 )
-from specdec_core.sampling import probs
 from specdec_core.verifiers import make_verifier
 from tests.stats import chi_square_pvalue
 

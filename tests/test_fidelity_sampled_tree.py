@@ -9,10 +9,10 @@ import math
 
 import torch
 
-from specdec_core.config import DecodeConfig
-from specdec_core.fidelity import PathCall, divergence, residual
-from specdec_core.measure import run_distance
-from specdec_core.sampled_tree_distance import sampled_tree_distance
+from specdec_core.decoding.config import DecodeConfig
+from specdec_core.measurement.fidelity import PathCall, divergence, residual
+from specdec_core.measurement.measure import run_distance
+from specdec_core.measurement.sampled_tree_distance import sampled_tree_distance
 from specdec_core.verifiers import make_verifier
 from tests.eagle_tiny import tiny_head
 

@@ -7,8 +7,8 @@ import json
 import pytest
 import torch
 
-from specdec_core.config import DecodeConfig
-from specdec_core.first_difference import BUG, NEAR_TIE, first_difference, tolerance
+from specdec_core.decoding.config import DecodeConfig
+from specdec_core.measurement.first_difference import BUG, NEAR_TIE, first_difference, tolerance
 from tests.tiny import prompt, tiny_model
 
 
@@ -69,8 +69,8 @@ def test_bench_reports_the_first_difference_of_a_forced_bf16_mismatch(tiny_targe
     reference), the table counts it, and every row says whether it matches fp32 ar."""
     from dataclasses import replace
 
-    from specdec_core import measure
-    from specdec_core.bench import format_table, run_bench
+    from specdec_core.measurement import measure
+    from specdec_core.measurement.bench import format_table, run_bench
 
     half = replace(tiny_target, model=tiny_model(1).to(torch.bfloat16), dtype=torch.bfloat16)
 
@@ -104,7 +104,7 @@ def test_bench_reports_the_first_difference_of_a_forced_bf16_mismatch(tiny_targe
 def test_sampled_outputs_are_never_counted_as_unexplained_differences(tiny_target):
     """At T > 0 every method draws its own tokens: outputs part from ar's by design, so the
     bench explains and flags nothing (and still reports identity and agreement)."""
-    from specdec_core.bench import format_table, run_bench
+    from specdec_core.measurement.bench import format_table, run_bench
 
     config = DecodeConfig(max_new_tokens=16, temperature=1.0, seed=3)
     result = run_bench(tiny_target, ["ngram"], ["w3 w4 w5 w6"], config, specs={}, raw=True)

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specdec_core.config import DecodeConfig
+from specdec_core.decoding.config import DecodeConfig
 from specdec_core.errors import SpecdecError
-from specdec_core.runner import run
+from specdec_core.run.runner import run
 from specdec_core.verifiers import make_verifier, policy_params
 from specdec_core.verifiers.fly import top_entropy
 from tests.tiny import prompt

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from specdec_core.forward_costs import (
+from specdec_core.decoding.forward_costs import (
     LINE_FIT,
     OUTLIER,
     PRIOR,
@@ -19,7 +19,7 @@ from specdec_core.forward_costs import (
     typical,
     typical_costs,
 )
-from specdec_core.tree_sizing import choose
+from specdec_core.drafters.tree_sizing import choose
 
 # SmolLM2-135M fp32 on a 2-core CPU (docs/benchmarks.md): every verified token adds time
 CPU = {1: 0.040, 2: 0.046, 4: 0.055, 8: 0.061, 16: 0.070, 32: 0.090, 60: 0.130}

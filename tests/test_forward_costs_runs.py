@@ -9,12 +9,12 @@ import re
 
 import pytest
 
-from specdec_core.config import DecodeConfig
-from specdec_core.decode import generate
-from specdec_core.events import Finished, Step
-from specdec_core.forward_costs import ForwardCosts, TimedForwards, TimingStopped
-from specdec_core.runner import run
-from specdec_core.tree_sizing import AcceptanceEstimates
+from specdec_core.decoding.config import DecodeConfig
+from specdec_core.decoding.events import Finished, Step
+from specdec_core.decoding.forward_costs import ForwardCosts, TimedForwards, TimingStopped
+from specdec_core.drafters.tree_sizing import AcceptanceEstimates
+from specdec_core.loop.decode import generate
+from specdec_core.run.runner import run
 from tests.eagle_tiny import tiny_head
 from tests.test_medusa import random_heads
 from tests.tiny import prompt

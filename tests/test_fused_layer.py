@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specdec_core import attention_mask, kv_cache
-from specdec_core.config import DecodeConfig
-from specdec_core.eagle import fused_layer
-from specdec_core.events import Step
-from specdec_core.models import fast_cpu_paths
-from specdec_core.prepacked_linear import enabled, native_bf16
-from specdec_core.runner import run
+from specdec_core.decoding import attention_mask, kv_cache
+from specdec_core.decoding.config import DecodeConfig
+from specdec_core.decoding.events import Step
+from specdec_core.heads.eagle import fused_layer
+from specdec_core.models.loading import fast_cpu_paths
+from specdec_core.models.prepacked_linear import enabled, native_bf16
+from specdec_core.run.runner import run
 from tests.eagle_tiny import tiny_head
 from tests.tiny import VOCAB
 
@@ -117,7 +117,7 @@ def realistic_head(kind: str, dtype: torch.dtype):
     from torch import nn
     from transformers import LlamaConfig
 
-    from specdec_core.eagle.head import EagleHead
+    from specdec_core.heads.eagle.head import EagleHead
 
     torch.manual_seed(0)
     config = LlamaConfig(

@@ -8,8 +8,8 @@ every tree happens past it.
 
 import pytest
 
-from specdec_core.config import DecodeConfig
-from specdec_core.runner import run
+from specdec_core.decoding.config import DecodeConfig
+from specdec_core.run.runner import run
 from tests.eagle_tiny import tiny_head
 
 pytestmark = pytest.mark.slow

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from specdec_core.cli import main
-from specdec_core.policy_profile import KindSetting, PolicyProfile, prompt_feature
+from specdec_core.run.policy_profile import KindSetting, PolicyProfile, prompt_feature
 from tests.tiny import tiny_model, tiny_tokenizer
 
 LOOP = "w7 w8 w7 w8 w7 w8"

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from specdec_core.cli import main
-from specdec_core.eagle.data import length_calls
 from specdec_core.errors import SpecdecError
-from specdec_core.models import load_model
+from specdec_core.models.loading import load_model
 from specdec_core.training import generation_job as job
+from specdec_core.training.datasets import length_calls
 from specdec_core.training.generation_job import load_samples, run_job
 from specdec_core.training.job_plan import JobPlan, prepare, running_pid
 from specdec_core.training.job_shards import Shard
@@ -253,7 +253,7 @@ def test_one_batch_slowed_by_a_pause_does_not_set_the_rate():
 def test_writing_ends_once_enough_user_turns_have_ended():
     import torch
 
-    from specdec_core.eagle.data import EnoughEnded
+    from specdec_core.training.datasets import EnoughEnded
 
     ids = torch.tensor([[1, 1, 5, 2, 0], [1, 1, 5, 6, 7], [1, 1, 2, 0, 0], [1, 1, 9, 9, 9]])
     assert EnoughEnded(2, {2}, 0.5)(ids, None).all()  # 2 of 4 rows ended: enough at half

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 import torch
 
-from specdec_core.config import DecodeConfig
-from specdec_core.eagle.data import length_calls
-from specdec_core.eagle.formats import load_head
+from specdec_core.decoding.config import DecodeConfig
 from specdec_core.errors import SpecdecError
-from specdec_core.models import load_model
-from specdec_core.runner import run
+from specdec_core.heads.eagle.formats import load_head
+from specdec_core.models.loading import load_model
+from specdec_core.run.runner import run
 from specdec_core.training import distill
+from specdec_core.training.datasets import length_calls
 from specdec_core.training.distill import DistillSettings, pack, unpack
 from tests.tiny import VOCAB, tiny_model, tiny_tokenizer
 
@@ -115,7 +115,7 @@ def test_the_script_passes_its_flags_and_says_what_went_wrong_in_one_line(tmp_pa
 def _saved_answers(root, layers: int, count: int):
     """A tiny target (`layers` layers) in root/target, `count` answers of an earlier run in
     root/answers.npz and the first three's prompts (held out too) in root/prompts.npz."""
-    from specdec_core.eagle.data import Sample, save_answers
+    from specdec_core.training.datasets import Sample, save_answers
 
     tiny_model(1, layers=layers).save_pretrained(root / "target")
     tiny_tokenizer().save_pretrained(root / "target")

@@ -8,11 +8,11 @@ import random
 import pytest
 import torch
 
-from specdec_core.decode import make_generator, verify_proposal
-from specdec_core.sampling import probs
+from specdec_core.decoding.proposal import Proposal
+from specdec_core.decoding.sampling import probs
+from specdec_core.loop.decode import make_generator, verify_proposal
 from specdec_core.verifiers import LosslessVerifier
 from specdec_core.verifiers.greedy import argmax_ids, verify_greedy
-from specdec_core.verifiers.proposal import Proposal
 
 VOCAB = 6  # few ids, so drafts often equal the argmax and paths run deep
 

@@ -7,8 +7,8 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
-from specdec_core import kv_cache
-from specdec_core.kv_cache import GrowingLayer
+from specdec_core.decoding import kv_cache
+from specdec_core.decoding.kv_cache import GrowingLayer
 
 
 def states(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:

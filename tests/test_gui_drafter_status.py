@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from app.widgets.output_panel import OutputPanel
-from specdec_core.events import (
+from specdec_core.decoding.events import (
     DrafterStatus,
     PoolStatus,
     SearchProgress,

@@ -8,11 +8,11 @@ import pytest
 
 from app.engine import SpecdecEngine
 from app.engine_api import RunRequest
-from specdec_core import runner
-from specdec_core.config import DecodeConfig
+from specdec_core.decoding.config import DecodeConfig
+from specdec_core.decoding.events import Finished, Started, Step
 from specdec_core.errors import SpecdecError
-from specdec_core.events import Finished, Started, Step
-from specdec_core.methods import METHODS
+from specdec_core.run import runner
+from specdec_core.run.methods import METHODS
 
 
 def _quiet(message: str, fraction: float) -> None:

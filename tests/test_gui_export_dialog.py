@@ -20,11 +20,11 @@ from app.widgets.server_export_dialog import (
     ServerExportDialog,
     vllm_refusal,
 )
-from specdec_core.config import DecodeConfig
-from specdec_core.eagle.formats import save_head
+from specdec_core.decoding.config import DecodeConfig
 from specdec_core.errors import SpecdecError
-from specdec_core.head_export import export_head
-from specdec_core.serve import ServeCommand, serve_command
+from specdec_core.heads.eagle.formats import save_head
+from specdec_core.serving.head_export import export_head
+from specdec_core.serving.serve import ServeCommand, serve_command
 from tests.eagle_tiny import tiny_head
 from tests.gui_window import make_window_fixture  # noqa: F401  (fixture)
 from tests.tiny import tiny_loaded

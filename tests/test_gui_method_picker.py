@@ -4,7 +4,7 @@ cannot be chosen, and every method says in its tooltip what it needs and what it
 from PySide6.QtCore import Qt
 
 from app.engine_api import MethodInfo, Registries
-from specdec_core.methods import FAMILIES, METHODS
+from specdec_core.run.methods import FAMILIES, METHODS
 from tests.gui_fake import POLICIES, FakeEngine
 from tests.gui_window import make_window_fixture  # noqa: F401  (fixture)
 

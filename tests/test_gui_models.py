@@ -9,7 +9,7 @@ import time
 from app.engine_api import LoadSettings, TargetInfo
 from app.widgets.models_panel import TRUST_TIP, ModelsPanel
 from specdec_core.control import check_stop
-from specdec_core.eagle.formats import save_head
+from specdec_core.heads.eagle.formats import save_head
 from tests.eagle_tiny import tiny_head
 from tests.gui_fake import FakeEngine
 from tests.gui_window import make_window_fixture  # noqa: F401  (fixture)

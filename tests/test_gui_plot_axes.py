@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from app.widgets.plots_panel import PlotsPanel
-from specdec_core.events import Step
+from specdec_core.decoding.events import Step
 from tests.gui_fake import fake_step
 
 

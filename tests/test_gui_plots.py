@@ -7,7 +7,7 @@ import pytest
 from app.plot_data import Series, node_depths
 from app.widgets.plots_panel import REDRAW_MS, PlotsPanel
 from app.widgets.tree_plot import TreePlot
-from specdec_core.events import DraftTree, Step
+from specdec_core.decoding.events import DraftTree, Step
 from tests.gui_fake import TREE, fake_step
 
 

@@ -67,10 +67,10 @@ def test_a_lossless_run_plots_at_zero_without_an_extra_decode(make_window, qtbot
 def test_the_engine_measures_a_lossy_run_as_the_benchmark_does(tiny_target):
     from app.engine import SpecdecEngine
     from app.engine_api import RunRequest
-    from specdec_core.config import DecodeConfig
-    from specdec_core.events import Finished
-    from specdec_core.measure import run_distance
-    from specdec_core.prompts import encode_prompt
+    from specdec_core.decoding.config import DecodeConfig
+    from specdec_core.decoding.events import Finished
+    from specdec_core.measurement.measure import run_distance
+    from specdec_core.run.prompts import encode_prompt
 
     prompt = "w7 w8 w7 w8 w7 w8"
     config = DecodeConfig(max_new_tokens=10, k=3, policy="threshold", policy_params={"tau": 0.01})
@@ -95,8 +95,8 @@ def test_the_engine_process_measures_the_same_distance(tmp_path):
     from app.engine import SpecdecEngine
     from app.engine_api import RunRequest, TargetRequest
     from app.process_engine import ProcessEngine
-    from specdec_core.config import DecodeConfig
-    from specdec_core.events import Finished
+    from specdec_core.decoding.config import DecodeConfig
+    from specdec_core.decoding.events import Finished
     from tests.process_engines import SlowEngine
     from tests.tiny import tiny_model, tiny_tokenizer
 

@@ -6,8 +6,8 @@ import pytest
 
 from app.engine_api import Registries
 from app.widgets.decoding_panel import DecodingPanel
-from specdec_core.events import RunSummary
-from specdec_core.run_distance import RunDistance
+from specdec_core.decoding.events import RunSummary
+from specdec_core.measurement.run_distance import RunDistance
 from tests.gui_fake import METHODS, POLICIES
 
 

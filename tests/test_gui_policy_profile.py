@@ -13,12 +13,12 @@ import pytest
 from app.engine import SpecdecEngine
 from app.engine_api import POLICY_KIND, MethodInfo, Registries, RunRequest, TargetRequest
 from app.widgets.decoding_panel import NO_PROFILE
-from specdec_core.config import DecodeConfig
+from specdec_core.decoding.config import DecodeConfig
+from specdec_core.decoding.events import Finished, Started
 from specdec_core.errors import SpecdecError
-from specdec_core.events import Finished, Started
-from specdec_core.measure import run_distance
-from specdec_core.policy_profile import KindSetting, PolicyProfile
-from specdec_core.prompts import encode_prompt
+from specdec_core.measurement.measure import run_distance
+from specdec_core.run.policy_profile import KindSetting, PolicyProfile
+from specdec_core.run.prompts import encode_prompt
 from tests.gui_fake import METHODS, POLICIES, FakeEngine
 from tests.gui_window import make_window_fixture, wait_idle  # noqa: F401  (fixture)
 from tests.test_generate_policy_profile import (  # loops: threshold tau=0.01, words: lossless

@@ -11,7 +11,7 @@ import pytest
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QPushButton
 
-from specdec_core.server_metrics import BASELINE, UNREACHABLE
+from specdec_core.serving.server_metrics import BASELINE, UNREACHABLE
 from tests.gui_fake import FakeEngine
 from tests.gui_window import make_window_fixture, wait_idle  # noqa: F401  (fixture)
 from tests.serving_server import FixtureServer

@@ -9,7 +9,7 @@ import time
 
 from app.widgets.server_export_dialog import CHECK
 from specdec_core.errors import SpecdecError
-from specdec_core.serving_check import ServeCheck
+from specdec_core.serving.serving_check import ServeCheck
 from tests.gui_fake import FakeEngine
 from tests.gui_window import make_window_fixture, wait_idle  # noqa: F401  (fixture)
 

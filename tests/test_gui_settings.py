@@ -152,7 +152,7 @@ def test_the_window_restores_models_sliders_method_and_geometry(make_window, tmp
 
 
 def test_the_window_restores_the_other_heads_and_the_policy_profile(make_window, tmp_path):
-    from specdec_core.policy_profile import KindSetting, PolicyProfile
+    from specdec_core.run.policy_profile import KindSetting, PolicyProfile
 
     chat = KindSetting("chat", 0.1, 0.0, 0.0, 1, (1.0, 0.0))
     profile = PolicyProfile("threshold", "tau", 0.05, (chat,))

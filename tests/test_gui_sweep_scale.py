@@ -15,8 +15,8 @@ from app.widgets.sweep_view import (
     speedup_color,
     tune_words,
 )
-from specdec_core.config import DecodeConfig
-from specdec_core.sweep_records import Aggregate, MeasuredPoint, TuneResult, TuneRow
+from specdec_core.decoding.config import DecodeConfig
+from specdec_core.measurement.sweep_records import Aggregate, MeasuredPoint, TuneResult, TuneRow
 
 
 @pytest.fixture

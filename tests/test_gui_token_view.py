@@ -7,7 +7,7 @@ from dataclasses import replace
 from app.palette import KIND_COLORS, KIND_LABELS
 from app.widgets.legend import Legend
 from app.widgets.token_view import TokenView
-from specdec_core.events import Step, StepPhases, Token, TokenKind
+from specdec_core.decoding.events import Step, StepPhases, Token, TokenKind
 from tests.gui_fake import fake_step
 
 
@@ -91,7 +91,7 @@ def test_the_legend_has_one_chip_per_kind_in_its_colour(qtbot):
 
 def test_the_summary_line_names_tau_speed_end_reason_and_tree_size():
     from app.widgets.output_panel import summary_details, summary_text
-    from specdec_core.events import RunSummary
+    from specdec_core.decoding.events import RunSummary
 
     summary = RunSummary(
         method="eagle2",
@@ -120,7 +120,7 @@ def test_the_summary_line_names_tau_speed_end_reason_and_tree_size():
 
 def test_the_summary_says_how_a_draft_drafts_and_which_layers_a_self_draft_skips():
     from app.widgets.output_panel import summary_text
-    from specdec_core.events import RunSummary
+    from specdec_core.decoding.events import RunSummary
 
     base = RunSummary("classic", "lossless", False, 5, 4, (), "", 2, 1.0, 0.1, "eos")
     algorithm = {"draft_algorithm": "universal assisted generation (T = 0)"}

@@ -10,8 +10,8 @@ import pytest
 from PySide6.QtCore import Qt
 
 from app.widgets.decoding_panel import MAX_NEW_TOKENS
+from specdec_core.decoding.events import TokenKind
 from specdec_core.errors import SpecdecError
-from specdec_core.events import TokenKind
 from tests.gui_fake import FakeEngine
 from tests.gui_window import make_window_fixture, wait_idle  # noqa: F401  (fixture)
 

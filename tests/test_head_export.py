@@ -21,14 +21,14 @@ import torch
 from safetensors.torch import load_file
 
 from specdec_core.cli import main
-from specdec_core.config import DecodeConfig
-from specdec_core.eagle.formats import load_head, read_head, save_head
-from specdec_core.eagle.layouts import TOKEN_MAP, flat_config
+from specdec_core.decoding.config import DecodeConfig
 from specdec_core.errors import SpecdecError
-from specdec_core.head_export import export_head
+from specdec_core.heads.eagle.formats import load_head, read_head, save_head
+from specdec_core.heads.eagle.layouts import TOKEN_MAP, flat_config
 from specdec_core.resources import resource_path
-from specdec_core.runner import run
-from specdec_core.serve import serve_command
+from specdec_core.run.runner import run
+from specdec_core.serving.head_export import export_head
+from specdec_core.serving.serve import serve_command
 from tests.eagle_tiny import tiny_head
 from tests.test_eagle_head_fixtures import CONFIGS, H, is_eagle3, layout_of, published
 from tests.tiny import prompt, tiny_loaded

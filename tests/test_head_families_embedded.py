@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import pytest
 
-from specdec_core.config import DecodeConfig
-from specdec_core.decode import generate
+from specdec_core.decoding.config import DecodeConfig
 from specdec_core.drafters.medusa import MedusaDrafter
 from specdec_core.drafters.mlp_speculator import MLPSpeculatorDrafter
-from specdec_core.medusa.formats import load_medusa
-from specdec_core.mlp_speculator.formats import load_speculator
-from specdec_core.prompts import encode_chat
-from specdec_core.runner import run
+from specdec_core.heads.medusa.formats import load_medusa
+from specdec_core.heads.mlp_speculator.formats import load_speculator
+from specdec_core.loop.decode import generate
+from specdec_core.run.prompts import encode_chat
+from specdec_core.run.runner import run
 from tests.stats import chi_square_pvalue, sample_first_two_tokens, target_marginals
 
 pytestmark = pytest.mark.slow

@@ -12,12 +12,12 @@ import pytest
 import torch
 from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
 
-from specdec_core import models
 from specdec_core.control import Cancelled
-from specdec_core.eagle.formats import load_head, save_head
 from specdec_core.errors import SpecdecError
-from specdec_core.hub import parse_spec
-from specdec_core.models import LoadOptions, load_model
+from specdec_core.heads.eagle.formats import load_head, save_head
+from specdec_core.models import loading as models
+from specdec_core.models.hub import parse_spec
+from specdec_core.models.loading import LoadOptions, load_model
 from tests.eagle_tiny import tiny_head
 from tests.hub_cache import FakeHub, cache_repo, tiny_repo, use_cache
 from tests.tiny import tiny_loaded, tiny_model, tiny_tokenizer
@@ -95,10 +95,10 @@ def test_an_interrupted_download_is_asked_again_next_time(tmp_path, monkeypatch,
             raise OSError("connection reset by peer")
         return served(repo, filename, revision, tqdm_class)
 
-    monkeypatch.setattr("specdec_core.hub.hf_hub_download", cut_off)
+    monkeypatch.setattr("specdec_core.models.hub.hf_hub_download", cut_off)
     with pytest.raises(SpecdecError, match="failed .*connection reset.*try again"):
         load_model("owner/tiny", "cpu", "float32")
-    monkeypatch.setattr("specdec_core.hub.hf_hub_download", served)
+    monkeypatch.setattr("specdec_core.models.hub.hf_hub_download", served)
     assert load_model("owner/tiny", "cpu", "float32").vocab_size == 32
     assert cut == ["model.safetensors"] and fake.asked.count("model.safetensors") == 1
 

@@ -8,15 +8,15 @@ import pytest
 import torch
 from transformers import Gemma2Config, Gemma2ForCausalLM, MistralConfig, MistralForCausalLM
 
-from specdec_core.config import DecodeConfig
-from specdec_core.decode import generate
+from specdec_core.decoding.config import DecodeConfig
+from specdec_core.decoding.events import Finished, Step
+from specdec_core.decoding.target import Target
 from specdec_core.drafters.layer_skip import LayerSkipDrafter, parse_layers
+from specdec_core.drafters.layer_subset import SkipSet, layer_lengths
 from specdec_core.errors import SpecdecError
-from specdec_core.events import Finished, Step
-from specdec_core.layer_subset import SkipSet, layer_lengths
-from specdec_core.models import LoadedModel
-from specdec_core.runner import run
-from specdec_core.target import Target
+from specdec_core.loop.decode import generate
+from specdec_core.models.loading import LoadedModel
+from specdec_core.run.runner import run
 from tests.stats import chi_square_pvalue, sample_first_two_tokens, target_marginals
 from tests.tiny import prompt, tiny_config_fields, tiny_loaded, tiny_tokenizer
 
@@ -224,7 +224,7 @@ def test_the_sampling_test_detects_a_draft_sampling_off_its_reported_q(monkeypat
     """Power check: a draft that reports q but draws its tokens from q² (renormalised), so
     the verifier's min(1, p / q) is computed on the wrong q, must fail the same test."""
     import specdec_core.drafters.layer_skip as layer_skip
-    from specdec_core.sampling import sample
+    from specdec_core.decoding.sampling import sample
 
     monkeypatch.setattr(layer_skip, "sample", lambda q, g: sample(q * q / (q * q).sum(), g))
     first, second, _ = sampled(300, seed=7)
@@ -233,7 +233,7 @@ def test_the_sampling_test_detects_a_draft_sampling_off_its_reported_q(monkeypat
 
 @pytest.fixture(scope="module")
 def mixed_prompts(embedded):
-    from specdec_core.prompts import encode_prompt, read_prompt_file
+    from specdec_core.run.prompts import encode_prompt, read_prompt_file
 
     texts = read_prompt_file("docs/bench/mixed10.jsonl", limit=2)
     return [encode_prompt(embedded.tokenizer, text) for text in texts]

@@ -7,8 +7,8 @@ import json
 import shutil
 from pathlib import Path
 
-from specdec_core.eagle.formats import save_head
-from specdec_core.local_models import (
+from specdec_core.heads.eagle.formats import save_head
+from specdec_core.run.local_models import (
     LocalModel,
     classify,
     fits,

@@ -5,9 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-import specdec_core.decode as decode_module
-from specdec_core.config import DecodeConfig
-from specdec_core.decode import generate
+import specdec_core.loop.decode as decode_module
+from specdec_core.decoding.config import DecodeConfig
+from specdec_core.decoding.events import Finished, Step
+from specdec_core.decoding.sampling import sample
+from specdec_core.decoding.target import Target, TargetOutput
 from specdec_core.drafters.lookahead import (
     JacobiWindow,
     LookaheadDrafter,
@@ -16,10 +18,8 @@ from specdec_core.drafters.lookahead import (
     lookahead_tree,
 )
 from specdec_core.errors import SpecdecError
-from specdec_core.events import Finished, Step
-from specdec_core.runner import run
-from specdec_core.sampling import sample
-from specdec_core.target import Target, TargetOutput
+from specdec_core.loop.decode import generate
+from specdec_core.run.runner import run
 from specdec_core.verifiers.greedy import verify_greedy
 from tests.stats import chi_square_pvalue, sample_first_two_tokens, target_marginals
 from tests.tiny import VOCAB, prompt, tiny_loaded, tiny_model
@@ -286,7 +286,7 @@ def test_each_columns_top_row_is_the_targets_own_for_its_path(tiny_target):
 
 @pytest.mark.slow
 def test_embedded_lookahead_equals_ar(embedded):
-    from specdec_core.prompts import encode_prompt, read_prompt_file
+    from specdec_core.run.prompts import encode_prompt, read_prompt_file
 
     config = DecodeConfig(max_new_tokens=48)
     for text in read_prompt_file("docs/bench/mixed10.jsonl", limit=2):

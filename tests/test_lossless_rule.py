@@ -2,7 +2,7 @@
 
 import torch
 
-from specdec_core.sampling import probs
+from specdec_core.decoding.sampling import probs
 from specdec_core.verifiers import speculative_accept
 from tests.stats import chi_square_pvalue
 

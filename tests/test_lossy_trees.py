@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specdec_core.config import DecodeConfig
-from specdec_core.decode import generate
-from specdec_core.events import Step
+from specdec_core.decoding.config import DecodeConfig
+from specdec_core.decoding.events import Step
+from specdec_core.decoding.proposal import Proposal
+from specdec_core.loop.decode import generate
 from specdec_core.verifiers import VERIFIERS, make_verifier
-from specdec_core.verifiers.proposal import Proposal
 from specdec_core.verifiers.tree import tree_paths, verify_tree
 from tests.test_tree import TopKTreeDrafter
 from tests.tiny import prompt

@@ -8,7 +8,7 @@ import pytest
 
 from specdec_core.cli import main
 from specdec_core.errors import SpecdecError
-from specdec_core.models import load_model
+from specdec_core.models.loading import load_model
 from specdec_core.training import magpie
 from specdec_core.training.generation_job import magpie_samples
 from specdec_core.training.kinds import HELD_OUT, KINDS, held_out_prompts

@@ -9,8 +9,10 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from specdec_core.config import DecodeConfig
-from specdec_core.decode import generate
+from specdec_core.decoding.config import DecodeConfig
+from specdec_core.decoding.events import Step
+from specdec_core.decoding.forward_costs import ForwardCosts
+from specdec_core.decoding.target import Target
 from specdec_core.drafters.medusa import (
     MC_SIM_7B_63,
     TOPK,
@@ -20,14 +22,12 @@ from specdec_core.drafters.medusa import (
     tree_from_paths,
     usable_paths,
 )
+from specdec_core.drafters.tree_sizing import AcceptanceEstimates
 from specdec_core.errors import SpecdecError
-from specdec_core.events import Step
-from specdec_core.forward_costs import ForwardCosts
-from specdec_core.medusa.formats import export_vllm, load_medusa, save_fasterdecoding
-from specdec_core.medusa.head import MedusaConfig, MedusaHeads
-from specdec_core.runner import run
-from specdec_core.target import Target
-from specdec_core.tree_sizing import AcceptanceEstimates
+from specdec_core.heads.medusa.formats import export_vllm, load_medusa, save_fasterdecoding
+from specdec_core.heads.medusa.head import MedusaConfig, MedusaHeads
+from specdec_core.loop.decode import generate
+from specdec_core.run.runner import run
 from specdec_core.verifiers.typical import typical_path
 from tests.stats import chi_square_pvalue
 from tests.test_tree import joint_first_two, sample_first_two
@@ -135,7 +135,7 @@ def float32_heads(monkeypatch):
     """Heads loaded in float32 whatever the CPU: a layout's arithmetic is compared exactly.
     (On a CPU that multiplies bf16 natively `load_medusa` drafts in bf16; the identity and
     sampling tests below run that path.)"""
-    monkeypatch.setattr("specdec_core.models.fast_bf16", lambda device: False)
+    monkeypatch.setattr("specdec_core.models.loading.fast_bf16", lambda device: False)
 
 
 @pytest.mark.usefixtures("float32_heads")
@@ -568,7 +568,7 @@ def test_on_a_chain_typical_acceptance_takes_what_the_chain_policy_takes():
 
 @pytest.mark.slow
 def test_bundled_heads_decode_exactly_as_the_embedded_model(embedded):
-    from specdec_core.prompts import encode_chat
+    from specdec_core.run.prompts import encode_chat
 
     heads = load_medusa("embedded", embedded)
     text = "Name three rivers in Europe and one fact about each."

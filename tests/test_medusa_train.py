@@ -9,16 +9,16 @@ import pytest
 import torch
 
 from specdec_core.cli import main
-from specdec_core.config import DecodeConfig
-from specdec_core.decode import generate
+from specdec_core.decoding.config import DecodeConfig
 from specdec_core.drafters.medusa import MedusaDrafter
-from specdec_core.eagle.data import Sample, generate_answers
 from specdec_core.errors import SpecdecError
-from specdec_core.medusa.formats import load_medusa
-from specdec_core.models import load_model
-from specdec_core.runner import run
+from specdec_core.heads.medusa.formats import load_medusa
+from specdec_core.loop.decode import generate
+from specdec_core.models.loading import load_model
+from specdec_core.run.runner import run
 from specdec_core.training.card import read_card
 from specdec_core.training.data_sources import Collected
+from specdec_core.training.datasets import Sample, generate_answers
 from specdec_core.training.features import extract_features
 from specdec_core.training.medusa import (
     MedusaTrainRequest,

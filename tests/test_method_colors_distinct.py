@@ -10,7 +10,7 @@ from app.engine_api import MethodInfo, Registries
 from app.method_style import MethodStyle
 from app.palette import AR_COLOR
 from app.session import Session
-from specdec_core.methods import METHODS
+from specdec_core.run.methods import METHODS
 
 
 def _style() -> MethodStyle:

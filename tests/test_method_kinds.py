@@ -6,8 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from specdec_core.method_kinds import METHOD_NAMES, TREE_METHODS, is_tree
-from specdec_core.methods import METHODS
+from specdec_core.run.method_kinds import METHOD_NAMES, TREE_METHODS, is_tree
+from specdec_core.run.methods import METHODS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -25,8 +25,8 @@ def test_the_tree_methods_are_the_registrys_tree_methods():
 def test_export_and_serve_import_no_torch():
     script = (
         "import sys\n"
-        "from specdec_core.config import DecodeConfig\n"
-        "from specdec_core.serve import serve_command\n"
+        "from specdec_core.decoding.config import DecodeConfig\n"
+        "from specdec_core.serving.serve import serve_command\n"
         "for method in ('eagle2', 'classic', 'ngram'):\n"
         "    serve_command('sglang', method, DecodeConfig(k=3), 'embedded', '')\n"
         "print('torch' in sys.modules)\n"

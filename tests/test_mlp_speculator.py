@@ -12,20 +12,20 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from specdec_core.config import DecodeConfig
-from specdec_core.decode import generate
+from specdec_core.decoding.config import DecodeConfig
+from specdec_core.decoding.events import Finished, Step
 from specdec_core.drafters import mlp_speculator as drafting
 from specdec_core.drafters.mlp_speculator import MLPSpeculatorDrafter, build
 from specdec_core.errors import SpecdecError
-from specdec_core.events import Finished, Step
-from specdec_core.mlp_speculator.formats import (
+from specdec_core.heads.mlp_speculator.formats import (
     export_vllm,
     load_speculator,
     read_speculator,
     save_speculator,
 )
-from specdec_core.mlp_speculator.head import MLPSpeculator, SpeculatorConfig
-from specdec_core.runner import run
+from specdec_core.heads.mlp_speculator.head import MLPSpeculator, SpeculatorConfig
+from specdec_core.loop.decode import generate
+from specdec_core.run.runner import run
 from specdec_core.training.mlp_speculator import stage_losses
 from tests.stats import chi_square_pvalue, sample_first_two_tokens, target_marginals
 from tests.tiny import VOCAB, prompt

@@ -12,16 +12,16 @@ import pytest
 import torch
 
 from specdec_core.cli.train_mlp_speculator import add_parser, request_from_args
-from specdec_core.config import DecodeConfig
-from specdec_core.decode import generate
+from specdec_core.decoding.config import DecodeConfig
 from specdec_core.drafters.mlp_speculator import MLPSpeculatorDrafter
-from specdec_core.eagle.data import Sample
 from specdec_core.errors import SpecdecError
-from specdec_core.mlp_speculator.formats import load_speculator
-from specdec_core.models import load_model
-from specdec_core.runner import run
+from specdec_core.heads.mlp_speculator.formats import load_speculator
+from specdec_core.loop.decode import generate
+from specdec_core.models.loading import load_model
+from specdec_core.run.runner import run
 from specdec_core.training.card import read_card
 from specdec_core.training.data_sources import Collected
+from specdec_core.training.datasets import Sample
 from specdec_core.training.features import extract_features
 from specdec_core.training.mlp_speculator import (
     SpeculatorRequest,
@@ -261,7 +261,7 @@ def test_from_the_target_a_speculator_starts_nearer_the_targets_text_than_from_r
 
 
 def test_a_stage_from_the_target_passes_its_state_through_with_the_token_at_vllms_share():
-    from specdec_core.mlp_speculator.head import MLPSpeculator, SpeculatorConfig
+    from specdec_core.heads.mlp_speculator.head import MLPSpeculator, SpeculatorConfig
 
     generator = torch.Generator().manual_seed(0)
     width, vocab = 16, 40

@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from specdec_core import memory, models
 from specdec_core.cli import main
 from specdec_core.errors import SpecdecError
-from specdec_core.memory import estimate, parse_max_memory
-from specdec_core.models import LoadOptions, load_model
+from specdec_core.models import loading as models
+from specdec_core.models import memory
+from specdec_core.models.loading import LoadOptions, load_model
+from specdec_core.models.memory import estimate, parse_max_memory
 from tests.tiny import tiny_config, tiny_model, tiny_tokenizer
 
 
@@ -194,7 +195,7 @@ def test_the_estimate_of_an_8b_llama():
 
 
 def test_an_eagle_head_of_another_size_names_both_sizes(good, tmp_path):
-    from specdec_core.eagle.formats import load_head, save_head
+    from specdec_core.heads.eagle.formats import load_head, save_head
     from tests.eagle_tiny import tiny_head
     from tests.tiny import LlamaForCausalLM, tiny_loaded
 
@@ -235,8 +236,8 @@ def test_load_options_reach_from_pretrained(good, monkeypatch, tmp_path):
 def test_dtype_auto_says_what_it_picks_and_why_before_loading(tmp_path):
     import torch
 
-    from specdec_core.models import auto_dtype_reason, load_model
-    from specdec_core.prepacked_linear import native_bf16
+    from specdec_core.models.loading import auto_dtype_reason, load_model
+    from specdec_core.models.prepacked_linear import native_bf16
     from tests.tiny import tiny_model, tiny_tokenizer
 
     line = auto_dtype_reason(torch.device("cpu"))
@@ -258,7 +259,7 @@ def test_a_gguf_is_parsed_once_while_it_converts(tmp_path):
     import gguf
     import numpy as np
 
-    from specdec_core.models import gguf_read_once
+    from specdec_core.models.loading import gguf_read_once
 
     path = tmp_path / "tiny.gguf"
     writer = gguf.GGUFWriter(str(path), "llama")
@@ -282,7 +283,7 @@ def test_conversions_in_two_threads_leave_gguf_its_own_reader():
 
     import gguf
 
-    from specdec_core.models import gguf_read_once
+    from specdec_core.models.loading import gguf_read_once
 
     original = gguf.GGUFReader
     inside = threading.Event()

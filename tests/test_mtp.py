@@ -9,17 +9,17 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from specdec_core import attention_mask, kv_cache
-from specdec_core.config import DecodeConfig
-from specdec_core.decode import generate
+from specdec_core.decoding import attention_mask, kv_cache
+from specdec_core.decoding.config import DecodeConfig
+from specdec_core.decoding.forward_costs import ForwardCosts
 from specdec_core.drafters.mtp import MtpDrafter, MtpTreeDrafter, build_chain, build_tree
+from specdec_core.drafters.tree_sizing import AcceptanceEstimates
 from specdec_core.errors import SpecdecError
-from specdec_core.forward_costs import ForwardCosts
-from specdec_core.models import load_model
-from specdec_core.mtp.layouts import DEEPSEEK, MIMO, QWEN3_NEXT
-from specdec_core.mtp.load import load_mtp
-from specdec_core.runner import run
-from specdec_core.tree_sizing import AcceptanceEstimates
+from specdec_core.heads.mtp.layouts import DEEPSEEK, MIMO, QWEN3_NEXT
+from specdec_core.heads.mtp.load import load_mtp
+from specdec_core.loop.decode import generate
+from specdec_core.models.loading import load_model
+from specdec_core.run.runner import run
 from tests.mtp_tiny import FAMILIES, TARGET_LAYERS, write_checkpoint
 from tests.stats import chi_square_pvalue, sample_first_two_tokens, target_marginals
 from tests.tiny import prompt, tiny_model, tiny_tokenizer

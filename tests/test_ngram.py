@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from specdec_core.config import DecodeConfig
+from specdec_core.decoding.config import DecodeConfig
 from specdec_core.drafters.ngram import prompt_lookup
-from specdec_core.runner import run
+from specdec_core.run.runner import run
 from tests.tiny import prompt
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from specdec_core.config import DecodeConfig
-from specdec_core.events import Step
-from specdec_core.models import LoadOptions, load_model
-from specdec_core.runner import run
+from specdec_core.decoding.config import DecodeConfig
+from specdec_core.decoding.events import Step
+from specdec_core.models.loading import LoadOptions, load_model
+from specdec_core.run.runner import run
 from tests.eagle_tiny import tiny_head
 from tests.tiny import perturbed, prompt, tiny_loaded, tiny_model, tiny_tokenizer
 

@@ -7,17 +7,17 @@ import math
 import pytest
 import torch
 
-from specdec_core.bench_entries import parse_variant
-from specdec_core.config import DecodeConfig
+from specdec_core.decoding.config import DecodeConfig
 from specdec_core.errors import SpecdecError
-from specdec_core.fidelity import (
+from specdec_core.measurement.bench_entries import parse_variant
+from specdec_core.measurement.fidelity import (
     common_prefix,
     mean_logprob,
     prefix_agreement,
     token_agreement,
 )
-from specdec_core.measure import Row, compared
-from specdec_core.runner import run
+from specdec_core.measurement.measure import Row, compared
+from specdec_core.run.runner import run
 from specdec_core.verifiers import VERIFIERS, make_verifier
 from specdec_core.verifiers.lossless import LosslessVerifier
 from specdec_core.verifiers.ngram import ngram_overlap, ngram_span
@@ -274,7 +274,7 @@ def test_bench_method_entries_name_a_policy_and_its_parameters():
 
 
 def test_bench_reports_fidelity_per_policy_entry(tiny_target):
-    from specdec_core.bench import run_bench
+    from specdec_core.measurement.bench import run_bench
 
     config = DecodeConfig(max_new_tokens=12, k=3)
     methods = ["ngram", "ngram:threshold:tau=0", "ngram:ensemble:w=1"]

@@ -9,11 +9,16 @@ import math
 import pytest
 import torch
 
-from specdec_core.bench import BenchResult, format_table, run_bench, write_outputs
-from specdec_core.config import DecodeConfig
-from specdec_core.fidelity import PathCall, policy_distance, step_distances, tree_distance
-from specdec_core.measure import Row, run_distance
-from specdec_core.run_distance import RunDistance, pooled
+from specdec_core.decoding.config import DecodeConfig
+from specdec_core.measurement.bench import BenchResult, format_table, run_bench, write_outputs
+from specdec_core.measurement.fidelity import (
+    PathCall,
+    policy_distance,
+    step_distances,
+    tree_distance,
+)
+from specdec_core.measurement.measure import Row, run_distance
+from specdec_core.measurement.run_distance import RunDistance, pooled
 from specdec_core.verifiers import make_verifier
 from tests.tiny import prompt
 

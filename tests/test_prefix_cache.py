@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from specdec_core.config import DecodeConfig
-from specdec_core.decode import generate
-from specdec_core.methods import build_drafter
-from specdec_core.prefix_cache import PrefixCache
-from specdec_core.runner import run
+from specdec_core.decoding.config import DecodeConfig
+from specdec_core.decoding.prefix_cache import PrefixCache
+from specdec_core.loop.decode import generate
+from specdec_core.run.methods import build_drafter
+from specdec_core.run.runner import run
 from tests.eagle_tiny import tiny_head
 from tests.tiny import prompt
 

@@ -8,11 +8,11 @@ import pytest
 import torch
 from transformers import LlamaForCausalLM
 
-from specdec_core.config import DecodeConfig
-from specdec_core.decode import generate
-from specdec_core.drafters.eagle2 import Eagle2Drafter
-from specdec_core.prepacked_linear import PrepackedLinear, fast_bf16, prepack
-from specdec_core.runner import run
+from specdec_core.decoding.config import DecodeConfig
+from specdec_core.drafters.eagle2.drafter import Eagle2Drafter
+from specdec_core.loop.decode import generate
+from specdec_core.models.prepacked_linear import PrepackedLinear, fast_bf16, prepack
+from specdec_core.run.runner import run
 from tests.eagle_tiny import tiny_head
 from tests.tiny import prompt, tiny_config, tiny_loaded, tiny_model
 

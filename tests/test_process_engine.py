@@ -15,9 +15,9 @@ from app.engine import SpecdecEngine
 from app.engine_api import HeadExportRequest, RunRequest, SweepRequest, TargetRequest, TuneRequest
 from app.main_window import MainWindow
 from app.process_engine import EngineProcessError, ProcessEngine
-from specdec_core.config import DecodeConfig
+from specdec_core.decoding.config import DecodeConfig
+from specdec_core.decoding.events import Finished, Started, Step, StepPhases
 from specdec_core.errors import SpecdecError
-from specdec_core.events import Finished, Started, Step, StepPhases
 from tests.process_engines import BOOM, SlowEngine
 from tests.test_gui_head_export import assert_refused_without_a_head, file_in_the_way
 from tests.tiny import VOCAB, tiny_model, tiny_tokenizer
@@ -124,7 +124,7 @@ def test_errors_come_across_as_the_window_shows_them(slow):
 
 
 def test_a_sweep_and_a_tune_run_in_the_engine_process(slow, tiny_dir):
-    from specdec_core.sweep_records import Grid
+    from specdec_core.measurement.sweep_records import Grid
 
     points = []
     specs = {"draft": str(tiny_dir)}

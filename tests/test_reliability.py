@@ -8,12 +8,11 @@ import os
 
 import pytest
 
-from specdec_core import models, runner  # noqa: F401  (runner binds load_model on import:
-
 # import it before the fixture below replaces load_model, so the replacement cannot leak)
 from specdec_core.cli import main
 from specdec_core.errors import SpecdecError
 from specdec_core.files import write_atomic
+from specdec_core.models import loading as models  # noqa: F401  (runner binds load_model on import:
 from tests.gui_window import make_window_fixture, wait_idle  # noqa: F401  (fixture)
 
 
@@ -163,8 +162,8 @@ def test_closing_the_window_mid_download_cancels_it_and_leaves_no_live_thread(
 
 @pytest.mark.parametrize("method", ["ar", "ngram", "classic"])
 def test_a_huge_max_new_tokens_stops_at_the_context_identical_to_ar(tiny_target, method):
-    from specdec_core.config import DecodeConfig
-    from specdec_core.runner import run
+    from specdec_core.decoding.config import DecodeConfig
+    from specdec_core.run.runner import run
 
     ids = [1, 5, 9, 4, 7, 8]
     huge = DecodeConfig(max_new_tokens=10**9, k=3)
@@ -176,8 +175,8 @@ def test_a_huge_max_new_tokens_stops_at_the_context_identical_to_ar(tiny_target,
 
 @pytest.mark.parametrize("method", ["classic", "eagle"])
 def test_k_zero_drafts_nothing_and_decodes_like_ar(tiny_target, method):
-    from specdec_core.config import DecodeConfig
-    from specdec_core.runner import run
+    from specdec_core.decoding.config import DecodeConfig
+    from specdec_core.run.runner import run
     from tests.eagle_tiny import tiny_head
 
     extra = tiny_target if method == "classic" else tiny_head(tiny_target)
@@ -191,8 +190,8 @@ def test_k_zero_drafts_nothing_and_decodes_like_ar(tiny_target, method):
 def test_a_huge_temperature_samples_without_error(tiny_target, method):
     """At T = 1e6 every distribution is nearly uniform: sampling and the acceptance ratios
     stay finite and the run ends normally."""
-    from specdec_core.config import DecodeConfig
-    from specdec_core.runner import run
+    from specdec_core.decoding.config import DecodeConfig
+    from specdec_core.run.runner import run
     from tests.eagle_tiny import tiny_head
 
     extra = {"classic": tiny_target, "eagle2": tiny_head(tiny_target)}.get(method)

@@ -11,9 +11,9 @@ import sys
 
 import pytest
 
-from specdec_core.bootstrap import percentile_interval, resample
-from specdec_core.events import Step, StepPhases, Token, TokenKind
-from specdec_core.run_speedup import StepTime, speedup_interval, steps_speedup
+from specdec_core.decoding.events import Step, StepPhases, Token, TokenKind
+from specdec_core.measurement.bootstrap import percentile_interval, resample
+from specdec_core.measurement.run_speedup import StepTime, speedup_interval, steps_speedup
 
 
 def steps(count: int, tokens: int, seconds: float, noise: float, seed: int) -> list[StepTime]:
@@ -87,14 +87,15 @@ def test_the_bootstrap_core_takes_the_middle_95_percent_of_its_draws():
 
 def test_computing_a_speedup_interval_never_imports_torch():
     code = (
-        "import sys, specdec_core.run_speedup, specdec_core.bootstrap, app.reference;"
+        "import sys, app.reference;"
+        "import specdec_core.measurement.run_speedup, specdec_core.measurement.bootstrap;"
         "assert 'torch' not in sys.modules, 'torch was imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_a_long_run_is_redrawn_in_blocks_of_consecutive_steps_with_the_same_totals():
-    from specdec_core.run_speedup import BLOCKS, blocks
+    from specdec_core.measurement.run_speedup import BLOCKS, blocks
 
     steps = [StepTime(1 + i % 3, 0.01 * (1 + i % 5)) for i in range(4096)]
     grouped = blocks(steps)

@@ -13,8 +13,8 @@ import torch
 from app.engine import SpecdecEngine
 from app.engine_api import RunRequest
 from specdec_core.cli import main
-from specdec_core.config import DecodeConfig
-from specdec_core.events import Finished, Step
+from specdec_core.decoding.config import DecodeConfig
+from specdec_core.decoding.events import Finished, Step
 from tests.gui_window import make_window_fixture, wait_idle  # noqa: F401  (fixture)
 
 CONFIG = DecodeConfig(max_new_tokens=24, k=3)
@@ -57,7 +57,8 @@ def test_stop_at_fifty_random_moments_stops_within_one_step_and_leaves_no_trace(
 
 
 def test_running_out_of_memory_in_the_cli_says_what_to_change(capsys, monkeypatch, tiny_target):
-    from specdec_core import models, runner
+    from specdec_core.models import loading as models
+    from specdec_core.run import runner
 
     monkeypatch.setattr(models, "load_model", lambda *a, **k: tiny_target)
 
@@ -121,7 +122,7 @@ def test_running_out_of_memory_in_a_load_keeps_the_model_loaded_before(make_wind
 
 
 def test_running_out_of_memory_while_loading_in_the_cli_says_what_to_change(capsys, monkeypatch):
-    from specdec_core import models
+    from specdec_core.models import loading as models
 
     def oom(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 16.00 GiB")

@@ -16,9 +16,14 @@ import subprocess
 import pytest
 
 from specdec_core.cli import main
-from specdec_core.config import DecodeConfig
+from specdec_core.decoding.config import DecodeConfig
 from specdec_core.errors import SpecdecError
-from specdec_core.serve import serve_command, shell_script, tensor_parallel_size, write_script
+from specdec_core.serving.serve import (
+    serve_command,
+    shell_script,
+    tensor_parallel_size,
+    write_script,
+)
 from tests.test_export import SGLANG_ALGORITHMS, SGLANG_FLAGS, VLLM_KEYS, VLLM_METHODS, head_dir
 
 SETTINGS = {

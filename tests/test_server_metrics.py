@@ -14,7 +14,7 @@ import pytest
 
 from specdec_core.cli import main
 from specdec_core.errors import SpecdecError
-from specdec_core.server_metrics import (
+from specdec_core.serving.server_metrics import (
     BASELINE,
     MEASURED,
     NO_SPECULATION,

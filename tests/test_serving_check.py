@@ -18,10 +18,10 @@ import pytest
 import torch
 
 from specdec_core.cli import main
-from specdec_core.config import DecodeConfig
+from specdec_core.decoding.config import DecodeConfig
 from specdec_core.errors import SpecdecError
-from specdec_core.runner import run
-from specdec_core.serving_check import (
+from specdec_core.run.runner import run
+from specdec_core.serving.serving_check import (
     ENGINE_NEAR_TIE,
     SERVING_ENV_VARIABLE,
     CheckStopped,
@@ -277,8 +277,8 @@ def test_a_missing_serving_env_is_one_line_naming_the_command_that_makes_it(
 
 
 def test_the_cli_checks_a_model_folder_and_writes_the_report(tmp_path, monkeypatch, capsys):
-    from specdec_core.models import load_model
-    from specdec_core.prompts import encode_prompt
+    from specdec_core.models.loading import load_model
+    from specdec_core.run.prompts import encode_prompt
     from tests.tiny import tiny_model, tiny_tokenizer
 
     tiny_model(1).save_pretrained(tmp_path / "target")

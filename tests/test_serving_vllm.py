@@ -37,13 +37,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from specdec_core.config import DecodeConfig
+from specdec_core.decoding.config import DecodeConfig
 from specdec_core.errors import SpecdecError
-from specdec_core.models import load_model
-from specdec_core.prompts import encode_prompt, read_prompt_file
+from specdec_core.models.loading import load_model
 from specdec_core.resources import EAGLE3_HEAD
-from specdec_core.runner import load_extra
-from specdec_core.serving_check import (
+from specdec_core.run.prompts import encode_prompt, read_prompt_file
+from specdec_core.run.runner import load_extra
+from specdec_core.serving.serving_check import (
     EngineLaunch,
     EngineOptions,
     ServeCheck,

@@ -26,12 +26,12 @@ from transformers import (
     StaticCache,
 )
 
-from specdec_core import kv_cache
-from specdec_core.config import DecodeConfig
+from specdec_core.decoding import kv_cache
+from specdec_core.decoding.config import DecodeConfig
+from specdec_core.decoding.target import Target
 from specdec_core.errors import SpecdecError
-from specdec_core.models import LoadedModel
-from specdec_core.runner import run
-from specdec_core.target import Target
+from specdec_core.models.loading import LoadedModel
+from specdec_core.run.runner import run
 from tests.eagle_tiny import tiny_head
 from tests.tiny import prompt, tiny_config_fields, tiny_tokenizer
 
@@ -150,7 +150,7 @@ def test_batched_answers_equal_generate_with_transformers_own_cache(target):
     """The data generator's batched answers (left-padded rows, a cache writing into spare
     room) are the ones `generate` gives with the cache transformers builds itself, past the
     window."""
-    from specdec_core.eagle.data import answer_batch
+    from specdec_core.training.datasets import answer_batch
 
     answers = answer_batch(target.model, PROMPTS, 12, pad=0, eos_ids={2})
     width = max(len(p) for p in PROMPTS)

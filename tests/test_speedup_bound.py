@@ -5,9 +5,9 @@ from app.export import CompareResult
 from app.reference import measured, speedup_text
 from app.widgets.chat_view import turn_summary
 from app.widgets.compare_table import HEADERS, CompareTable
-from specdec_core.events import RunSummary
-from specdec_core.run_speedup import StepTime
-from specdec_core.speedup_bound import MeasuredSpeedup
+from specdec_core.decoding.events import RunSummary
+from specdec_core.measurement.run_speedup import StepTime
+from specdec_core.measurement.speedup_bound import MeasuredSpeedup
 
 
 def summary(method: str, new_tokens: int, steps: int, seconds: float, lossy=False) -> RunSummary:
@@ -77,8 +77,8 @@ def test_compare_never_shows_a_speedup_above_tau(qtbot):
 
 
 def test_bench_marks_a_speedup_above_tau_as_disturbed_in_table_and_json():
-    from specdec_core.bench import BenchResult, format_table
-    from specdec_core.sweep_records import Aggregate
+    from specdec_core.measurement.bench import BenchResult, format_table
+    from specdec_core.measurement.sweep_records import Aggregate
 
     result = BenchResult(config={})
     result.methods["ar"] = Aggregate(10.0, 1.0, speedup_vs_ar=1.0)

@@ -8,15 +8,15 @@ import time
 import pytest
 import torch
 
-from specdec_core.bench import run_bench
 from specdec_core.cli import main
-from specdec_core.config import DecodeConfig
-from specdec_core.decode import generate
-from specdec_core.eagle.formats import save_head
-from specdec_core.events import Finished, Step, StepPhases
-from specdec_core.methods import build_drafter
-from specdec_core.step_profile import format_profile, profiles
-from specdec_core.sweep_records import Aggregate
+from specdec_core.decoding.config import DecodeConfig
+from specdec_core.decoding.events import Finished, Step, StepPhases
+from specdec_core.heads.eagle.formats import save_head
+from specdec_core.loop.decode import generate
+from specdec_core.measurement.bench import run_bench
+from specdec_core.measurement.step_profile import format_profile, profiles
+from specdec_core.measurement.sweep_records import Aggregate
+from specdec_core.run.methods import build_drafter
 from tests.eagle_tiny import tiny_head
 from tests.tiny import prompt, tiny_model, tiny_tokenizer
 

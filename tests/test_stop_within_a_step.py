@@ -12,10 +12,10 @@ import time
 
 import pytest
 
-from specdec_core.autotune import tune_on_device
-from specdec_core.config import DecodeConfig
-from specdec_core.measure import MeasurementStopped, run_one
-from specdec_core.sweep import BenchMeasure, Grid, interrupted_point, run_sweep
+from specdec_core.decoding.config import DecodeConfig
+from specdec_core.measurement.measure import MeasurementStopped, run_one
+from specdec_core.tuning.autotune import tune_on_device
+from specdec_core.tuning.sweep import BenchMeasure, Grid, interrupted_point, run_sweep
 from tests.gui_window import make_window_fixture  # noqa: F401 (a fixture)
 from tests.slow_engine import (
     SETTINGS,

@@ -9,17 +9,17 @@ import numpy as np
 import pytest
 import torch
 
-from specdec_core.config import DecodeConfig
-from specdec_core.decode import generate
-from specdec_core.drafters.eagle2_merge import MERGED_SCORE, merge_proposal
-from specdec_core.drafters.eagle2_suffix import Eagle2SuffixDrafter
+from specdec_core.decoding.config import DecodeConfig
+from specdec_core.decoding.events import Finished, Step
+from specdec_core.decoding.proposal import Proposal
+from specdec_core.decoding.target import Target
+from specdec_core.drafters.eagle2.merge import MERGED_SCORE, merge_proposal
+from specdec_core.drafters.eagle2.suffix import Eagle2SuffixDrafter
 from specdec_core.drafters.suffix import History, SuffixDrafter, candidate_tree
-from specdec_core.events import Finished, Step
-from specdec_core.methods import build_drafter, is_chain, is_tree, vocabulary_key
-from specdec_core.runner import run
-from specdec_core.suffix_array import SuffixArray, match_ends, suffix_array
-from specdec_core.target import Target
-from specdec_core.verifiers.proposal import Proposal
+from specdec_core.drafters.suffix_array import SuffixArray, match_ends, suffix_array
+from specdec_core.loop.decode import generate
+from specdec_core.run.methods import build_drafter, is_chain, is_tree, vocabulary_key
+from specdec_core.run.runner import run
 from tests.eagle_tiny import tiny_head
 from tests.stats import chi_square_pvalue
 from tests.test_tree import joint_first_two, sample_first_two
@@ -200,7 +200,7 @@ FAIR_PROMPTS = ["w3 w4 w5 w6", "w3 w4 w5 w6 w7"]  # the second can draft from th
 
 
 def _bench_tau(target, methods, specs=None, **options) -> tuple[float, dict, str]:
-    from specdec_core.bench import format_table, run_bench
+    from specdec_core.measurement.bench import format_table, run_bench
 
     config = DecodeConfig(max_new_tokens=30, k=4)
     result = run_bench(target, methods, FAIR_PROMPTS, config, specs or {}, raw=True, **options)
@@ -210,7 +210,7 @@ def _bench_tau(target, methods, specs=None, **options) -> tuple[float, dict, str
 
 @pytest.fixture
 def saved_head(tiny_target, tmp_path):
-    from specdec_core.eagle.formats import save_head
+    from specdec_core.heads.eagle.formats import save_head
 
     return str(save_head(tiny_head(tiny_target, seed=3), tmp_path / "head", dtype=torch.float32))
 
@@ -237,7 +237,7 @@ def test_a_shared_suffix_history_drafts_from_the_entry_before_and_is_marked(
 
 
 def test_each_sweep_point_drafts_only_from_its_own_runs(tiny_target):
-    from specdec_core.sweep import BenchMeasure
+    from specdec_core.tuning.sweep import BenchMeasure
 
     measure = BenchMeasure(tiny_target, FAIR_PROMPTS, {}, raw=True)
     config = DecodeConfig(max_new_tokens=30, k=4)

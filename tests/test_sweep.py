@@ -9,12 +9,12 @@ from dataclasses import replace
 
 import pytest
 
-from specdec_core.autotune import TuneRow, autotune_k, check_tunable, choose_k
-from specdec_core.config import DecodeConfig
+from specdec_core.decoding.config import DecodeConfig
 from specdec_core.errors import SpecdecError
-from specdec_core.measure import Measurement
-from specdec_core.sweep import BenchMeasure, Grid, apply_point, run_sweep
-from specdec_core.sweep_records import Aggregate
+from specdec_core.measurement.measure import Measurement
+from specdec_core.measurement.sweep_records import Aggregate
+from specdec_core.tuning.autotune import TuneRow, autotune_k, check_tunable, choose_k
+from specdec_core.tuning.sweep import BenchMeasure, Grid, apply_point, run_sweep
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -159,7 +159,7 @@ def test_autotune_ties_go_to_the_smaller_k_a_tree_tunes_its_size_and_k_auto_refu
 
 def test_png_heatmap_curve_and_fidelity_panel(tmp_path):
     pytest.importorskip("matplotlib")
-    from specdec_core.sweep_plot import render_png
+    from specdec_core.tuning.sweep_plot import render_png
 
     grid = Grid({"k": [1, 2], "temperature": [0.0, 1.0], "tree_depth": [2, 3]})
     two_axes = run_sweep("eagle", grid, DecodeConfig(), FakeMeasure({2: 1.3}))
@@ -172,7 +172,7 @@ def test_png_heatmap_curve_and_fidelity_panel(tmp_path):
 
 
 def test_a_real_sweep_on_tiny_models_measures_speedup_and_identity(tiny_target, tiny_draft):
-    from specdec_core.autotune import tune_on_device
+    from specdec_core.tuning.autotune import tune_on_device
 
     tuned = tune_on_device(
         tiny_target,
@@ -197,7 +197,8 @@ def test_a_real_sweep_on_tiny_models_measures_speedup_and_identity(tiny_target, 
 
 def test_cli_sweep_writes_json_and_png_and_resumes(tmp_path, monkeypatch, tiny_target, capsys):
     pytest.importorskip("matplotlib")
-    from specdec_core import cli, models
+    from specdec_core import cli
+    from specdec_core.models import loading as models
 
     monkeypatch.setattr(models, "load_model", lambda *args, **kwargs: tiny_target)
     prompts = tmp_path / "p.jsonl"
@@ -229,7 +230,8 @@ def test_baseline_per_point_measures_ar_before_every_point():
 def test_cli_k_auto_prints_the_table_and_generates_with_the_chosen_k(
     monkeypatch, tiny_target, capsys
 ):
-    from specdec_core import cli, models
+    from specdec_core import cli
+    from specdec_core.models import loading as models
 
     monkeypatch.setattr(models, "load_model", lambda *args, **kwargs: tiny_target)
     argv = ["generate", "--method", "ngram", "--k", "auto", "--prompt", "w3 w4 w3 w4", "--raw"]
@@ -247,7 +249,7 @@ def test_autotune_says_when_no_k_beats_ar():
 
 
 def test_only_a_tree_method_reports_the_tree_it_used():
-    from specdec_core.measure import tree_label
+    from specdec_core.measurement.measure import tree_label
 
     config = {"tree_tokens": 12, "tree_depth": 4, "tree_topk": 3, "tree_sizing": "given"}
     assert tree_label("eagle2", config) == "12/4/3"

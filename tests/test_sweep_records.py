@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from specdec_core.cli.sweep import format_sweep
-from specdec_core.config import DecodeConfig
+from specdec_core.decoding.config import DecodeConfig
 from specdec_core.errors import SpecdecError
-from specdec_core.export import best_of_sweep
-from specdec_core.sweep import Grid, run_sweep
-from specdec_core.sweep_records import Aggregate, MeasuredPoint, SweepResult, read_sweep
+from specdec_core.measurement.sweep_records import Aggregate, MeasuredPoint, SweepResult, read_sweep
+from specdec_core.serving.export import best_of_sweep
+from specdec_core.tuning.sweep import Grid, run_sweep
 from tests.test_sweep import FakeMeasure
 
 PREVIOUS = Path(__file__).parent / "fixtures" / "sweeps" / "eagle-previous-format.json"

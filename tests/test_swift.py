@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specdec_core.config import DecodeConfig
-from specdec_core.decode import generate
+from specdec_core.decoding.config import DecodeConfig
+from specdec_core.decoding.events import Finished, Started, Step
+from specdec_core.decoding.target import Target
 from specdec_core.drafters.swift import SearchState, SwiftDrafter, candidates
 from specdec_core.errors import SpecdecError
-from specdec_core.events import Finished, Started, Step
-from specdec_core.runner import run
-from specdec_core.target import Target
+from specdec_core.loop.decode import generate
+from specdec_core.run.runner import run
 from tests.stats import chi_square_pvalue, sample_first_two_tokens, target_marginals
 from tests.test_layer_skip import assert_same_cache, snapshot, windowed
 from tests.tiny import prompt, tiny_loaded
@@ -179,7 +179,7 @@ def test_swift_samples_follow_the_target_distribution():
 
 @pytest.mark.slow
 def test_swift_on_the_embedded_model_decodes_like_ar(embedded):
-    from specdec_core.prompts import encode_prompt, read_prompt_file
+    from specdec_core.run.prompts import encode_prompt, read_prompt_file
 
     config = DecodeConfig(max_new_tokens=48, k=4)
     layers = embedded.model.config.num_hidden_layers

@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from specdec_core.eagle.data import Sample
-from specdec_core.models import load_model
+from specdec_core.models.loading import load_model
 from specdec_core.training import driver, feature_collection, features
 from specdec_core.training.data_sources import Collected
+from specdec_core.training.datasets import Sample
 from specdec_core.training.driver import train_on_samples
 from specdec_core.training.request import TrainRequest
 from specdec_core.training.time_budget import held_within

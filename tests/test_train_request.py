@@ -3,9 +3,9 @@ that says what to do, before any model loads."""
 
 import pytest
 
-from specdec_core import models
 from specdec_core.cli import main
 from specdec_core.errors import SpecdecError
+from specdec_core.models import loading as models
 from specdec_core.training.request import TrainRequest
 
 REFUSED = [
@@ -74,7 +74,7 @@ def test_specdec_train_refuses_before_loading_the_target(
 def test_bfloat16_features_load_in_float32_on_a_cpu_that_emulates_bfloat16(
     request_type, monkeypatch
 ):
-    from specdec_core import prepacked_linear
+    from specdec_core.models import prepacked_linear
     from specdec_core.training.medusa import MedusaTrainRequest
     from specdec_core.training.mlp_speculator import SpeculatorRequest
 

@@ -10,15 +10,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specdec_core.config import DecodeConfig
-from specdec_core.decode import generate
-from specdec_core.drafters.base import Drafter
-from specdec_core.events import Finished, Step
-from specdec_core.prefix_cache import PrefixCache
-from specdec_core.runner import run
-from specdec_core.sampling import probs
-from specdec_core.target import Target, TargetOutput
-from specdec_core.verifiers.proposal import Proposal
+from specdec_core.decoding.config import DecodeConfig
+from specdec_core.decoding.events import Finished, Step
+from specdec_core.decoding.prefix_cache import PrefixCache
+from specdec_core.decoding.proposal import Proposal
+from specdec_core.decoding.sampling import probs
+from specdec_core.decoding.target import Target, TargetOutput
+from specdec_core.loop.decode import generate
+from specdec_core.loop.drafter import Drafter
+from specdec_core.run.runner import run
 from tests.stats import chi_square_pvalue
 from tests.tiny import VOCAB, prompt, tiny_model
 
@@ -230,7 +230,7 @@ def test_verify_tree_accepts_a_sibling_holding_all_the_remaining_mass():
 def test_the_cache_reaches_the_model_under_the_installed_transformers_name():
     """transformers renamed `past_key_values` to `cache` in 5.x: a wrong name is swallowed by
     **kwargs and the cache silently stays empty."""
-    from specdec_core import kv_cache
+    from specdec_core.decoding import kv_cache
 
     model = tiny_model(seed=1)
     cache = kv_cache.new_cache(model.config)
@@ -241,7 +241,7 @@ def test_the_cache_reaches_the_model_under_the_installed_transformers_name():
 def _sampled_proposal(q: torch.Tensor, draws: int, lookup: int | None, generator) -> Proposal:
     """Children of the root drawn i.i.d. from q (a token drawn twice is one node drawn
     twice), plus a deterministic lookup child with a one-hot q, tried last."""
-    from specdec_core.sampling import sample_many
+    from specdec_core.decoding.sampling import sample_many
 
     tokens: list[int] = []
     order: list[int] = []

@@ -1,11 +1,11 @@
 """What tree sizing keeps between runs belongs to an owner: forward costs are measured once per
 owner and model, acceptance is learned per owner and head, and a fresh owner starts over."""
 
-from specdec_core.config import DecodeConfig
-from specdec_core.drafters.eagle2_sizing import RESIZE_STEPS, TreeSizer
-from specdec_core.forward_costs import HEAD_ROWS, Costs, ForwardCosts
-from specdec_core.runner import run
-from specdec_core.tree_sizing import ALPHA1, AcceptanceEstimates, choose
+from specdec_core.decoding.config import DecodeConfig
+from specdec_core.decoding.forward_costs import HEAD_ROWS, Costs, ForwardCosts
+from specdec_core.drafters.eagle2.sizing import RESIZE_STEPS, TreeSizer
+from specdec_core.drafters.tree_sizing import ALPHA1, AcceptanceEstimates, choose
+from specdec_core.run.runner import run
 from tests.eagle_tiny import tiny_head
 from tests.tiny import prompt
 

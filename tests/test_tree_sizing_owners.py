@@ -7,9 +7,9 @@ import threading
 
 from app.engine import SpecdecEngine
 from app.engine_api import RunRequest
-from specdec_core import runner
-from specdec_core.config import DecodeConfig
-from specdec_core.tree_sizing import ALPHA1
+from specdec_core.decoding.config import DecodeConfig
+from specdec_core.drafters.tree_sizing import ALPHA1
+from specdec_core.run import runner
 from tests.eagle_tiny import tiny_head
 
 CONFIG = DecodeConfig(max_new_tokens=60)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from specdec_core.tree_sizing import (
+from specdec_core.drafters.tree_sizing import (
     MAX_DEPTH,
     MAX_TOKENS,
     MAX_TOPK,

@@ -8,13 +8,13 @@ from dataclasses import replace
 import pytest
 
 from app.engine_api import MethodInfo, Registries, TargetInfo
-from specdec_core.config import DecodeConfig
+from specdec_core.decoding.config import DecodeConfig
 from specdec_core.drafters.layer_skip import PARAMS as LAYER_SKIP_PARAMS
 from specdec_core.drafters.lookahead import PARAMS as LOOKAHEAD_PARAMS
 from specdec_core.drafters.swift import PARAMS as SWIFT_PARAMS
 from specdec_core.errors import SpecdecError
-from specdec_core.sweep_records import Aggregate, Grid, MeasuredPoint
-from specdec_core.tuning import param_candidates, tunable_params, tune_result
+from specdec_core.measurement.sweep_records import Aggregate, Grid, MeasuredPoint
+from specdec_core.tuning.tune import param_candidates, tunable_params, tune_result
 from tests.gui_fake import FakeEngine, FakeMeasure
 from tests.gui_window import make_window_fixture  # noqa: F401  (fixture)
 

@@ -7,13 +7,13 @@ import json
 
 import pytest
 
-from specdec_core.bench import run_bench
 from specdec_core.cli import main
-from specdec_core.config import DecodeConfig
+from specdec_core.decoding.config import DecodeConfig
 from specdec_core.errors import SpecdecError
-from specdec_core.policy_profile import KindSetting, PolicyProfile, load_profile, prompt_feature
-from specdec_core.policy_tuning import Tunable, read_kinds, search, tunable
-from specdec_core.run_distance import RunDistance
+from specdec_core.measurement.bench import run_bench
+from specdec_core.measurement.run_distance import RunDistance
+from specdec_core.run.policy_profile import KindSetting, PolicyProfile, load_profile, prompt_feature
+from specdec_core.tuning.policy_tuning import Tunable, read_kinds, search, tunable
 from tests.tiny import tiny_model, tiny_tokenizer
 
 LOOP = ["w7 w8 w7 w8 w7 w8", "w9 w10 w9 w10 w9"]  # the n-gram drafter drafts a lot here

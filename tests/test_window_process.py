@@ -30,10 +30,9 @@ def wait_until(condition, seconds=30.0):
 """
 
 SWEEP_AND_TUNE = """
-from specdec_core.config import DecodeConfig
-from specdec_core.sweep_records import (
-    Aggregate, Grid, MeasuredPoint, SweepResult, TuneResult, TuneRow
-)
+from specdec_core.decoding.config import DecodeConfig
+from specdec_core.measurement.sweep_records import Aggregate, Grid, MeasuredPoint, SweepResult
+from specdec_core.measurement.sweep_records import TuneResult, TuneRow
 grid = Grid({"k": [1, 2], "temperature": [0.0]})
 point = grid.points()[0]
 record = MeasuredPoint(point, DecodeConfig(), Aggregate(30.0, 2.0, speedup_vs_ar=1.5))

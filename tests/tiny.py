@@ -17,8 +17,8 @@ from tokenizers.models import WordLevel
 from tokenizers.pre_tokenizers import WhitespaceSplit
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from specdec_core.models import LoadedModel
-from specdec_core.runner import RunSummary, run
+from specdec_core.models.loading import LoadedModel
+from specdec_core.run.runner import RunSummary, run
 
 VOCAB = 32
 SPECIAL = ["<unk>", "<s>", "</s>"]  # ids 0, 1, 2; </s> is EOS

@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (
 
 from app.reference import RunSpeedup
 from app.widgets.drafter_status import DrafterStatusLabel, StatusTokenView
-from specdec_core.events import RunSummary, Step
+from specdec_core.decoding.events import RunSummary, Step
 
 USER_STYLE = "background:#eef2f7; border-radius:6px; padding:6px;"
 

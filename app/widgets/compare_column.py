@@ -6,7 +6,7 @@ from __future__ import annotations
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 from app.widgets.drafter_status import DrafterStatusLabel, StatusTokenView
-from specdec_core.events import RunSummary
+from specdec_core.decoding.events import RunSummary
 
 
 class CompareColumn(QWidget):

@@ -10,7 +10,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QScrollArea, QWidget
 
 from app.widgets.compare_column import CompareColumn
-from specdec_core.events import Step
+from specdec_core.decoding.events import Step
 
 
 class CompareColumns(QScrollArea):

@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.export import CompareResult, result_rows
-from specdec_core.speedup_bound import MeasuredSpeedup
+from specdec_core.measurement.speedup_bound import MeasuredSpeedup
 
 HEADERS = (
     "Method",

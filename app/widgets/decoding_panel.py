@@ -7,7 +7,7 @@ visible LOSSY badge. Tree settings appear for tree methods (EAGLE-2); 0 means "a
 While a lossy policy is chosen the panel shows the runs so far as τ against their distance from
 the target's distribution (`PolicyPlot`), fed with each finished run (`add_run`).
 
-A policy profile (`specdec tune-policy`, specdec_core/policy_profile.py) may decide the policy
+A policy profile (`specdec tune-policy`, specdec_core/run/policy_profile.py) may decide the policy
 instead: chosen with "Policy profile…", read and checked here when chosen or restored (the
 reader is JSON only; a missing or malformed file, or a policy the engine does not offer, is
 one line and no profile), then passed to each run by its path (`RunRequest.policy_profile`).
@@ -38,11 +38,11 @@ from superqt import QLabeledDoubleSlider, QLabeledSlider
 
 from app.engine_api import POLICY_KIND, Registries
 from app.widgets.policy_plot import PolicyPlot
-from specdec_core.config import DecodeConfig
+from specdec_core.decoding.config import DecodeConfig
+from specdec_core.decoding.events import RunSummary
 from specdec_core.errors import SpecdecError
-from specdec_core.events import RunSummary
-from specdec_core.policy_profile import PolicyProfile, load_profile
-from specdec_core.run_distance import RunDistance
+from specdec_core.measurement.run_distance import RunDistance
+from specdec_core.run.policy_profile import PolicyProfile, load_profile
 
 MAX_NEW_TOKENS = 4096
 NEEDS = {

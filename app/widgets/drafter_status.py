@@ -11,7 +11,7 @@ from __future__ import annotations
 from PySide6.QtWidgets import QLabel, QWidget
 
 from app.widgets.token_view import TokenView
-from specdec_core.events import DrafterStatus, SearchState, SkippedLayers, Step
+from specdec_core.decoding.events import DrafterStatus, SearchState, SkippedLayers, Step
 
 SEARCH_STATES = {
     SearchState.WAITING: "waiting for context",

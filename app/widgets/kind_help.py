@@ -5,7 +5,7 @@ from __future__ import annotations
 from PySide6.QtWidgets import QFormLayout, QGroupBox, QLabel, QWidget
 
 from app.palette import KIND_COLORS, KIND_HELP, KIND_LABELS, TEXT_COLOR
-from specdec_core.events import TokenKind
+from specdec_core.decoding.events import TokenKind
 
 
 def chip_style(kind: TokenKind) -> str:

@@ -6,7 +6,7 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QWidget
 
 from app.palette import KIND_HELP, KIND_LABELS
 from app.widgets.kind_help import chip_style
-from specdec_core.events import TokenKind
+from specdec_core.decoding.events import TokenKind
 
 
 class Legend(QWidget):

@@ -7,7 +7,7 @@ Compare runs several methods at once, each with its own. `specs()` maps what a m
 ("draft", "head", "medusa", "speculator", "mtp") to the chosen spec; an empty one is the
 engine's `embedded` (the bundled one; for MTP, the target's own layers).
 
-The pickers list the models on this machine (specdec_core.local_models: the Hugging Face cache
+The pickers list the models on this machine (specdec_core.run.local_models: the Hugging Face cache
 and the folders added with Browse ▸ Add a folder…), refreshed each time a list opens (a scan
 takes milliseconds and imports no torch). Once a target has loaded, heads and drafts that fit
 it come first and the rest are greyed with the reason; a target with published EAGLE heads
@@ -34,9 +34,9 @@ from PySide6.QtWidgets import (
 
 from app.engine_api import LoadSettings, TargetInfo
 from app.widgets.spec_picker import LocalEntry, SpecPicker
-from specdec_core.local_models import LocalModel, list_local, ranked, suggested_heads
-from specdec_core.mtp.layouts import stated_count
+from specdec_core.heads.mtp.layouts import stated_count
 from specdec_core.resources import EAGLE3_HEAD, HEAD, bundled_heads
+from specdec_core.run.local_models import LocalModel, list_local, ranked, suggested_heads
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DTYPES = ("auto", "float32", "float16", "bfloat16")

@@ -8,7 +8,7 @@ from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QVBoxLayout, QWidg
 
 from app.widgets.drafter_status import DrafterStatusLabel, StatusTokenView
 from app.widgets.legend import Legend
-from specdec_core.events import RunSummary, Step
+from specdec_core.decoding.events import RunSummary, Step
 
 STOP_REASONS = {
     "eos": "end of text",

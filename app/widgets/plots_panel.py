@@ -25,7 +25,7 @@ from app.widgets.acceptance_plot import AcceptancePlot
 from app.widgets.position_plot import PositionPlot
 from app.widgets.speed_plot import SpeedPlot
 from app.widgets.tree_plot import TreePlot
-from specdec_core.events import Step
+from specdec_core.decoding.events import Step
 
 REDRAW_MS = 1000  # the shortest interval between redraws during a run
 PAINT_SHARE = 0.05  # of one core, at most, for redrawing the plots

@@ -1,8 +1,9 @@
 """τ against distance, one point per run: what a lossy policy buys and what it costs.
 
 Each finished run is a point: its τ (new tokens per target forward) against its distance from
-the target's distribution (total variation per token, `specdec_core.run_distance`). A lossless
-run sits at distance 0 by construction (grey); a lossy run (red) needs its measured distance,
+the target's distribution (total variation per token,
+`specdec_core.measurement.run_distance`). A lossless run sits at distance 0 by construction
+(grey); a lossy run (red) needs its measured distance,
 and one that arrives without it is counted under the plot instead of drawn.
 """
 
@@ -14,8 +15,8 @@ import pyqtgraph as pg
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 from app.widgets.plot_style import style_plot
-from specdec_core.events import RunSummary
-from specdec_core.run_distance import RunDistance
+from specdec_core.decoding.events import RunSummary
+from specdec_core.measurement.run_distance import RunDistance
 
 LOSSLESS_COLOR = "#8d99ae"
 LOSSY_COLOR = "#c1121f"

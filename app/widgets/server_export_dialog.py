@@ -5,11 +5,11 @@ One box per engine: the command (or why this setting cannot be served; as tall a
 wrapped lines, up to `COMMAND_LINES`, then it scrolls), its notes (a scrolling area that takes
 all the height the rest leaves: however many there are, none is cut off), Copy (to the
 clipboard) and Save as shell script… (an executable `#!/usr/bin/env bash` file,
-`specdec_core.serve.write_script`). The commands are built by the caller
+`specdec_core.serving.serve.write_script`). The commands are built by the caller
 (`app/server_controller.py`); the dialog shows only commands that serve what is selected:
 
 - an EAGLE-1 head vLLM cannot load as it stands (a non-zero fc bias, a reduced draft
-  vocabulary: the rules of `specdec_core.head_export`, checked here from the safetensors
+  vocabulary: the rules of `specdec_core.serving.head_export`, checked here from the safetensors
   files without torch, `vllm_refusal`) gets, in vLLM's box, the one line saying so and what
   to do, as soon as the dialog opens; choosing vLLM for Write head says it again, and the
   head engine starts on one that takes the head;
@@ -27,7 +27,7 @@ both sides) then shows under the box; what went wrong is one line there.
 Below, for a method that drafts with an EAGLE head: the engine (vLLM / SGLang), a folder and
 Write head. Writing the head reads and rewrites its weights, which needs torch, and the
 window's process never imports torch: the caller passes a `HeadWriter` that starts the writing
-in the engine process (`specdec_core.head_export.export_head`, then `serve_command` on the
+in the engine process (`specdec_core.serving.head_export.export_head`, then `serve_command` on the
 folder), off the GUI thread, and hands back the command serving the folder, or one line
 saying why nothing was written. That command replaces the engine's box, so Copy and Save as
 shell script… give it. What cannot be written (a head the engine cannot carry, a folder that
@@ -67,12 +67,12 @@ from PySide6.QtWidgets import (
 )
 from safetensors import SafetensorError, safe_open
 
-from specdec_core.config import DecodeConfig
+from specdec_core.decoding.config import DecodeConfig
 from specdec_core.errors import SpecdecError
-from specdec_core.export import head_format
 from specdec_core.resources import bundled_head, names_bundled_head
-from specdec_core.serve import ServeCommand, write_script
-from specdec_core.serving_check import ServeCheck
+from specdec_core.serving.export import head_format
+from specdec_core.serving.serve import ServeCommand, write_script
+from specdec_core.serving.serving_check import ServeCheck
 
 ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
 HEAD_HELP = (
@@ -554,7 +554,7 @@ def head_folder(spec: str) -> Path | None:
 def vllm_refusal(folder: Path) -> str:
     """Why vLLM cannot load the EAGLE-1 head in `folder` as it stands, '' when it can (or the
     folder is not a head read here; writing it says why). The rule of
-    `specdec_core.head_export` (its vLLM EAGLE-1 export): vLLM's EAGLE-1 loader has an fc
+    `specdec_core.serving.head_export` (its vLLM EAGLE-1 export): vLLM's EAGLE-1 loader has an fc
     without bias and drafts over the target's full vocabulary, so a non-zero fc bias or a
     reduced draft vocabulary (d2t) cannot be carried; read from the safetensors files (their
     headers, and the bias's bytes), without torch."""

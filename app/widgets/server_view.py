@@ -30,8 +30,8 @@ from app.widgets.server_plots import (
     ServerSpeedPlot,
     TauTimePlot,
 )
-from specdec_core.events import RunSummary
-from specdec_core.server_metrics import Interval
+from specdec_core.decoding.events import RunSummary
+from specdec_core.serving.server_metrics import Interval
 
 
 class ServerView(QWidget):

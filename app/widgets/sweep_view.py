@@ -38,9 +38,9 @@ from PySide6.QtWidgets import (
 )
 
 from specdec_core.errors import SpecdecError
-from specdec_core.sweep_records import METHOD_PREFIX, MeasuredPoint, TuneResult
+from specdec_core.measurement.sweep_records import METHOD_PREFIX, MeasuredPoint, TuneResult
 
-PARAM_PREFIX = "policy_params."  # as specdec_core.sweep.PARAM_PREFIX (no torch import here)
+PARAM_PREFIX = "policy_params."  # as specdec_core.tuning.sweep.PARAM_PREFIX (no torch import here)
 PENDING = QBrush(QColor("#a0a0a0"), Qt.BrushStyle.BDiagPattern)  # hatched: not measured yet
 SLOWEST, FASTEST = 0.5, 3.0  # speedups that get the full colour of their side of the scale
 NEUTRAL_BAND = 0.005  # within it of 1.0 a cell reads 1.00×: no gain either way

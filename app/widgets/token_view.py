@@ -9,7 +9,7 @@ from PySide6.QtGui import QColor, QFont, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QTextEdit, QToolTip, QWidget
 
 from app.palette import KIND_COLORS, TEXT_COLOR, token_tooltip
-from specdec_core.events import Step, Token, TokenKind
+from specdec_core.decoding.events import Step, Token, TokenKind
 
 
 def token_format(token: Token) -> QTextCharFormat:

@@ -17,7 +17,7 @@ from PySide6.QtGui import QFontMetrics
 
 from app.plot_data import node_depths
 from app.widgets.timed_plot import TimedPlot
-from specdec_core.events import DraftTree
+from specdec_core.decoding.events import DraftTree
 
 ACCEPTED = "#009E73"
 OTHER = "#9a9a9a"

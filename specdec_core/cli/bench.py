@@ -23,7 +23,7 @@ from specdec_core.errors import SpecdecError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from specdec_core.method_kinds import HF_METHODS, METHOD_NAMES
+    from specdec_core.run.method_kinds import HF_METHODS, METHOD_NAMES
 
     parser = sub.add_parser("bench", help="compare methods on a prompt file in one run")
     parser.add_argument(
@@ -82,14 +82,19 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specdec_core.bench import format_table, run_bench, stderr_progress, write_outputs
-    from specdec_core.bench_entries import entry_method, parse_entry
     from specdec_core.environment import command_line, current_environment
-    from specdec_core.method_kinds import HF_METHODS
-    from specdec_core.methods import METHODS, check_method_params
-    from specdec_core.models import load_model
-    from specdec_core.prompts import read_conversations, read_prompt_file
-    from specdec_core.step_profile import format_profile
+    from specdec_core.measurement.bench import (
+        format_table,
+        run_bench,
+        stderr_progress,
+        write_outputs,
+    )
+    from specdec_core.measurement.bench_entries import entry_method, parse_entry
+    from specdec_core.measurement.step_profile import format_profile
+    from specdec_core.models.loading import load_model
+    from specdec_core.run.method_kinds import HF_METHODS
+    from specdec_core.run.methods import METHODS, check_method_params
+    from specdec_core.run.prompts import read_conversations, read_prompt_file
 
     config = decode_config(args)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -112,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
     config = resolve_auto_k(args, config, target, methods)
     hook = None
     if adapting is not None:
-        from specdec_core.adaptation import BetweenPrompts
+        from specdec_core.training.adaptation import BetweenPrompts
 
         hook = BetweenPrompts(target, args.adapt_seconds, adapting, args.head)
     exact = None

@@ -1,8 +1,9 @@
 """`specdec export`: the vLLM `--speculative-config` JSON or the SGLang flags for a setting;
-with `--serve`, the whole server command line (`specdec_core.serve`); with `--head-out DIR`,
+with `--serve`, the whole server command line (`specdec_core.serving.serve`); with `--head-out DIR`,
 what the method drafts with (an EAGLE head, Medusa heads, an MLP speculator) written as the
-engine loads it (`specdec_core.head_export`), which the command then names. A method an engine
-cannot serve (lookahead, layer skipping, Medusa for SGLang, ...) is one line saying why."""
+engine loads it (`specdec_core.serving.head_export`), which the command then names. A
+method an engine cannot serve (lookahead, layer skipping, Medusa for SGLang, ...) is one line
+saying why."""
 
 from __future__ import annotations
 
@@ -22,11 +23,11 @@ from specdec_core.cli.options import (
 from specdec_core.errors import SpecdecError
 
 if TYPE_CHECKING:
-    from specdec_core.head_export import HeadExport
+    from specdec_core.serving.head_export import HeadExport
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from specdec_core.export import ENGINES, SERVING
+    from specdec_core.serving.export import ENGINES, SERVING
 
     parser = sub.add_parser(
         "export",
@@ -73,7 +74,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specdec_core.export import SERVING, best_of_sweep, export
+    from specdec_core.serving.export import SERVING, best_of_sweep, export
 
     if args.from_sweep:
         best = best_of_sweep(args.from_sweep, args.at_temperature)
@@ -110,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
 def _serve(
     args: argparse.Namespace, setting: tuple, note: str | None, head: HeadExport | None
 ) -> int:
-    from specdec_core.serve import serve_command
+    from specdec_core.serving.serve import serve_command
 
     command = serve_command(
         args.engine, *setting, dtype=args.dtype, tensor_parallel_size=args.tensor_parallel_size
@@ -127,7 +128,7 @@ def _serve(
 
 
 def _export_head(args: argparse.Namespace, setting: tuple) -> HeadExport:
-    from specdec_core.head_export import export_for_method
+    from specdec_core.serving.head_export import export_for_method
 
     method, config, _, model = setting
     return export_for_method(args.engine, method, model or "embedded", args.head_out, config)

@@ -18,12 +18,12 @@ from specdec_core.cli.options import (
     policy_profile,
     resolve_auto_k,
 )
+from specdec_core.decoding.events import RunSummary
 from specdec_core.errors import SpecdecError
-from specdec_core.events import RunSummary
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from specdec_core.method_kinds import METHOD_NAMES
+    from specdec_core.run.method_kinds import METHOD_NAMES
 
     parser = sub.add_parser("generate", help="generate once and report timing and acceptance")
     parser.add_argument("--method", default="ar", choices=list(METHOD_NAMES))
@@ -38,11 +38,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specdec_core.methods import check_method_params
-    from specdec_core.policy_profile import POLICY_KIND
-    from specdec_core.prompts import check_prompt_text, encode_prompt, read_prompt_file
-    from specdec_core.runner import load_extra
-    from specdec_core.runner import run as run_method
+    from specdec_core.run.methods import check_method_params
+    from specdec_core.run.policy_profile import POLICY_KIND
+    from specdec_core.run.prompts import check_prompt_text, encode_prompt, read_prompt_file
+    from specdec_core.run.runner import load_extra
+    from specdec_core.run.runner import run as run_method
 
     config = decode_config(args)
     check_method_params([args.method], config.method_params)
@@ -98,7 +98,7 @@ def _picked(kind: str, summary: RunSummary) -> str:
 
 def _adapt(args, target, head, settings, prompt_ids, summary) -> None:
     """`--adapt`: the head learns from this run (and is saved with --save-adapted)."""
-    from specdec_core.adaptation import Adapter
+    from specdec_core.training.adaptation import Adapter
 
     adapter = Adapter(head, target, settings, source=args.head)
     adapter.add_run(prompt_ids, summary.token_ids, summary.mean_accept_length)

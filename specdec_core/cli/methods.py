@@ -14,7 +14,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def listing() -> str:
     """The methods grouped by family, one line each, then its parameters with defaults."""
-    from specdec_core.methods import FAMILIES, METHODS
+    from specdec_core.run.methods import FAMILIES, METHODS
 
     lines: list[str] = []
     for family in FAMILIES:

@@ -25,13 +25,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from specdec_core.config import MAX_K, DecodeConfig, parse_params
+from specdec_core.decoding.config import MAX_K, DecodeConfig, parse_params
 from specdec_core.errors import SpecdecError
 
 if TYPE_CHECKING:
-    from specdec_core.models import LoadedModel, LoadOptions
-    from specdec_core.policy_profile import PolicyProfile
-    from specdec_core.sweep import SweepProgress
+    from specdec_core.models.loading import LoadedModel, LoadOptions
+    from specdec_core.run.policy_profile import PolicyProfile
+    from specdec_core.tuning.sweep import SweepProgress
 
 AUTO = "auto"
 
@@ -142,8 +142,8 @@ def load_options(args: argparse.Namespace, prompts: Sequence[str] = ()) -> LoadO
     """The placement flags as a checked `LoadOptions` (before any model loads). The memory
     check reserves KV cache for the longest of `prompts` (at most a token per character) and
     --max-new-tokens. Downloads draw tqdm bars on stderr."""
-    from specdec_core.memory import parse_max_memory
-    from specdec_core.models import LoadOptions
+    from specdec_core.models.loading import LoadOptions
+    from specdec_core.models.memory import parse_max_memory
 
     if args.max_memory and args.device_map is None:
         raise SpecdecError("--max-memory needs --device-map (e.g. --device-map auto)")
@@ -229,7 +229,7 @@ def policy_profile(args: argparse.Namespace, config: DecodeConfig) -> PolicyProf
     so --policy / --policy-param are refused beside it."""
     if args.policy_profile is None:
         return None
-    from specdec_core.policy_profile import load_profile
+    from specdec_core.run.policy_profile import load_profile
 
     if config.policy != "lossless" or config.policy_params:
         raise SpecdecError("--policy-profile chooses the policy per prompt; drop --policy")
@@ -260,8 +260,8 @@ def add_adapt_options(parser: argparse.ArgumentParser) -> None:
 
 def adapt_settings(args: argparse.Namespace, methods: list[str]):
     """The `--adapt` settings, checked before a model loads (None without --adapt)."""
-    from specdec_core.adaptation import AdaptSettings
-    from specdec_core.methods import get_method
+    from specdec_core.run.methods import get_method
+    from specdec_core.training.adaptation import AdaptSettings
 
     if not args.adapt:
         if args.save_adapted:
@@ -281,7 +281,7 @@ def adapt_settings(args: argparse.Namespace, methods: list[str]):
 
 
 def k_value(text: str) -> int | str:
-    """`--k`: a draft length, or 'auto' (a short sweep picks it; `specdec_core.autotune`)."""
+    """`--k`: a draft length, or 'auto' (a short sweep picks it; `specdec_core.tuning.autotune`)."""
     try:
         return int_or_auto(text, "--k")
     except SpecdecError as error:
@@ -403,9 +403,9 @@ def resolve_auto_k(
     k; otherwise return `config` unchanged."""
     if args.k != AUTO:
         return config
-    from specdec_core.autotune import tune_on_device
-    from specdec_core.bench_entries import entry_method
-    from specdec_core.methods import is_chain
+    from specdec_core.measurement.bench_entries import entry_method
+    from specdec_core.run.methods import is_chain
+    from specdec_core.tuning.autotune import tune_on_device
 
     chain = [m for m in dict.fromkeys(map(entry_method, methods)) if is_chain(m)]
     if not chain:
@@ -454,7 +454,7 @@ def load_target(
 ) -> LoadedModel:
     """The target of --target, --device and --dtype, placed as `load_options` says (its memory
     check sized for `prompts`), its loading progress on stderr unless `quiet`."""
-    from specdec_core.models import load_model
+    from specdec_core.models.loading import load_model
 
     options = load_options(args, prompts)
     return load_model(args.target, args.device, args.dtype, load_progress(quiet), options=options)

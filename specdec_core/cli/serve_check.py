@@ -2,7 +2,7 @@
 `./playground serving-env` makes) and check it against the playground on a few prompts: each
 answer identical to the playground's `ar` or where it first differs, τ and acceptance by
 position from the engine's /metrics beside the playground's, and both speeds. The check and
-its numbers: `specdec_core.serving_check`.
+its numbers: `specdec_core.serving.serving_check`.
 
 The table goes to stdout (`--json-out FILE` also writes `ServeCheck.to_record()`), progress to
 stderr. Exit code 0 when every answer is identical to the playground's, 1 when one differs, 2
@@ -31,7 +31,7 @@ from specdec_core.errors import SpecdecError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from specdec_core.serving_check import served_methods
+    from specdec_core.serving.serving_check import served_methods
 
     parser = sub.add_parser(
         "serve-check",
@@ -81,8 +81,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specdec_core.prompts import encode_prompt, read_prompt_file
-    from specdec_core.serving_check import (
+    from specdec_core.run.prompts import encode_prompt, read_prompt_file
+    from specdec_core.serving.serving_check import (
         EngineOptions,
         check_setting,
         serve_argv,
@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
         request_timeout=args.request_timeout,
         extra_args=extra_args,
     )
-    from specdec_core.runner import load_extra
+    from specdec_core.run.runner import load_extra
 
     target = load_target(args, texts)
     prompts = [encode_prompt(target.tokenizer, text, args.raw) for text in texts]

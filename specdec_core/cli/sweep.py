@@ -17,11 +17,11 @@ from specdec_core.cli.options import (
     sweep_axes,
 )
 from specdec_core.errors import SpecdecError
-from specdec_core.sweep_records import BASELINES, SweepResult, read_sweep
+from specdec_core.measurement.sweep_records import BASELINES, SweepResult, read_sweep
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from specdec_core.method_kinds import METHOD_NAMES
+    from specdec_core.run.method_kinds import METHOD_NAMES
 
     parser = sub.add_parser(
         "sweep", help="speedup and tau of one method over a grid of settings (JSON, PNG)"
@@ -61,10 +61,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from specdec_core.cli.options import check_policy
     from specdec_core.environment import command_line, current_environment
-    from specdec_core.methods import check_method_params
-    from specdec_core.models import load_model
-    from specdec_core.prompts import read_prompt_file
-    from specdec_core.sweep import BenchMeasure, Grid, apply_point, run_sweep
+    from specdec_core.models.loading import load_model
+    from specdec_core.run.methods import check_method_params
+    from specdec_core.run.prompts import read_prompt_file
+    from specdec_core.tuning.sweep import BenchMeasure, Grid, apply_point, run_sweep
 
     axes = sweep_axes(args)
     if not axes:
@@ -150,7 +150,7 @@ def _number(value: float | None, width: int) -> str:
 def _png(png_out: str | None, json_out: Path | None, result: SweepResult | None = None) -> None:
     if not png_out:
         return
-    from specdec_core.sweep_plot import render_png
+    from specdec_core.tuning.sweep_plot import render_png
 
     if result is None:
         if json_out is None or not json_out.is_file():

@@ -1,6 +1,6 @@
 """`specdec tune-policy`: per kind of request, the loosest parameter of a lossy policy whose
 distance from the target's distribution stays under a bound; writes a policy profile
-(`specdec_core.policy_profile`) that `bench --policy-profile` uses."""
+(`specdec_core.run.policy_profile`) that `bench --policy-profile` uses."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from specdec_core.cli.options import (
 from specdec_core.errors import SpecdecError
 
 if TYPE_CHECKING:
-    from specdec_core.policy_profile import PolicyProfile
+    from specdec_core.run.policy_profile import PolicyProfile
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -66,10 +66,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specdec_core.bench import stderr_progress
-    from specdec_core.methods import METHODS, check_method_params
-    from specdec_core.policy_tuning import read_kinds, tunable, tune
-    from specdec_core.runner import load_extra
+    from specdec_core.measurement.bench import stderr_progress
+    from specdec_core.run.methods import METHODS, check_method_params
+    from specdec_core.run.runner import load_extra
+    from specdec_core.tuning.policy_tuning import read_kinds, tunable, tune
 
     config = decode_config(args)
     if args.method not in METHODS:

@@ -55,10 +55,10 @@ def run(args: argparse.Namespace) -> int:
 
     import torch
 
-    from specdec_core.eagle.formats import check_head_spec
-    from specdec_core.models import cache_root, load_model
+    from specdec_core.heads.eagle.formats import check_head_spec
+    from specdec_core.models.loading import cache_root, load_model
     from specdec_core.resources import names_bundled_head
-    from specdec_core.runner import load_head
+    from specdec_core.run.runner import load_head
     from specdec_core.training.validation import head_by_kind
 
     if args.per_kind < 1:

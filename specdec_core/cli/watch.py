@@ -3,7 +3,7 @@
 One line (or, with `--json`, one JSON object: `Interval.to_record()`) per measured interval on
 stdout; baselines, restarts and an unreachable server are one line each on stderr, and
 polling goes on. `--count N` stops after N measured intervals. The numbers and their
-definitions: `specdec_core.server_metrics`.
+definitions: `specdec_core.serving.server_metrics`.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specdec_core.server_metrics import MEASURED, MetricsPoller, watch
+    from specdec_core.serving.server_metrics import MEASURED, MetricsPoller, watch
 
     if args.interval <= 0:
         raise SpecdecError(f"--interval must be > 0 seconds (got {args.interval})")

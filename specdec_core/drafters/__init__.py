@@ -1,1 +1,1 @@
-"""Drafters, one module per algorithm; chosen by name from `specdec_core.methods`."""
+"""Drafters, one module per algorithm; chosen by name from `specdec_core.run.methods`."""

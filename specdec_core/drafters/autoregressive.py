@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from specdec_core.config import DecodeConfig
-from specdec_core.drafters.base import Drafter
-from specdec_core.target import TargetOutput
-from specdec_core.verifiers.proposal import EMPTY, Proposal
+from specdec_core.decoding.config import DecodeConfig
+from specdec_core.decoding.proposal import EMPTY, Proposal
+from specdec_core.decoding.target import TargetOutput
+from specdec_core.loop.drafter import Drafter
 
 
 class AutoregressiveDrafter(Drafter):

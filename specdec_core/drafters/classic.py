@@ -11,12 +11,12 @@ from __future__ import annotations
 import torch
 from transformers import PreTrainedModel
 
-from specdec_core import kv_cache
-from specdec_core.config import DecodeConfig
-from specdec_core.drafters.base import Drafter
-from specdec_core.sampling import probs, sample
-from specdec_core.target import TargetOutput
-from specdec_core.verifiers.proposal import Proposal
+from specdec_core.decoding import kv_cache
+from specdec_core.decoding.config import DecodeConfig
+from specdec_core.decoding.proposal import Proposal
+from specdec_core.decoding.sampling import probs, sample
+from specdec_core.decoding.target import TargetOutput
+from specdec_core.loop.drafter import Drafter
 
 
 class ClassicDrafter(Drafter):

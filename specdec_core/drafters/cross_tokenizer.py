@@ -40,18 +40,18 @@ import enum
 import torch
 from transformers import PreTrainedModel
 
-from specdec_core import kv_cache
-from specdec_core.config import DecodeConfig, is_greedy
-from specdec_core.detokenize import IncrementalDetokenizer
-from specdec_core.drafters.base import Drafter
+from specdec_core.decoding import kv_cache
+from specdec_core.decoding.config import DecodeConfig, is_greedy
+from specdec_core.decoding.detokenize import IncrementalDetokenizer
+from specdec_core.decoding.proposal import Proposal
+from specdec_core.decoding.sampling import probs, sample
+from specdec_core.decoding.step_clock import now
+from specdec_core.decoding.target import TargetOutput
 from specdec_core.drafters.classic import ClassicDrafter, tokenizers_match
+from specdec_core.drafters.vocabulary_map import VocabularyMap, vocabulary_map
 from specdec_core.errors import SpecdecError
-from specdec_core.models import LoadedModel
-from specdec_core.sampling import probs, sample
-from specdec_core.step_clock import now
-from specdec_core.target import TargetOutput
-from specdec_core.verifiers.proposal import Proposal
-from specdec_core.vocabulary_map import VocabularyMap, vocabulary_map
+from specdec_core.loop.drafter import Drafter
+from specdec_core.models.loading import LoadedModel
 
 LOOKBEHIND = 4  # ids before new text that are decoded and re-encoded with it
 LIVE = 16  # generated draft tokens re-written every step (twice as many before older ones stay)

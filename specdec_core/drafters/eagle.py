@@ -15,15 +15,15 @@ from __future__ import annotations
 
 import torch
 
-from specdec_core import kv_cache
-from specdec_core.config import DecodeConfig
-from specdec_core.drafters.base import Drafter
-from specdec_core.eagle.head import EagleHead, fused_layers
+from specdec_core.decoding import kv_cache
+from specdec_core.decoding.config import DecodeConfig
+from specdec_core.decoding.proposal import EMPTY, Proposal
+from specdec_core.decoding.sampling import probs, sample
+from specdec_core.decoding.step_clock import Laps
+from specdec_core.decoding.target import TargetOutput
 from specdec_core.errors import SpecdecError
-from specdec_core.sampling import probs, sample
-from specdec_core.step_clock import Laps
-from specdec_core.target import TargetOutput
-from specdec_core.verifiers.proposal import EMPTY, Proposal
+from specdec_core.heads.eagle.head import EagleHead, fused_layers
+from specdec_core.loop.drafter import Drafter
 
 
 def feature_layers(head: EagleHead, target_layers: int) -> tuple[int, ...]:

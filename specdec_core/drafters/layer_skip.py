@@ -45,15 +45,15 @@ from typing import Any
 
 import torch
 
-from specdec_core.config import DecodeConfig
-from specdec_core.drafters.base import Drafter
+from specdec_core.decoding.config import DecodeConfig
+from specdec_core.decoding.events import DrafterStatus, SkippedLayers
+from specdec_core.decoding.proposal import EMPTY, Proposal
+from specdec_core.decoding.sampling import probs, sample
+from specdec_core.decoding.target import Target, TargetOutput
+from specdec_core.drafters.layer_subset import SkipSet, check, forward_subset, restore
 from specdec_core.errors import SpecdecError
-from specdec_core.events import DrafterStatus, SkippedLayers
-from specdec_core.layer_subset import SkipSet, check, forward_subset, restore
-from specdec_core.models import LoadedModel
-from specdec_core.sampling import probs, sample
-from specdec_core.target import Target, TargetOutput
-from specdec_core.verifiers.proposal import EMPTY, Proposal
+from specdec_core.loop.drafter import Drafter
+from specdec_core.models.loading import LoadedModel
 
 CONFIDENCE = 0.8  # default stop threshold on the draft's top probability (SWIFT's; 0: never)
 # method parameters (`--method-param NAME=VALUE`) and their defaults; exit_layer 0 keeps the

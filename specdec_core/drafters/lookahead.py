@@ -57,16 +57,16 @@ from typing import Any
 
 import torch
 
-from specdec_core.config import DecodeConfig
-from specdec_core.drafters.base import Drafter
+from specdec_core.decoding.config import DecodeConfig
+from specdec_core.decoding.events import DrafterStatus, PoolStatus
+from specdec_core.decoding.forward_costs import ForwardCosts
+from specdec_core.decoding.proposal import Proposal
+from specdec_core.decoding.target import TargetOutput
 from specdec_core.drafters.suffix import History
+from specdec_core.drafters.tree_sizing import AcceptanceEstimates
 from specdec_core.errors import SpecdecError
-from specdec_core.events import DrafterStatus, PoolStatus
-from specdec_core.forward_costs import ForwardCosts
-from specdec_core.models import LoadedModel
-from specdec_core.target import TargetOutput
-from specdec_core.tree_sizing import AcceptanceEstimates
-from specdec_core.verifiers.proposal import Proposal
+from specdec_core.loop.drafter import Drafter
+from specdec_core.models.loading import LoadedModel
 
 # the paper's settings for a 7B model on an A100 are W 15, N 5, G 15 (~120 rows a step);
 # on a CPU a forward costs about in proportion to its rows, so the defaults are far smaller

@@ -35,15 +35,15 @@ from dataclasses import dataclass, field
 
 import torch
 
-from specdec_core.config import DecodeConfig
-from specdec_core.drafters.base import Drafter
-from specdec_core.forward_costs import Costs, ForwardCosts
-from specdec_core.medusa.head import MedusaHeads
-from specdec_core.models import LoadedModel
-from specdec_core.step_clock import Laps
-from specdec_core.target import TargetOutput
-from specdec_core.tree_sizing import AcceptanceEstimates
-from specdec_core.verifiers.proposal import EMPTY, Proposal
+from specdec_core.decoding.config import DecodeConfig
+from specdec_core.decoding.forward_costs import Costs, ForwardCosts
+from specdec_core.decoding.proposal import EMPTY, Proposal
+from specdec_core.decoding.step_clock import Laps
+from specdec_core.decoding.target import TargetOutput
+from specdec_core.drafters.tree_sizing import AcceptanceEstimates
+from specdec_core.heads.medusa.head import MedusaHeads
+from specdec_core.loop.drafter import Drafter
+from specdec_core.models.loading import LoadedModel
 
 TOPK = 10  # candidates per head (FasterDecoding's TOPK)
 RESIZE_STEPS = 16  # verified steps between refits of the acceptance estimates (auto size)

@@ -19,13 +19,13 @@ from typing import Any
 
 import torch
 
-from specdec_core.config import DecodeConfig
-from specdec_core.drafters.base import Drafter
-from specdec_core.mlp_speculator.head import MLPSpeculator
-from specdec_core.models import LoadedModel
-from specdec_core.sampling import probs, sample
-from specdec_core.target import TargetOutput
-from specdec_core.verifiers.proposal import EMPTY, Proposal
+from specdec_core.decoding.config import DecodeConfig
+from specdec_core.decoding.proposal import EMPTY, Proposal
+from specdec_core.decoding.sampling import probs, sample
+from specdec_core.decoding.target import TargetOutput
+from specdec_core.heads.mlp_speculator.head import MLPSpeculator
+from specdec_core.loop.drafter import Drafter
+from specdec_core.models.loading import LoadedModel
 
 
 class MLPSpeculatorDrafter(Drafter):

@@ -10,7 +10,7 @@ before the final norm), for `begin` and `commit` alike; drafted states feed back
 - `MtpDrafter` (method `mtp`): a chain of k tokens, q = the layer's distribution under the
   run's temperature and top-p (drafters/eagle.py).
 - `MtpTreeDrafter` (method `mtp-tree`): the EAGLE-2 tree, greedy beam and rerank at T = 0,
-  i.i.d. draws at T > 0, sized for this device (drafters/eagle2.py).
+  i.i.d. draws at T > 0, sized for this device (drafters/eagle2/drafter.py).
 Both are verified losslessly by the decode loop (docs/architecture.md).
 """
 
@@ -18,14 +18,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from specdec_core.drafters.base import Drafter
+from specdec_core.decoding.forward_costs import ForwardCosts
+from specdec_core.decoding.target import TargetOutput
 from specdec_core.drafters.eagle import EagleDrafter
-from specdec_core.drafters.eagle2 import Eagle2Drafter
-from specdec_core.forward_costs import ForwardCosts
-from specdec_core.models import LoadedModel
-from specdec_core.mtp.module import MtpModule
-from specdec_core.target import TargetOutput
-from specdec_core.tree_sizing import AcceptanceEstimates
+from specdec_core.drafters.eagle2.drafter import Eagle2Drafter
+from specdec_core.drafters.tree_sizing import AcceptanceEstimates
+from specdec_core.heads.mtp.module import MtpModule
+from specdec_core.loop.drafter import Drafter
+from specdec_core.models.loading import LoadedModel
 
 
 def handed_over(module: MtpModule, features: TargetOutput) -> TargetOutput:

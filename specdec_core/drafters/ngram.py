@@ -18,10 +18,10 @@ from collections.abc import Sequence
 
 import torch
 
-from specdec_core.config import DecodeConfig
-from specdec_core.drafters.base import Drafter
-from specdec_core.target import TargetOutput
-from specdec_core.verifiers.proposal import EMPTY, Proposal
+from specdec_core.decoding.config import DecodeConfig
+from specdec_core.decoding.proposal import EMPTY, Proposal
+from specdec_core.decoding.target import TargetOutput
+from specdec_core.loop.drafter import Drafter
 
 
 def prompt_lookup(ids: Sequence[int], k: int, ngram_max: int) -> list[int]:

@@ -13,7 +13,7 @@ SuffixDecoding (Oliaro et al. 2025), over earlier runs (the history a run is giv
 
 `suffix` proposes the tree's most frequent path, a chain of up to k tokens verified like
 n-gram lookup (deterministic, q = None); `eagle2-suffix` merges the whole tree (up to k nodes,
-depth k) into EAGLE-2's (drafters/eagle2_suffix.py). Both depend only on the committed ids and
+depth k) into EAGLE-2's (drafters/eagle2/suffix.py). Both depend only on the committed ids and
 the history as it was when the run began, so the lossless verifiers keep the target's output.
 
 **The history** (`History`, owned by whoever runs the drafters: the window's engine, a bench
@@ -55,11 +55,11 @@ from collections.abc import Hashable, Sequence
 import numpy as np
 import torch
 
-from specdec_core.config import DecodeConfig
-from specdec_core.drafters.base import Drafter
-from specdec_core.suffix_array import SuffixArray, match_ends
-from specdec_core.target import TargetOutput
-from specdec_core.verifiers.proposal import EMPTY, Proposal
+from specdec_core.decoding.config import DecodeConfig
+from specdec_core.decoding.proposal import EMPTY, Proposal
+from specdec_core.decoding.target import TargetOutput
+from specdec_core.drafters.suffix_array import SuffixArray, match_ends
+from specdec_core.loop.drafter import Drafter
 
 MAX_TOKENS = 1 << 16  # sealed history tokens in all, all vocabularies together
 MAX_MATCH = 32  # longest suffix of the context that is matched

@@ -44,21 +44,21 @@ from typing import Any
 
 import torch
 
-from specdec_core.config import DecodeConfig
-from specdec_core.drafters.base import Drafter
+from specdec_core.decoding.config import DecodeConfig
+from specdec_core.decoding.events import DrafterStatus, SearchProgress, SearchState
+from specdec_core.decoding.proposal import EMPTY, Proposal
+from specdec_core.decoding.step_clock import now
+from specdec_core.decoding.target import Target, TargetOutput
 from specdec_core.drafters.layer_skip import (
     CONFIDENCE,
     check_confidence,
     draft_chain,
     skipped_layers,
 )
+from specdec_core.drafters.layer_subset import SkipSet, check, forward_subset, prefix_view
 from specdec_core.errors import SpecdecError
-from specdec_core.events import DrafterStatus, SearchProgress, SearchState
-from specdec_core.layer_subset import SkipSet, check, forward_subset, prefix_view
-from specdec_core.models import LoadedModel
-from specdec_core.step_clock import now
-from specdec_core.target import Target, TargetOutput
-from specdec_core.verifiers.proposal import EMPTY, Proposal
+from specdec_core.loop.drafter import Drafter
+from specdec_core.models.loading import LoadedModel
 
 SKIP_RATIO = 0.45  # SWIFT's default share of sublayers skipped
 WINDOW = 32  # SWIFT's context window: positions each set is scored on

@@ -3,8 +3,8 @@ data they train on (`specdec data`).
 
 - `request.py`: `TrainRequest`, every setting of a training run, checked before a model loads.
 - `data_sources.py`: the `--data` sources (ShareGPT, self-distillation, JSONL, saved answers)
-  and the held-out split; the samples themselves (`Sample`, answering, ShareGPT) are in
-  `specdec_core/eagle/data.py`.
+  and the held-out split; `datasets.py`: the samples themselves (`Sample`, answering prompts,
+  ShareGPT).
 - `magpie.py`: `--data magpie`, prompts the target writes itself, deduplicated and kept apart
   from evaluation prompts; `kinds.py`: the kinds of request, their hints and held-out prompts.
 - `features.py`: the target's features of each sample, in resumable shards;
@@ -24,5 +24,8 @@ data they train on (`specdec data`).
 - `validation.py`: teacher-forced top-1, tau of real greedy decoding on held-out prompts, and
   the table by kind every trainer writes; `progress_file.py`: `--progress-file`.
 - `generation_job.py`, `request_streams.py`: `specdec data`, a resumable job that generates
-  answers to train on; `job_plan.py`: its plan and folder (lock, job.json), torch-free.
+  answers to train on; `job_plan.py`: its plan and folder (lock, job.json), torch-free;
+  `job_shards.py`, `corpus_card.py`: its shards and the card of the corpus they make.
+- `adaptation.py`: online adaptation of an EAGLE head between runs (`--adapt`, the window's
+  Adaptation box).
 """

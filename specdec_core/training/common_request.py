@@ -19,7 +19,7 @@ from specdec_core.training.data_sources import Collected, check_source, collect
 from specdec_core.training.magpie import evaluation_prompts, prompt_files
 
 if TYPE_CHECKING:
-    from specdec_core.models import LoadedModel
+    from specdec_core.models.loading import LoadedModel
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,7 +73,7 @@ class TrainingData:
         emulated (a CPU without AVX-512 BF16 / AMX multiplies it many times slower)."""
         if self.feature_dtype != "bfloat16" or self.device != "cpu":
             return self.feature_dtype
-        from specdec_core.prepacked_linear import native_bf16
+        from specdec_core.models.prepacked_linear import native_bf16
 
         if native_bf16():
             return self.feature_dtype
@@ -89,7 +89,7 @@ class TrainingData:
         """The target in `target_dtype()`, torch's random state seeded with `seed` first."""
         import torch
 
-        from specdec_core.models import load_model
+        from specdec_core.models.loading import load_model
 
         torch.manual_seed(self.seed)
         return load_model(self.target, self.device, self.target_dtype())

@@ -6,7 +6,7 @@ from conversations 4096..8191 of the rest, prompts for self-distillation from al
 written by the target itself (magpie.py), never one of the `exclude` (evaluation) prompts or
 the held-out prompts per kind (kinds.py), on whose answers it validates.
 
-Every answer the target generates here comes from `eagle/data.answer_prompts`, cached under
+Every answer the target generates here comes from `training/datasets.answer_prompts`, cached under
 WORK so that a rerun reads it: WORK/SOURCE/chunk-NNNN (`self`, `self-long`), WORK/jsonl,
 WORK/self-heldout, WORK/kinds-heldout/KIND, and `magpie`'s job folder WORK/magpie-SEED.
 """
@@ -19,10 +19,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specdec_core.eagle import data as datasets
-from specdec_core.eagle.data import HOLDOUT
 from specdec_core.errors import SpecdecError
-from specdec_core.models import LoadedModel
+from specdec_core.models.loading import LoadedModel
+from specdec_core.training import datasets
+from specdec_core.training.datasets import HOLDOUT
 
 SHAREGPT = slice(4096, 8192)  # the conversations used as ShareGPT answers
 # self-distillation prompt lengths (tokens, chat template included): `self` answers the short

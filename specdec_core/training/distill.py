@@ -25,7 +25,7 @@ validation, the head and its card):
 3. `smoke`: the same stages on a random model of the target's shape, a few batches each, to
    time generation and catch device problems before a real run.
 
-Answers are `eagle/data.answer_prompts`' shards under `work` (WORK/greedy, WORK/sampled,
+Answers are `training/datasets.answer_prompts`' shards under `work` (WORK/greedy, WORK/sampled,
 WORK/held), so a rerun with the same prompts and settings reads what an earlier one generated.
 Folders of one batch each (WORK/greedy-NNNN), as earlier versions cached them, are not read:
 those answers are generated again.
@@ -42,12 +42,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from specdec_core.eagle import data as datasets
-from specdec_core.eagle.data import Sample, pack, unpack
 from specdec_core.errors import SpecdecError
-from specdec_core.models import LoadedModel
+from specdec_core.models.loading import LoadedModel
+from specdec_core.training import datasets
 from specdec_core.training.card import ModelCard
 from specdec_core.training.data_sources import HOLDOUT, Collected, trimmed
+from specdec_core.training.datasets import Sample, pack, unpack
 from specdec_core.training.driver import train_on_samples
 from specdec_core.training.layout import resolve_layout
 from specdec_core.training.request import TrainRequest
@@ -115,7 +115,7 @@ class Log:
 
 def export_prompts(settings: ExportSettings, log: Log | None = None) -> None:
     """ShareGPT's first user prompts for the target, split as `specdec train` splits them."""
-    from specdec_core.models import load_model
+    from specdec_core.models.loading import load_model
 
     log = log or Log()
     target = load_model(settings.target, "cpu", "float32")
@@ -154,7 +154,7 @@ def run(settings: DistillSettings, command: str, log: Log | None = None) -> Mode
     """Answer, train and save within the settings' time budget (module docstring); -> the
     head's card. `command`: the command line the card records; `log`: progress lines, whose
     clock also starts the budget (`total_seconds`)."""
-    from specdec_core.models import load_model
+    from specdec_core.models.loading import load_model
 
     log = log or Log()
     if settings.smoke:

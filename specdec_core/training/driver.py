@@ -37,7 +37,7 @@ from pathlib import Path
 import torch
 
 from specdec_core.errors import SpecdecError
-from specdec_core.models import LoadedModel
+from specdec_core.models.loading import LoadedModel
 from specdec_core.training.card import ModelCard, Validation, trained_epochs
 from specdec_core.training.data_sources import Collected
 from specdec_core.training.feature_collection import (
@@ -323,10 +323,10 @@ def save_trained(trains: str, model, target: LoadedModel, out: Path, card: Model
     """Save an EAGLE head (the official layout) or a token-level draft (without the target's
     embedding) with `card`."""
     if trains == "eagle":
-        from specdec_core.eagle.formats import save_head
+        from specdec_core.heads.eagle.formats import save_head
 
         save_head(model, out, card.to_record())
     else:
-        from specdec_core.token_draft import save_draft
+        from specdec_core.heads.token_draft import save_draft
 
         save_draft(model, target.tokenizer, out, card.to_record())

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specdec_core.models import LoadedModel
+from specdec_core.models.loading import LoadedModel
 from specdec_core.training.card import ModelCard, trained_epochs
 from specdec_core.training.common_request import TrainingData
 from specdec_core.training.common_training import saved_plan

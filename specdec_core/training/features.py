@@ -23,8 +23,8 @@ from pathlib import Path
 
 import torch
 
-from specdec_core.eagle.data import Sample, length_calls
 from specdec_core.files import save_atomic
+from specdec_core.training.datasets import Sample, length_calls
 
 
 @dataclass

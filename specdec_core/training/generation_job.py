@@ -21,7 +21,7 @@ Contract:
   filter is rebuilt by replaying the finished batches' candidates.
 - Budgets are answer tokens (the tokens a head learns from) per source: `tokens` × the
   source's share of `mix`. The next batch goes to the source furthest behind its budget.
-- The kept requests are answered by `eagle/data.answer_prompts`, the answering of every
+- The kept requests are answered by `training/datasets.answer_prompts`, the answering of every
   training source: calls of up to `rows` like-length prompts (`PADDING_SLACK`), greedily, or
   sampled at T = 1 for every `sample_every`-th batch (seeded by the batch); the batch's shard,
   not the calls, is what a rerun reads.
@@ -40,13 +40,13 @@ from pathlib import Path
 
 import torch
 
-from specdec_core.eagle import data as datasets
 from specdec_core.environment import current_environment
 from specdec_core.errors import SpecdecError
 from specdec_core.files import format_duration, write_atomic
-from specdec_core.models import LoadedModel
+from specdec_core.models.loading import LoadedModel
 from specdec_core.resources import resource_path
-from specdec_core.training import magpie
+from specdec_core.run.prompts import encode_chat
+from specdec_core.training import datasets, magpie
 from specdec_core.training.corpus_card import CorpusCard, weights_sha256
 from specdec_core.training.job_plan import SOURCES, JobPlan, job_lock, prepare
 from specdec_core.training.job_shards import Answered, Answering, Shard, read_shards, shard_path
@@ -330,7 +330,7 @@ class GenerationJob:
                 if history is None or turn >= len(request.turns):
                     continue
                 history.append({"role": "user", "content": request.turns[turn]})
-                ids = datasets.encode_chat(self.tok, history, True)
+                ids = encode_chat(self.tok, history, True)
                 if len(ids) > limit:
                     rejected["long"] += 1
                     histories[row] = None
@@ -451,7 +451,7 @@ def run_job(
     stop: Callable[[], bool] = lambda: False,
 ) -> dict:
     """Run (or resume) the job in WORK in this process; -> its final status."""
-    from specdec_core.models import load_model
+    from specdec_core.models.loading import load_model
 
     with job_lock(work):
         prepare(work, plan)
@@ -473,7 +473,7 @@ def generation_dtype(plan: JobPlan) -> str:
     head learns, and it doubles the speed where it is native)."""
     if plan.dtype != "auto":
         return plan.dtype
-    from specdec_core.prepacked_linear import native_bf16
+    from specdec_core.models.prepacked_linear import native_bf16
 
     if plan.device.startswith("cuda"):
         return "auto"

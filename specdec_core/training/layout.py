@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 import torch
 
-from specdec_core.eagle.head import EagleHead, fused_layers
 from specdec_core.errors import SpecdecError
-from specdec_core.models import LoadedModel
+from specdec_core.heads.eagle.head import EagleHead, fused_layers
+from specdec_core.models.loading import LoadedModel
 from specdec_core.training.request import TrainRequest, check_depth
 from specdec_core.training.starting_model import head_layers
 from specdec_core.training.train_config import TrainConfig
@@ -75,7 +75,7 @@ def read_init(init: str | None, target: LoadedModel):
     """The --init head, read once in float32 (not through a bf16 target's rounding), or None."""
     if not init:
         return None
-    from specdec_core.runner import load_head
+    from specdec_core.run.runner import load_head
 
     head = load_head(init, target, torch.float32)
     if not head.draft_vocab:

@@ -31,7 +31,7 @@ def autocast_dtype(device: torch.device) -> torch.dtype | None:
     if device.type == "cuda":
         return torch.bfloat16
     if device.type == "cpu":
-        from specdec_core.prepacked_linear import native_bf16
+        from specdec_core.models.prepacked_linear import native_bf16
 
         return torch.bfloat16 if native_bf16() else None
     return None

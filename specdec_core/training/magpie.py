@@ -27,9 +27,9 @@ from pathlib import Path
 
 import torch
 
-from specdec_core.eagle import data as datasets
 from specdec_core.errors import SpecdecError
-from specdec_core.models import LoadedModel
+from specdec_core.models.loading import LoadedModel
+from specdec_core.training import datasets
 from specdec_core.training.kinds import HINTS, KINDS
 
 MARK = "\x00specdec-user-turn\x00"  # where the user's text would start in the template
@@ -67,11 +67,6 @@ def shingles(text: str, n: int = SHINGLE) -> frozenset[str]:
     if len(words) <= n:
         return frozenset([" ".join(words)]) if words else frozenset()
     return frozenset(" ".join(words[i : i + n]) for i in range(len(words) - n + 1))
-
-
-def overlap(a: frozenset[str], b: frozenset[str]) -> float:
-    """Shared n-grams over the smaller set's size: 1 when one prompt contains the other."""
-    return len(a & b) / min(len(a), len(b)) if a and b else 0.0
 
 
 class PromptFilter:

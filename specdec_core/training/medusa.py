@@ -33,10 +33,10 @@ from pathlib import Path
 import torch
 
 from specdec_core.errors import SpecdecError
-from specdec_core.medusa.formats import MEDUSA_FILES, export_vllm, save_fasterdecoding
-from specdec_core.medusa.head import MedusaConfig, MedusaHeads
-from specdec_core.models import LoadedModel
-from specdec_core.prepacked_linear import fast_bf16
+from specdec_core.heads.medusa.formats import MEDUSA_FILES, export_vllm, save_fasterdecoding
+from specdec_core.heads.medusa.head import MedusaConfig, MedusaHeads
+from specdec_core.models.loading import LoadedModel
+from specdec_core.models.prepacked_linear import fast_bf16
 from specdec_core.training.card import ModelCard, Validation
 from specdec_core.training.common_request import TrainingData
 from specdec_core.training.common_training import EpochTraining, OnStep
@@ -167,7 +167,7 @@ def teacher_forced_top1(heads: MedusaHeads, data: list[Featured], lm_head) -> li
 def medusa_tau(heads: MedusaHeads, target: LoadedModel, prompts: list[list[int]]) -> float:
     """Mean acceptance length of greedy decoding of `prompts` (48 new tokens each) with a
     VALIDATION_TREE-token Medusa tree."""
-    from specdec_core.config import DecodeConfig
+    from specdec_core.decoding.config import DecodeConfig
     from specdec_core.drafters.medusa import MedusaDrafter
     from specdec_core.training.validation import decoded_tau
 

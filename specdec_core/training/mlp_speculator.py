@@ -44,9 +44,9 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from specdec_core.errors import SpecdecError
-from specdec_core.mlp_speculator.formats import check_fits, read_speculator, save_speculator
-from specdec_core.mlp_speculator.head import MLPSpeculator, SpeculatorConfig
-from specdec_core.models import LoadedModel
+from specdec_core.heads.mlp_speculator.formats import check_fits, read_speculator, save_speculator
+from specdec_core.heads.mlp_speculator.head import MLPSpeculator, SpeculatorConfig
+from specdec_core.models.loading import LoadedModel
 from specdec_core.training.card import ModelCard, Validation
 from specdec_core.training.common_request import TrainingData
 from specdec_core.training.common_training import EpochTraining
@@ -272,7 +272,7 @@ def greedy_tau(
     speculator: MLPSpeculator, target: LoadedModel, prompts: list[list[int]], max_new_tokens=48
 ) -> float:
     """Mean acceptance length of greedy decoding with the speculator (k = n_predict)."""
-    from specdec_core.config import DecodeConfig
+    from specdec_core.decoding.config import DecodeConfig
     from specdec_core.drafters.mlp_speculator import MLPSpeculatorDrafter
 
     config = DecodeConfig(max_new_tokens=max_new_tokens, k=speculator.n_predict)

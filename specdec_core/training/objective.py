@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from specdec_core import attention_mask
+from specdec_core.decoding import attention_mask
 from specdec_core.training.features import Featured
 
 

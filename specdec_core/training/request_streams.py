@@ -30,9 +30,8 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import Protocol
 
-from specdec_core.eagle import data as datasets
-from specdec_core.eagle.data import HOLDOUT
-from specdec_core.training import magpie
+from specdec_core.training import datasets, magpie
+from specdec_core.training.datasets import HOLDOUT
 from specdec_core.training.job_shards import Shard, Written
 
 LONG_CHARS = 1200  # a first turn this long (about 300 tokens) is a long-context request

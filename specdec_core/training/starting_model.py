@@ -29,9 +29,9 @@ from collections import Counter
 import torch
 from torch import nn
 
-from specdec_core.eagle.head import OFFICIAL, Eagle3Variant, EagleHead, head_config
 from specdec_core.errors import SpecdecError
-from specdec_core.models import LoadedModel
+from specdec_core.heads.eagle.head import OFFICIAL, Eagle3Variant, EagleHead, head_config
+from specdec_core.models.loading import LoadedModel
 from specdec_core.training.features import Featured
 
 VOCAB_MAPS = ("d2t", "t2d")  # an EAGLE head's draft-vocabulary buffers (EAGLE-3's names)

@@ -12,14 +12,14 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from specdec_core.models import LoadedModel
+from specdec_core.models.loading import LoadedModel
 from specdec_core.training.card import Validation
 from specdec_core.training.features import Featured
 from specdec_core.training.objective import Objective, collate
 
 if TYPE_CHECKING:
-    from specdec_core.config import DecodeConfig
-    from specdec_core.drafters.base import Drafter
+    from specdec_core.decoding.config import DecodeConfig
+    from specdec_core.loop.drafter import Drafter
 
 
 @torch.no_grad()
@@ -46,7 +46,7 @@ def validation_tau(
     max_new_tokens: int = 48,
 ) -> float:
     """Mean acceptance length of real greedy decoding on held-out prompts."""
-    from specdec_core.config import DecodeConfig
+    from specdec_core.decoding.config import DecodeConfig
     from specdec_core.drafters.classic import ClassicDrafter
     from specdec_core.drafters.eagle import EagleDrafter
 
@@ -66,8 +66,8 @@ def decoded_tau(
     target: LoadedModel, drafter: Drafter, prompts: list[list[int]], config: DecodeConfig
 ) -> float:
     """Mean acceptance length (new tokens per target step) of decoding each of `prompts`."""
-    from specdec_core.decode import generate
-    from specdec_core.events import Finished
+    from specdec_core.decoding.events import Finished
+    from specdec_core.loop.decode import generate
 
     new = steps = 0
     for prompt in prompts:
@@ -83,7 +83,7 @@ def held_out_by_kind(
 ) -> dict[str, tuple[list[list[int]], list]]:
     """kind -> (its first `per_kind` held-out prompts, chat-templated; the target's greedy
     answers to them, features kept), from `kinds.HELD_OUT`; answers cached under WORK."""
-    from specdec_core.eagle import data as datasets
+    from specdec_core.training import datasets
     from specdec_core.training.kinds import HELD_OUT, KINDS
 
     held = {}
@@ -142,7 +142,7 @@ def head_by_kind(
     `validation_by_kind`, teacher-forced top-1 taken as the mean of `unroll` passes. The
     target's answers and their features are cached under `work` (a training run's `--work`
     holds the same files)."""
-    from specdec_core.eagle.head import fused_layers
+    from specdec_core.heads.eagle.head import fused_layers
     from specdec_core.training.features import extract_features, feature_shards
 
     # the layers EAGLE-3 reads (layout.input_layers; imported from there, training would cycle)

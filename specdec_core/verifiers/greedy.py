@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from specdec_core.verifiers.proposal import Proposal
+from specdec_core.decoding.proposal import Proposal
 
 
 def argmax_ids(logits: torch.Tensor) -> list[int]:

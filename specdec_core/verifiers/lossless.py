@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from specdec_core.sampling import sample
+from specdec_core.decoding.sampling import sample
 from specdec_core.verifiers.base import ChainVerifier, Verdict
 
 

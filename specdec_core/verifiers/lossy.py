@@ -25,9 +25,9 @@ from typing import ClassVar
 
 import torch
 
-from specdec_core.config import is_greedy
+from specdec_core.decoding.config import is_greedy
+from specdec_core.decoding.sampling import probs, sample
 from specdec_core.errors import SpecdecError
-from specdec_core.sampling import probs, sample
 from specdec_core.verifiers.base import ChainVerifier, Verdict
 from specdec_core.verifiers.lossless import correction
 

@@ -9,7 +9,7 @@ rule, and the children were drafted independently of the target, so the emitted 
 distributed exactly as sampling from the target alone (SpecInfer's multi-step speculative
 sampling, Miao et al. 2024).
 
-Two kinds of children (`Proposal`, verifiers/proposal.py):
+Two kinds of children (`Proposal`, decoding/proposal.py):
 - deterministic (`draws` None, or a child with a one-hot q row: EAGLE-2's top-k, a lookup
   chain): q is one-hot, so accept x with probability r(x), else set r(x) = 0 and renormalise
   (EAGLE-2's sibling-wise rule). At temperature 0 r is one-hot: "follow the child equal to the
@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import torch
 
-from specdec_core.sampling import sample
+from specdec_core.decoding.sampling import sample
 from specdec_core.verifiers.base import Verdict
 
 

@@ -1,0 +1,2 @@
+"""Drafting heads and models, one package per family: their modules and the published formats they
+are read from and written to."""
