@@ -40,7 +40,7 @@ from specdec_core.decoding.forward_costs import Costs, ForwardCosts
 from specdec_core.decoding.proposal import EMPTY, Proposal
 from specdec_core.decoding.step_clock import Laps
 from specdec_core.decoding.target import TargetOutput
-from specdec_core.drafters.tree_sizing import AcceptanceEstimates
+from specdec_core.drafters.tree_sizing import AcceptanceEstimates, SizedByCosts
 from specdec_core.heads.medusa.head import MedusaHeads
 from specdec_core.loop.drafter import Drafter
 from specdec_core.models.loading import LoadedModel
@@ -239,7 +239,7 @@ class MedusaSizer:
         self.heads.top_tokens(hidden, TOPK)
 
 
-class MedusaDrafter(Drafter):
+class MedusaDrafter(SizedByCosts, Drafter):
     name = "medusa"
 
     def __init__(
@@ -260,19 +260,6 @@ class MedusaDrafter(Drafter):
         )
         self.hidden: torch.Tensor | None = None  # [h] the target's state at ids[-2]
         self.parts: dict[str, float] = {}
-
-    def describe(self, config: DecodeConfig) -> dict:
-        return self.sizer.choice(config).describe()
-
-    def target_forward_timed(self, tokens: int, seconds: float) -> None:
-        """Each step's timed target forward, for the costs the tree is sized with."""
-        self.sizer.forward_timed(tokens, seconds)
-
-    def observe(self, out: TargetOutput, path: list[int], seconds: float | None = None) -> None:
-        """The step's timed forward over the pending token and the tree: the sizing follows
-        the machine (forward_costs.TimedForwards)."""
-        if seconds is not None:
-            self.target_forward_timed(len(out.logits), seconds)
 
     def draft_parts(self) -> dict[str, float]:
         """The latest propose's head passes ("heads") and tree building ("tree")."""

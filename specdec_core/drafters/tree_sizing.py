@@ -29,10 +29,13 @@ root, one fewer); `total_tokens` counts the root (the pending token), as EAGLE's
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
+from specdec_core.decoding.config import DecodeConfig
 from specdec_core.decoding.forward_costs import Costs
+from specdec_core.decoding.target import TargetOutput
 
 MAX_DEPTH, MAX_TOPK, MAX_TOKENS = 8, 10, 60  # EAGLE: 60 tokens, top-k 10
 ALPHA1 = 0.6  # prior top-1 acceptance of a trained head
@@ -158,3 +161,24 @@ def _rank_probs(k: int, alpha1: float) -> torch.Tensor:
     r = torch.arange(1, k + 1, dtype=torch.float64)
     alpha = 1 - (1 - alpha1) * r.rsqrt()
     return torch.diff(alpha, prepend=torch.zeros(1, dtype=torch.float64))
+
+
+class SizedByCosts:
+    """What a drafter whose tree its `sizer` sizes from measured costs and tallied acceptance
+    shares (EAGLE-2, Medusa): the size it chose for a config (`describe`) and each step's timed
+    target forward, which the sizing follows (`observe`; `forward_costs.TimedForwards`)."""
+
+    sizer: Any  # .choice(config) -> Choice; .forward_timed(tokens, seconds)
+
+    def describe(self, config: DecodeConfig) -> dict:
+        return self.sizer.choice(config).describe()
+
+    def target_forward_timed(self, tokens: int, seconds: float) -> None:
+        """Each step's timed target forward, for the costs the tree is sized with."""
+        self.sizer.forward_timed(tokens, seconds)
+
+    def observe(self, out: TargetOutput, path: list[int], seconds: float | None = None) -> None:
+        """The step's timed forward over the pending token and the tree: the sizing follows
+        the machine."""
+        if seconds is not None:
+            self.target_forward_timed(len(out.logits), seconds)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from specdec_core.control import Progress, StopFlag
 from specdec_core.decoding.config import DecodeConfig
@@ -202,26 +202,10 @@ def start(
         events.close()  # a consumer that stops early: the loop saves its cache at its yield
 
 
-def run(
-    target: LoadedModel,
-    method: str,
-    prompt_ids: list[int],
-    config: DecodeConfig,
-    extra: Extra = None,
-    stop: StopFlag | None = None,
-    on_event: Callable[[Event], None] | None = None,
-    prefix: PrefixCache | None = None,
-    history: History | None = None,
-    costs: ForwardCosts | None = None,
-    acceptance: AcceptanceEstimates | None = None,
-    profile: PolicyProfile | None = None,
-    prompt_text: str = "",
-) -> RunSummary:
-    """`start` run to the end: its summary (`on_event` hears every event on the way)."""
-    events = start(
-        target, method, prompt_ids, config, extra, stop=stop, prefix=prefix, history=history,
-        costs=costs, acceptance=acceptance, profile=profile, prompt_text=prompt_text,
-    )  # fmt: skip
+def run(*args: Any, on_event: Callable[[Event], None] | None = None, **options: Any) -> RunSummary:
+    """`start(*args, **options)` run to the end: its summary (`on_event` hears every event on
+    the way)."""
+    events = start(*args, **options)
     for event in events:
         if on_event is not None:
             on_event(event)

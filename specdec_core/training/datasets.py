@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
@@ -339,18 +339,9 @@ def _answered_in(shard: Path, asked: list[list[int]]) -> list[dict] | None:
     return made if asked_then == asked else None
 
 
-def generate_answers(
-    model,
-    tokenizer,
-    prompts: Sequence[list[int]],
-    max_new_tokens: int,
-    rows: float,
-    shard_dir: Path | None,
-    **options,
-) -> list[Sample]:
-    """`answer_prompts`'s samples in the order answered (`options`: its keyword arguments)."""
-    found = answer_prompts(model, tokenizer, prompts, max_new_tokens, rows, shard_dir, **options)
-    return [sample for _, sample in found]
+def generate_answers(*args: Any, **options: Any) -> list[Sample]:
+    """`answer_prompts(*args, **options)`'s samples, in the order answered."""
+    return [sample for _, sample in answer_prompts(*args, **options)]
 
 
 @torch.inference_mode()

@@ -97,14 +97,9 @@ def tree_paths(proposal) -> list[list[int]]:
     return paths
 
 
-def verify_paths(
-    proposal,
-    p: torch.Tensor,
-    generator: torch.Generator | None,
-    verifier,
-    p_soft: torch.Tensor | None = None,
-) -> tuple[list[int], int]:
-    """A lossy chain policy on a tree: the longest accepted path prefix, and its next token."""
+def verify_paths(proposal, p, generator, verifier, p_soft=None) -> tuple[list[int], int]:
+    """A lossy chain policy on a tree: the longest accepted path prefix, and its next token
+    (the arguments as `verify_tree`'s)."""
     if generator is None:  # a generator of its own, seeded from torch's global one
         seed = int(torch.randint(2**62, ()))
         generator = torch.Generator(device=p.device).manual_seed(seed)

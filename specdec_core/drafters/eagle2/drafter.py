@@ -39,7 +39,7 @@ from specdec_core.drafters.eagle import feature_layers, head_features
 from specdec_core.drafters.eagle2.growth import Root, grow
 from specdec_core.drafters.eagle2.sampled import grow_sampled
 from specdec_core.drafters.eagle2.sizing import TreeSizer
-from specdec_core.drafters.tree_sizing import AcceptanceEstimates
+from specdec_core.drafters.tree_sizing import AcceptanceEstimates, SizedByCosts
 from specdec_core.heads.eagle.head import EagleHead
 from specdec_core.loop.drafter import Drafter
 
@@ -47,7 +47,7 @@ from specdec_core.loop.drafter import Drafter
 PostProcess = Callable[[list[int], DecodeConfig, Proposal], Proposal]
 
 
-class Eagle2Drafter(Drafter):
+class Eagle2Drafter(SizedByCosts, Drafter):
     name = "eagle2"
 
     def __init__(
@@ -71,19 +71,6 @@ class Eagle2Drafter(Drafter):
         self.cache = head.new_cache()
         self.root: Root | None = None  # head (hidden [h], logits [Vd]) after the last pair
         self.parts: dict[str, float] = {}  # the latest propose's seconds by part
-
-    def describe(self, config: DecodeConfig) -> dict:
-        return self.sizer.choice(config).describe()
-
-    def target_forward_timed(self, tokens: int, seconds: float) -> None:
-        """Each step's timed target forward, for the costs the tree is sized with."""
-        self.sizer.forward_timed(tokens, seconds)
-
-    def observe(self, out: TargetOutput, path: list[int], seconds: float | None = None) -> None:
-        """The step's timed forward over the pending token and the tree: the sizing follows
-        the machine (forward_costs.TimedForwards)."""
-        if seconds is not None:
-            self.target_forward_timed(len(out.logits), seconds)
 
     def begin(self, ids: list[int], features: TargetOutput) -> None:
         self.cache = self.head.new_cache()
