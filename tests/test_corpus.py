@@ -11,7 +11,7 @@ import pytest
 
 from specdec_core.errors import SpecdecError
 from specdec_core.resources import resource_path
-from specdec_core.training.corpus_card import check, contaminated, read_card
+from specdec_core.training.corpus_card import check, contaminated, read_corpus_card
 from specdec_core.training.generation_job import load_samples, run_job
 from specdec_core.training.job_plan import JobPlan
 from specdec_core.training.job_shards import Answered, Answering, Shard, Written, read_shards
@@ -108,7 +108,7 @@ def test_the_card_lists_every_shard_with_its_checksum_and_the_corpus_totals(setu
 def test_a_larger_budget_appends_shards_and_the_card_grows_with_them(setup, tmp_path):
     work = tmp_path / "job"
     small = run_job(work, _plan(setup, tokens=300))
-    before = read_card(work)
+    before = read_corpus_card(work)
     larger = run_job(work, _plan(setup, tokens=700))
     after = check(work)
     assert larger["answer_tokens"] > small["answer_tokens"]
@@ -143,7 +143,6 @@ def test_contamination_finds_an_evaluation_prompt_inside_a_longer_prompt():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not (CORPUS / "card.json").is_file(), reason="no bundled corpus yet")
 def test_the_bundled_corpus_matches_its_card_and_holds_no_evaluation_prompt():
     from specdec_core.models.loading import load_model
 

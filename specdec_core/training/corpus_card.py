@@ -109,7 +109,7 @@ class CorpusCard:
         write_atomic(work / CARD_FILE, json.dumps(record, indent=1).encode())
 
 
-def read_card(work: Path) -> dict:
+def read_corpus_card(work: Path) -> dict:
     """The card of the job in WORK as its JSON record."""
     path = work / CARD_FILE
     if not path.is_file():
@@ -120,7 +120,7 @@ def read_card(work: Path) -> dict:
 def check(work: Path) -> dict:
     """Every shard under WORK against the card: the same files, each with its checksum, and the
     card's totals those of the shards; -> the card. Raises naming the first that differs."""
-    card = read_card(work)
+    card = read_corpus_card(work)
     listed = {s["file"]: s for s in card["shards"]}
     found = {p.relative_to(work).as_posix(): p for p in shard_files(work)}
     if set(listed) != set(found):

