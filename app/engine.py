@@ -182,10 +182,11 @@ class SpecdecEngine:
         """This engine's forward costs and acceptance estimates, which its runs share (created
         at the first run: torch is imported by the worker threads only)."""
         if self._sizing is None:
+            from specdec_core.decoding.cost_store import CostStore
             from specdec_core.decoding.forward_costs import ForwardCosts
             from specdec_core.drafters.tree_sizing import AcceptanceEstimates
 
-            self._sizing = (ForwardCosts(), AcceptanceEstimates())
+            self._sizing = (ForwardCosts(store=CostStore.default()), AcceptanceEstimates())
         return self._sizing
 
     @property

@@ -49,6 +49,7 @@ from typing import Protocol, runtime_checkable
 import torch
 
 from specdec_core.control import StopFlag
+from specdec_core.decoding.cost_store import CHECK_REPEATS, CostStore, fits, machine_key, model_key
 from specdec_core.decoding.target import Target
 
 TARGET_SIZES = (1, 2, 4, 8, 16, 32, 60)  # tokens per measured target forward
@@ -67,6 +68,7 @@ class Costs:
     head: dict[int, float]  # rows -> seconds per head step (layer + lm_head + top-k)
     steps: int = 0  # decode steps' timings the target table follows (forward_costs.py)
     line: bool = False  # the target table timed at load is the line through its timings
+    kept: bool = False  # the target table was kept from an earlier run, checked at load
 
     def target_seconds(self, n: int) -> float:
         return interpolate(self.target, n)
@@ -81,6 +83,7 @@ class Costs:
             "head_ms": {k: round(1000 * s, 3) for k, s in sorted(self.head.items())},
             "target_steps": self.steps,
             "target_line": self.line,
+            "target_kept": self.kept,
         }
 
     def text(self) -> str:
@@ -88,7 +91,8 @@ class Costs:
         table = ", ".join(f"{n}: {1000 * s:.2f}" for n, s in sorted(self.target.items()))
         line = ", a line through the timings" if self.line else ""
         since = f", followed over {self.steps} steps" if self.steps else ""
-        return f"target ms by tokens {table} (timed at load{line}{since})"
+        timed = "kept from an earlier run, checked at load" if self.kept else "timed at load"
+        return f"target ms by tokens {table} ({timed}{line}{since})"
 
 
 def interpolate(table: dict[int, float], x: float) -> float:
@@ -151,16 +155,20 @@ class ForwardCosts:
     """Target costs measured once per model and followed by its steps; head costs measured
     once per head key."""
 
-    def __init__(self, stop: StopFlag | None = None) -> None:
+    def __init__(self, stop: StopFlag | None = None, store: CostStore | None = None) -> None:
+        """`store`: tables kept from earlier runs on this machine (cost_store.py), checked
+        cheaply and used where they still fit; None measures every model afresh."""
         self._target: dict[tuple, TargetTable] = {}
         self._head: dict[tuple, dict[int, float]] = {}
         self._stop = stop  # checked between the timed forwards of a first measurement
+        self._store = store
+        self._reused: set[tuple] = set()  # models whose table came from the store
 
     def watching(self, stop: StopFlag | None) -> ForwardCosts:
         """These costs (the same tables, shared) for one run: a measurement it starts ends
         with `TimingStopped` when `stop` is set between two timed forwards."""
-        view = ForwardCosts(stop)
-        view._target, view._head = self._target, self._head
+        view = ForwardCosts(stop, self._store)
+        view._target, view._head, view._reused = self._target, self._head, self._reused
         return view
 
     def target(self, model) -> dict[int, float]:
@@ -168,8 +176,28 @@ class ForwardCosts:
         use: measured at the first call, then following `observe_target`)."""
         key = _model_key(model)
         if key not in self._target:
-            self._target[key] = TargetTable(_measure_target(model, self._stop))
+            self._target[key] = TargetTable(self._kept_or_measured(model, key))
         return self._target[key].costs()
+
+    def target_reused(self, model) -> bool:
+        """Whether the model's table was kept from an earlier run (checked, not measured)."""
+        return _model_key(model) in self._reused
+
+    def _kept_or_measured(self, model, key: tuple) -> dict[int, float]:
+        """The store's table for this machine and model where a check of its smallest and
+        largest size still fits it, else a new measurement (then kept)."""
+        if self._store is None:
+            return _measure_target(model, self._stop)
+        name = f"{machine_key()} || {model_key(model)}"
+        kept = self._store.get(name)
+        if kept is not None:
+            ends = sorted(kept)[:: max(1, len(kept) - 1)]  # the smallest and the largest
+            if fits(kept, _measure_target(model, self._stop, ends, CHECK_REPEATS)):
+                self._reused.add(key)
+                return kept
+        table = _measure_target(model, self._stop)
+        self._store.put(name, table)
+        return table
 
     def observe_target(self, model, tokens: int, seconds: float) -> None:
         """A run's target forward over `tokens` tokens took `seconds` (ignored for a model
@@ -200,23 +228,28 @@ class ForwardCosts:
         head's step costs, with how many step timings the target table follows."""
         target = self.target(model)
         head = self.head(head_key, step)
-        return Costs(target, head, self.target_steps(model), self.target_line(model))
+        steps, line = self.target_steps(model), self.target_line(model)
+        return Costs(target, head, steps, line, self.target_reused(model))
 
 
 @torch.inference_mode()
-def _measure_target(model, stop: StopFlag | None = None) -> dict[int, float]:
+def _measure_target(
+    model, stop: StopFlag | None = None, only: list[int] | None = None, repeats: int = REPEATS
+) -> dict[int, float]:
+    """Seconds per target forward over each of TARGET_SIZES tokens (`only`: those of them)."""
     runner = Target(model)
     vocab = int(model.config.vocab_size)
     prefix = min(PREFIX, int(getattr(model.config, "max_position_embeddings", 2048)) // 2)
     runner.prefill([i % vocab for i in range(prefix)])
-    sizes = [n for n in TARGET_SIZES if prefix + n < 2 * prefix]
+    sizes = [n for n in TARGET_SIZES if prefix + n < 2 * prefix and (only is None or n in only)]
 
     def forward(n: int) -> None:
         chain = tuple(range(-1, n - 2))  # a chain through the tree path: same cost as a tree
         runner.forward([7 % vocab] * n, chain if n > 1 else None)
         runner.keep(prefix, [])
 
-    return monotone(typical_costs({n: (lambda n=n: forward(n)) for n in sizes}, stop=stop))
+    runs = {n: (lambda n=n: forward(n)) for n in sizes}
+    return monotone(typical_costs(runs, repeats, stop=stop))
 
 
 def rounds(

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from specdec_core.control import Progress, StopFlag
 from specdec_core.decoding.config import DecodeConfig
+from specdec_core.decoding.cost_store import CostStore
 from specdec_core.decoding.events import Event, Finished, RunSummary
 from specdec_core.decoding.forward_costs import ForwardCosts
 from specdec_core.decoding.prefix_cache import PrefixCache
@@ -180,11 +181,12 @@ def start(
     gives the kind of `prompt_text` (the words the kind is read from); with `prefix`, reusing
     and then updating a conversation's cache; a suffix method drafts from and records into
     `history` (None: an empty history of its own, so the run never depends on what ran before
-    it); an EAGLE-2 method sizes its tree with `costs` and `acceptance` (None: a fresh pair of
-    its own)."""
+    it); an EAGLE-2 method sizes its tree with `costs` and `acceptance` (None: costs of its
+    own, kept from an earlier run on this machine where a check at load still fits them
+    (decoding/cost_store.py), and fresh acceptance estimates)."""
     config, kind = profiled_config(profile, method, target, prompt_text, config)
     history = history if history is not None else History()
-    costs = (costs if costs is not None else ForwardCosts()).watching(stop)
+    costs = (costs if costs is not None else ForwardCosts(store=CostStore.default())).watching(stop)
     acceptance = acceptance if acceptance is not None else AcceptanceEstimates()
     drafter = build_drafter(method, target, extra, history, costs, acceptance)
     picked = {POLICY_KIND: kind} if kind else None

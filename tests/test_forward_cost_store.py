@@ -1,0 +1,90 @@
+"""Forward costs kept between runs: a second load on the same machine checks two sizes instead
+of timing all of them, and measures again when the kept table no longer fits."""
+
+import json
+
+import pytest
+import torch
+
+from specdec_core.decoding.cost_store import CostStore, fits
+from specdec_core.decoding.forward_costs import TARGET_SIZES, ForwardCosts
+from tests.tiny import tiny_model
+
+
+@pytest.fixture
+def counted():
+    """A tiny target whose forwards (of its decoder stack) are counted."""
+    model = tiny_model(1)
+    calls = {"n": 0}
+    model.model.register_forward_hook(lambda *_: calls.__setitem__("n", calls["n"] + 1))
+    return model, calls
+
+
+def _forwards(model, calls, store) -> tuple[dict, int, ForwardCosts]:
+    before = calls["n"]
+    costs = ForwardCosts(store=store)
+    table = costs.target(model)
+    return table, calls["n"] - before, costs
+
+
+def test_a_second_load_checks_two_sizes_and_keeps_the_table(counted, tmp_path):
+    model, calls = counted
+    store = CostStore(tmp_path / "forward-costs.json")
+    first, measured, costs = _forwards(model, calls, store)
+    assert not costs.target_reused(model)
+    assert sorted(first) == list(TARGET_SIZES)
+    # a prefill, a warm-up and five timed rounds of every size
+    assert measured == 1 + 6 * len(TARGET_SIZES)
+
+    again, checked, costs = _forwards(model, calls, store)
+    sizing = costs.for_sizing(model, ("head",), lambda k: None)
+    if costs.target_reused(model):  # the machine's speed held: two sizes timed, three rounds
+        assert checked == 1 + 4 * 2 and again == first
+        assert "kept from an earlier run, checked at load" in sizing.text()
+        assert sizing.describe()["target_kept"] is True
+    else:  # it did not (another process's load): measured afresh and kept
+        assert checked == measured + 1 + 4 * 2
+        assert "timed at load" in sizing.text()
+
+
+def test_a_kept_table_that_no_longer_fits_is_measured_again(counted, tmp_path):
+    model, calls = counted
+    path = tmp_path / "forward-costs.json"
+    store = CostStore(path)
+    _, measured, _ = _forwards(model, calls, store)
+    saved = json.loads(path.read_text())
+    (key,) = saved
+    slow = {n: 50 * s for n, s in saved[key]["target"].items()}  # as if 50x slower
+    saved[key]["target"] = slow
+    path.write_text(json.dumps(saved))
+
+    table, forwards, costs = _forwards(model, calls, store)
+    assert not costs.target_reused(model)
+    assert forwards == 1 + 4 * 2 + measured  # checked, then measured afresh
+    kept = json.loads(path.read_text())[key]["target"]
+    assert all(kept[n] < slow[n] / 5 for n in slow)  # the new measurement replaced it
+    assert sorted(int(n) for n in kept) == sorted(table)
+
+
+def test_each_dtype_and_machine_setting_has_its_own_table(tmp_path):
+    store = CostStore(tmp_path / "forward-costs.json")
+    ForwardCosts(store=store).target(tiny_model(1))
+    ForwardCosts(store=store).target(tiny_model(1).to(torch.bfloat16))
+    saved = json.loads((tmp_path / "forward-costs.json").read_text())
+    assert len(saved) == 2 and any("bfloat16" in key for key in saved)
+
+
+def test_an_unreadable_store_is_measured_and_written_again(counted, tmp_path):
+    model, calls = counted
+    path = tmp_path / "forward-costs.json"
+    path.write_text("{ not json")
+    _, measured, _ = _forwards(model, calls, CostStore(path))
+    assert measured == 1 + 6 * len(TARGET_SIZES)
+    assert len(json.loads(path.read_text())) == 1
+
+
+def test_fits_holds_within_the_tolerance_only():
+    kept = {1: 0.010, 60: 0.030}
+    assert fits(kept, {1: 0.012, 60: 0.027})
+    assert not fits(kept, {1: 0.013, 60: 0.030})
+    assert not fits(kept, {2: 0.010})  # a size the table does not hold
