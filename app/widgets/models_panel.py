@@ -16,6 +16,7 @@ layers (another copy of the target's checkpoint)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import Signal
@@ -34,9 +35,11 @@ from PySide6.QtWidgets import (
 
 from app.engine_api import LoadSettings, TargetInfo
 from app.widgets.spec_picker import LocalEntry, SpecPicker
+from specdec_core.errors import SpecdecError
 from specdec_core.heads.mtp.layouts import stated_count
-from specdec_core.resources import EAGLE3_HEAD, HEAD, bundled_heads
+from specdec_core.resources import EAGLE3_HEAD, HEAD, bundled_heads, resource_path
 from specdec_core.run.local_models import LocalModel, list_local, ranked, suggested_heads
+from specdec_core.training.card import CARD, diet, read_card
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
@@ -71,19 +74,35 @@ class ModelsPanel(QGroupBox):
         self.target = SpecPicker({"embedded": "SmolLM2-135M-Instruct (bundled GGUF)"})
         self.draft = SpecPicker(
             {
-                "embedded": "the bundled token-level draft for the embedded model",
+                "embedded": _with_diet(
+                    "the bundled token-level draft for the embedded model", resource_path("draft")
+                ),
                 "smollm2": "the target itself as draft (a sanity check: accepts everything)",
             }
         )
         self.head = SpecPicker(
-            {name: _bundled_head_line(name) for name in {HEAD: None, **bundled_heads()}}
+            {
+                name: _with_diet(_bundled_head_line(name), folder)
+                for name, folder in {HEAD: None, **bundled_heads()}.items()
+            }
         )
         self.target.setToolTip("the target model: embedded, a hub id, a model folder or a .gguf")
         self.draft.setToolTip("the classic method's draft model (any tokenizer)")
         self.head.setToolTip("the EAGLE head for eagle / eagle2: a head folder or a hub id")
-        self.medusa = SpecPicker({"embedded": "the Medusa heads bundled for the embedded model"})
+        self.medusa = SpecPicker(
+            {
+                "embedded": _with_diet(
+                    "the Medusa heads bundled for the embedded model", resource_path("medusa")
+                )
+            }
+        )
         self.speculator = SpecPicker(
-            {"embedded": "the MLP speculator bundled for the embedded model"}
+            {
+                "embedded": _with_diet(
+                    "the MLP speculator bundled for the embedded model",
+                    resource_path("mlp-speculator"),
+                )
+            }
         )
         self.mtp = SpecPicker({"embedded": "the MTP layers in the target's own checkpoint"})
         for picker, tip, placeholder in (
@@ -308,6 +327,17 @@ def _states_mtp(model: LocalModel) -> bool:
         return any(stated_count(config) for config in configs)
     except (TypeError, ValueError):  # a count that is not a number: not a checkpoint to offer
         return False
+
+
+def _with_diet(line: str, folder: Path | None) -> str:
+    """A bundled drafter's line, with what its card says it was fed, for how long, on the next
+    line (the picker's hover)."""
+    if folder is None or not (folder / CARD).is_file():
+        return line
+    try:
+        return f"{line}\n{diet(read_card(folder))}"
+    except SpecdecError:
+        return line
 
 
 def _bundled_head_line(name: str) -> str:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from specdec_core.errors import SpecdecError
+from specdec_core.files import format_duration
 from specdec_core.training.train_config import TrainConfig
 
 CARD = "specdec_card.json"  # in the head's or draft's directory
@@ -160,6 +161,38 @@ class ModelCard:
             partial=Validation.from_record(record["partial"]) if "partial" in record else None,
             extra={key: value for key, value in record.items() if key not in known},
         )
+
+
+OWN_ANSWERS = ("self", "magpie")  # --data sources that are the target's own answers
+
+
+def diet(card: ModelCard) -> str:
+    """What a head or draft was fed and for how long, in one line (the window's hover): its
+    training tokens and what they were (the target's own answers or a dataset's), epochs, time
+    and machine, and its last held-out top-1 and tau."""
+    if card.partial is not None:
+        return "still training (a partial card)"
+    sources = [str(source) for source in card.data]
+    own = [s.startswith(OWN_ANSWERS) or "corpus" in s or "answers" in s for s in sources]
+    what = (
+        "the target's own answers and a dataset's" if any(own) and not all(own)
+        else "the target's own answers" if any(own) else "a dataset's answers"
+    )  # fmt: skip
+    named = ", ".join(s.split(":")[0].split(" (")[0] for s in sources) or "unrecorded data"
+    seconds = card.train_seconds or sum(
+        float(stage.get("seconds", 0)) for stage in (card.stages or {}).values()
+        if isinstance(stage, Mapping)
+    )  # fmt: skip
+    where = card.device or (card.environment or {}).get("machine")
+    took = f", {format_duration(seconds)}" if seconds else ""
+    line = (f"fed {card.tokens:,} tokens of {what} ({named}) for {card.epochs:g} epochs{took}"
+            + (f" on {where}" if where else ""))  # fmt: skip
+    last = card.validation
+    if last is not None and last.validation.teacher_forced_top1 is not None:
+        line += f"; held-out top-1 {last.validation.teacher_forced_top1:.2f}"
+        if last.validation.tau is not None:
+            line += f", tau {last.validation.tau:.2f}"
+    return line
 
 
 # fields read from a card record as they are
