@@ -1,12 +1,13 @@
 """Adapt the head to my runs: after a run queue, the engine fine-tunes the head in a worker.
 
 `AdaptController` is given the `Session` (is the engine free? notes and errors go there), the
-engine, the Adaptation box, the `RunController` (its `queue_done` starts an adaptation) and the
-shared `JobRunner`; Save adapted head… asks for a new directory. The fine-tuning runs in a
-`TaskWorker` thread, never on the GUI thread, and holds the engine's models, so it cannot
-overlap a run; while it runs the session is `ADAPTING` (no run or load starts). The switch
-is told to the engine only when it has a model and nothing runs, so the window never waits
-for a busy engine process, and again after Restart engine.
+engine, the Adaptation box, the `RunController` (its `settled`, once a run queue and its
+background reference have ended, starts an adaptation) and the shared `JobRunner`; Save adapted
+head… asks for a new directory. The fine-tuning runs in a `TaskWorker` thread, never on the GUI
+thread, and holds the engine's models, so it cannot overlap a run; while it runs the session is
+`ADAPTING` (no run or load starts). The switch is told to the engine only when it has a model
+and nothing runs (a background reference included), so the window never waits for a busy engine
+process, and again after Restart engine.
 """
 
 from __future__ import annotations
@@ -47,7 +48,9 @@ class AdaptController(QObject):
         panel.toggled.connect(self._toggle)
         panel.reset_requested.connect(self.reset)
         panel.save_requested.connect(self.save)
-        runs.queue_done.connect(self.after_runs)
+        self.runs = runs
+        runs.settled.connect(self.after_runs)
+        runs.background_changed.connect(self._tell)
         session.on_change(self._on_session_change)
 
     @property
@@ -76,6 +79,8 @@ class AdaptController(QObject):
         told when the run ends; a restarted engine is told once its model has loaded)."""
         wanted = self.panel.enabled.isChecked()
         if wanted == self._told or self.session.busy or self.session.target is None:
+            return
+        if self.runs.measuring_reference:  # told once it has ended
             return
         try:
             self.engine.set_adapt(wanted)

@@ -2,12 +2,12 @@
 
 Turns alternate a user message and the assistant's reply; each reply keeps its `RunSummary`
 (how its tokens were produced, τ, tokens/s, how much of the prompt came from the cached
-conversation) and its speedup over the autoregressive reference measured right after it, with
-its 95 % interval over both runs' steps (`app/reference.py`; not saved: a loaded chat's
-replies are shown, not measured). `messages(pending)` is what the chat template is
-applied over for the next reply. A chat saves as one JSON object in the prompt files' format
-(`turns`: the user messages, plus `replies`), so `specdec bench --prompts chat.jsonl
---multi-turn` replays it.
+conversation) and its speedup over its autoregressive reference (measured after it in the
+background, or reused), with its 95 % interval over both runs' steps (`app/reference.py`; not
+saved: a loaded chat's replies are shown, not measured). `messages(pending)` is what the chat
+template is applied over for the next reply. A chat saves as one JSON object in the prompt
+files' format (`turns`: the user messages, plus `replies`), so `specdec bench --prompts
+chat.jsonl --multi-turn` replays it.
 """
 
 from __future__ import annotations

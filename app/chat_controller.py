@@ -2,10 +2,14 @@
 
 The chat template is applied over the whole history (the engine renders `RunRequest.messages`)
 and the engine keeps the conversation's KV cache between turns (`RunRequest.conversation`), so
-a turn prefills only its new tokens. Each turn is followed by an autoregressive run of the
-same history, with a cache of its own, so its speedup is measured against decoding that also
-reuses its cache, right after the turn (the same conditions), with its 95 % interval over
-both runs' steps (`app/reference.py`). `ChatController` owns its requests (a `RunOwner`): it
+a turn prefills only its new tokens. A turn's speedup is against an autoregressive run of the
+same history, with a cache of its own (decoding that also reuses its cache), with its 95 %
+interval over both runs' steps (`app/reference.py`), by the rule Generate follows
+(app/single_run_controller.py): the reply's line is shown when it ends and the window is ready
+at once; the reference is reused where the same history and settings were measured before on
+this machine (its first steps re-timed in the background), else measured in the background
+after the reply and filled in when it ends; the next action cancels it; Run ▸ Measure the
+speedup turns it off. `ChatController` owns its requests (a `RunOwner`): it
 alone hears their events. It also answers the Chat view's buttons (clear, edit, regenerate,
 save, load).
 """
@@ -22,7 +26,16 @@ from app import history
 from app.chat import CONVERSATION, Chat
 from app.engine_api import Engine, RunRequest
 from app.palette import REFERENCE_COLOR
-from app.reference import REFERENCE, measured
+from app.reference import (
+    REFERENCE,
+    Reference,
+    References,
+    RunSpeedup,
+    check_request,
+    measured,
+    reference_request,
+)
+from app.reference_store import KeptReference
 from app.run_parts import PartsOwner, RunParts
 from app.session import Session
 from app.widgets.chat_view import ChatView
@@ -32,6 +45,9 @@ from specdec_core.errors import SpecdecError
 from specdec_core.measurement.run_speedup import StepTime
 
 REFERENCE_CONVERSATION = CONVERSATION + "-reference"
+MEASURING_NOTE = "measuring the speedup…"
+CANCELLED_NOTE = "no speedup: its reference was cancelled"
+OFF_NOTE = "speedup off"
 FILES = "Chat (*.jsonl *.json)"
 
 
@@ -43,14 +59,17 @@ class ChatController(PartsOwner):
         parts: RunParts,
         view: ChatView,
         show_tab: Callable[[], None],
+        references: References,
     ) -> None:
         """`show_tab()` brings the Chat tab to the front (a loaded chat is shown there)."""
         self.session, self.engine = session, engine
         super().__init__(parts)
         self.view, self.show_tab = view, show_tab
+        self.references = references
         self.chat = Chat()
         self._turn: RunRequest | None = None
         self._reference: RunRequest | None = None
+        self._kept: KeptReference | None = None  # a kept reference being re-timed
         self._answer: RunSummary | None = None
         self._steps: list[StepTime] = []  # the turn's steps, timed
         self._reference_steps: list[StepTime] = []  # its reference's
@@ -78,26 +97,19 @@ class ChatController(PartsOwner):
         turn = replace(
             base, prompt=text, messages=self.chat.messages(text), conversation=CONVERSATION
         )
-        queue = [turn]
-        self._reference = None
-        if method != REFERENCE:
-            self._reference = replace(
-                turn,
-                method=REFERENCE,
-                config=turn.config.lossless(),
-                conversation=REFERENCE_CONVERSATION,
-            )
-            queue.append(self._reference)
         if self.runs.running or self.runs.task_running:
             return False
-        self._turn, self._answer = turn, None
+        if self._reference is not None:  # the last turn's reference: this turn cancels it
+            self._reference_finished(None)
+        self._turn, self._answer, self._reference, self._kept = turn, None, None, None
         self._steps, self._reference_steps = [], []
         self.chat.ask(text)
         self.view.add_turn(text)
         self.plots.reset()
-        return self.runs.run_queue(queue, self)
+        return self.runs.run_queue([turn], self)
 
     def clear(self) -> None:
+        self.runs.stop_reference()  # the engine forgets the caches once it has ended
         self.chat = Chat()
         self.view.clear()
         try:
@@ -109,6 +121,7 @@ class ChatController(PartsOwner):
 
     def edit_last(self) -> str:
         """Remove the last turn; its message goes back to the caller (the prompt box)."""
+        self._drop_reference()
         text = self.chat.take_last()
         self.view.remove_last()
         return text
@@ -127,6 +140,7 @@ class ChatController(PartsOwner):
             self.regenerate(self.inputs.method())
 
     def regenerate(self, method: str) -> bool:
+        self._drop_reference()
         try:
             text = self.chat.take_last()
         except SpecdecError as error:
@@ -134,6 +148,11 @@ class ChatController(PartsOwner):
             return False
         self.view.remove_last()
         return self.send(text, method)
+
+    def _drop_reference(self) -> None:
+        """The last turn goes: its reference, if one still runs, is no longer wanted."""
+        self._reference = None
+        self.runs.stop_reference()
 
     # -- files ----------------------------------------------------------------------------------
     def save(self, path: Path) -> None:
@@ -176,7 +195,6 @@ class ChatController(PartsOwner):
         elif request is self._reference:
             name = self.style.label(request.method) + " (reference)"
             self.plots.begin_series(name, REFERENCE_COLOR)
-            self.session.report("measuring the autoregressive reference for the speedup…", False)
 
     def stepped(self, request: RunRequest, step: Step) -> None:
         if request is self._turn:
@@ -185,24 +203,73 @@ class ChatController(PartsOwner):
             self.plots.add_step(self.style.label(request.method), step)
         elif request is self._reference:
             self._reference_steps.append(StepTime.of(step))
-            self.plots.add_step(self.style.label(request.method) + " (reference)", step)
+            name = self.style.label(request.method) + " (reference)"
+            if name in self.plots.series:  # a Generate or Compare may have reset the plots
+                self.plots.add_step(name, step)
 
     def failed(self, request: RunRequest, message: str, user: bool) -> None:
         """A turn that got no answer gives its message back to the prompt box (when nothing
         was typed there meanwhile; otherwise it stays in the chat, for Regenerate)."""
         if request is self._turn and self.inputs.prompt_text().strip() == "":
             self.inputs.set_prompt(self.edit_last())
+        elif request is self._reference:
+            self._reference_finished(None)
+            self._reference = None
 
     def finished(self, request: RunRequest, summary: RunSummary) -> None:
         if request is self._turn:
             history.record(summary, request.prompt)
             self._answer = summary
             self.chat.answer(summary)
-            self.view.finish(self.style.label(summary.method), summary, None)
+            self._answered(request, summary)
         elif request is self._reference and self._answer is not None:
-            found = None
-            if summary.stop_reason != "stopped" and self._answer.stop_reason != "stopped":
-                found = measured(self._answer, summary, self._steps, self._reference_steps)
-            self.chat.turns[-1].speedup = found
-            self.view.finish(self.style.label(self._answer.method), self._answer, found)
+            self._reference_finished(summary)
+            self._reference = None
         self.plots.redraw()
+
+    def _answered(self, turn: RunRequest, summary: RunSummary) -> None:
+        """The reply's line at once; its speedup as the reference allows."""
+        reference = replace(turn, conversation=REFERENCE_CONVERSATION)
+        if summary.stop_reason == "stopped":
+            self._finish(None)
+        elif turn.method == REFERENCE:  # its own reference: kept for the turns to come
+            self.references.keep(turn, summary, self._steps)
+            self._finish(None)
+        elif not self.references.on():
+            self._finish(None, OFF_NOTE)
+        elif (kept := self.references.kept(turn)) is not None:
+            self._kept, self._reference = kept, check_request(reference, kept)
+            self._finish(measured(summary, Reference.kept(kept, checking=True), self._steps))
+            self.runs.run_background(self._reference, self)
+        else:
+            self._reference = reference_request(reference)
+            self._finish(None, MEASURING_NOTE)
+            self.runs.run_background(self._reference, self)
+
+    def _reference_finished(self, summary: RunSummary | None) -> None:
+        """The reference ended (`summary`), or was cancelled before it could (None)."""
+        if self._answer is None or self._turn is None:
+            return
+        done = summary is not None and summary.stop_reason != "stopped"
+        if self._kept is not None:
+            reference = Reference.kept(self._kept, self._reference_steps if done else None)
+        elif not done:
+            self._finish(None, CANCELLED_NOTE)
+            return
+        else:
+            assert summary is not None
+            reference = Reference.measured_now(summary, self._reference_steps)
+        found = measured(self._answer, reference, self._steps)
+        disturbed = found is not None and found.disturbed  # Regenerate then measures both
+        if done and reference.reused and disturbed:
+            self.references.forget(self._turn)
+        elif summary is not None and done and not reference.reused and not disturbed:
+            self.references.keep(self._turn, summary, self._reference_steps)
+        self._finish(found)
+
+    def _finish(self, found: RunSpeedup | None, note: str = "") -> None:
+        """The turn's line: its speedup, or a note on why there is none yet."""
+        assert self._answer is not None
+        if self.chat.turns:
+            self.chat.turns[-1].speedup = found
+        self.view.finish(self.style.label(self._answer.method), self._answer, found, note)

@@ -37,7 +37,8 @@ from app.method_params import MethodParams
 from app.method_style import MethodStyle
 from app.model_loader import ModelLoader
 from app.next_run_note import NextRunNote
-from app.reference import REFERENCE
+from app.reference import REFERENCE, References
+from app.reference_store import ReferenceStore
 from app.run_controller import RunController
 from app.run_inputs import RunInputs
 from app.run_parts import RunParts
@@ -91,7 +92,7 @@ class MainWindow(QMainWindow):
         self.settings = WindowSettings(
             self.settings_file, self, self.splitter, self.models, self.decoding, self.compare,
             self.prompt, self.show_rejected, (self.in_chat, self.show_chat),
-            lambda: self.server.url(), self.status,
+            lambda: self.server.url(), self.status, self.actions.measure_speedup,
         )  # fmt: skip
         self.settings_note = self.settings.note
         self.errors = ErrorDialog(self, self.status, lambda: self.loader.restart_engine())
@@ -104,13 +105,18 @@ class MainWindow(QMainWindow):
             self.session, self.prompt, self.decoding, self.models, self.method_params
         )
         parts = RunParts(self.controller, self.inputs, MethodStyle(self.session), self.plots)
+        self.references = References(  # the speedup's autoregressive references, kept
+            ReferenceStore.default(), self.actions.measure_speedup.isChecked, lambda: self.target
+        )
         self.single = SingleRunController(
-            parts, self.output, self.state.show, lambda: self._show(self.output)
+            parts, self.output, self.state.show, lambda: self._show(self.output), self.references
         )
         self.comparison = CompareController(
             parts, self.compare, self.state.show, lambda: self._show(self.compare)
         )
-        self.chat = ChatController(self.session, self.engine, parts, self.chat_view, self.show_chat)
+        self.chat = ChatController(
+            self.session, self.engine, parts, self.chat_view, self.show_chat, self.references
+        )
         self.loader = ModelLoader(
             self.engine, self.session, self.controller, self.state, self.status, self.models,
             self.decoding, self.compare, self.output, self.settings.first_run, self,
@@ -173,6 +179,7 @@ class MainWindow(QMainWindow):
         actions.generate.triggered.connect(self.generate)
         actions.stop.triggered.connect(self.stop)
         actions.compare.triggered.connect(self.run_compare)
+        actions.measure_speedup.toggled.connect(self._set_measure_speedup)
         actions.show_rejected.toggled.connect(self.show_rejected.setChecked)
         self.show_rejected.toggled.connect(self._set_show_rejected)
         actions.output_tab.triggered.connect(lambda: self._show(self.output))
@@ -237,6 +244,11 @@ class MainWindow(QMainWindow):
         if request.method != REFERENCE:
             self.decoding.add_run(summary, distance)
 
+    def _set_measure_speedup(self, on: bool) -> None:
+        """Run ▸ Measure the speedup: off stops a reference in the background at once."""
+        if not on:
+            self.controller.stop_reference()
+
     def _set_show_rejected(self, show: bool) -> None:
         self.actions.show_rejected.setChecked(show)
         self.token_view.set_show_rejected(show)
@@ -270,6 +282,8 @@ class MainWindow(QMainWindow):
         if self.controller.running:
             self.controller.stop()
             self.state.show("stopping…")
+        elif self.controller.measuring_reference:  # the speedup's reference, in the background
+            self.controller.stop()
 
     def edit_last_turn(self) -> None:
         self.chat.edit_last_turn()

@@ -33,6 +33,7 @@ class Actions:
     generate: QAction
     stop: QAction
     compare: QAction
+    measure_speedup: QAction  # the autoregressive reference of a Generate or chat turn
     show_rejected: QAction
     output_tab: QAction
     compare_tab: QAction
@@ -62,6 +63,7 @@ def create_actions(window: QMainWindow) -> Actions:
         generate=_action(window, "&Generate", "Ctrl+Return"),
         stop=_action(window, "&Stop", "Esc"),
         compare=_action(window, "&Compare methods", "Ctrl+Shift+Return"),
+        measure_speedup=_action(window, "&Measure the speedup", "Ctrl+M"),
         show_rejected=_action(window, "Show &rejected drafts", "Ctrl+R"),
         output_tab=_action(window, "&Output", "Ctrl+1"),
         compare_tab=_action(window, "Co&mpare", "Ctrl+2"),
@@ -71,6 +73,13 @@ def create_actions(window: QMainWindow) -> Actions:
         about=_action(window, "&About specdec-playground", "Ctrl+F1"),
     )
     actions.show_rejected.setCheckable(True)
+    actions.measure_speedup.setCheckable(True)
+    actions.measure_speedup.setChecked(True)
+    actions.measure_speedup.setToolTip(
+        "after a Generate or a chat turn, measure an autoregressive run of the same prompt and "
+        "settings in the background (or reuse one measured before on this machine) for the "
+        "speedup; off: no reference runs and no speedup is shown"
+    )
     return actions
 
 
@@ -89,6 +98,8 @@ def create_menus(window: QMainWindow, actions: Actions) -> dict[str, QMenu]:
     run_menu = bar.addMenu("&Run")
     for action in (actions.generate, actions.stop, actions.compare):
         run_menu.addAction(action)
+    run_menu.addSeparator()
+    run_menu.addAction(actions.measure_speedup)
     view_menu = bar.addMenu("&View")
     view = (actions.show_rejected, actions.output_tab, actions.compare_tab, actions.chat_tab)
     for action in (*view, actions.clear):

@@ -60,6 +60,7 @@ class GuiSettings:
     tree_tokens: int = 0
     raw: bool = False
     show_rejected: bool = False
+    measure_speedup: bool = True  # a Generate's or chat turn's autoregressive reference
     chat_mode: bool = False  # the Chat tab was open
     compare_methods: tuple[str, ...] = ("eagle", "eagle2", "eagle2-lookup")
     prompt: str = "Explain speculative decoding in three sentences."

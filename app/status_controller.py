@@ -2,15 +2,16 @@
 
 `StatusController` observes the session: an activity, a target or the registries changing
 rewords the state line ("ready", "loading…", "running…") and enables or disables Generate,
-Compare, Stop and Load (Stop, the menu's and the prompt box's, is live for every job the
-window runs: a run, a Compare, a chat turn, a sweep, Tune); a reported message becomes a
-status line (a note, cut with "…" to the room the bar has, whole in its tooltip) or an error
-dialog (`ErrorDialog`). Controllers that know more say it with `show(state)`, and with
-`show(state, since)` a line that counts the seconds since `since` until the next line: a run's
-own words come from `RunStatusLine` (starting, what the engine reports before the prompt:
-loading the method's head or draft, timing forward passes for a tree, then prefilling N prompt
-tokens, each counting, so a first run that loads a head or times the device is seen to be
-alive; then running).
+Compare, Stop and Load (Stop, the menu's and the prompt box's, is live for every job the window
+runs: a run, a Compare, a chat turn, a sweep, Tune, and a run's autoregressive reference
+measured in the background, during which the window is ready and the state line says so); a
+reported message becomes a status line (a note, cut with "…" to the room the bar has, whole in
+its tooltip) or an error dialog (`ErrorDialog`). Controllers that know more say it with
+`show(state)`, and with `show(state, since)` a line that counts the seconds since `since` until
+the next line: a run's own words come from `RunStatusLine` (starting, what the engine reports
+before the prompt: loading the method's head or draft, timing forward passes for a tree, then
+prefilling N prompt tokens, each counting, so a first run that loads a head or times the device
+is seen to be alive; then running).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from PySide6.QtCore import QTimer
 from app.engine_api import RunRequest
 from app.error_dialog import ErrorDialog
 from app.menus import Actions
+from app.reference import MEASURING
 from app.run_controller import RunController
 from app.session import Activity, Session
 from app.widgets.chat_view import ChatView
@@ -68,6 +70,7 @@ class StatusController:
         self._ticker.timeout.connect(self._tick)
         session.on_change(self._on_change)
         runs.progress.connect(lambda message, _: self.note(message))
+        runs.background_changed.connect(lambda: self.show())
 
     def _on_change(self, what: str) -> None:
         if what == "message":
@@ -92,6 +95,8 @@ class StatusController:
             return WORDS[activity]
         if activity in (Activity.LOADING, Activity.STARTING):
             return "loading…" if self.session.registries else "loading engine…"
+        if self.runs.measuring_reference:
+            return MEASURING
         return "no model" if self.session.target is None else "ready"
 
     def show(self, state: str | None = None, since: float | None = None) -> None:
@@ -100,7 +105,8 @@ class StatusController:
         line is shown."""
         session, running = self.session, self.runs.running
         ready = session.ready()
-        stoppable = running or session.activity in (Activity.RUNNING, Activity.MEASURING)
+        busy = session.activity in (Activity.RUNNING, Activity.MEASURING)
+        stoppable = running or busy or self.runs.measuring_reference
         self._counting = (state, since) if state is not None and since is not None else None
         if self._counting is None:
             self._ticker.stop()

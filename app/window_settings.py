@@ -13,6 +13,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from PySide6.QtCore import QByteArray
+from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QCheckBox, QMainWindow, QSplitter, QStatusBar
 
 from app import history, screen
@@ -39,9 +40,10 @@ class WindowSettings:
         chat: tuple[Callable[[], bool], Callable[[], None]],
         server_url: Callable[[], str],
         bar: QStatusBar,
+        measure_speedup: QAction | None = None,
     ) -> None:
         """`chat`: is the Chat tab open, and bring it to the front; `server_url()`: the
-        Server tab's URL."""
+        Server tab's URL; `measure_speedup`: Run ▸ Measure the speedup."""
         self.path = path
         self.first_run = not path.exists()  # a new user: nothing saved yet
         self.saved, self.note = load_settings(path)
@@ -49,6 +51,7 @@ class WindowSettings:
         self.models, self.decoding, self.compare, self.prompt = models, decoding, compare, prompt
         self.show_rejected, self.server_url = show_rejected, server_url
         self.in_chat, self.show_chat = chat
+        self.measure_speedup = measure_speedup
 
     def apply(self) -> None:
         saved = self.saved
@@ -59,6 +62,8 @@ class WindowSettings:
         self.prompt.set_text(saved.prompt)
         self.prompt.raw.setChecked(saved.raw)
         self.show_rejected.setChecked(saved.show_rejected)
+        if self.measure_speedup is not None:
+            self.measure_speedup.setChecked(saved.measure_speedup)
         if saved.chat_mode:
             self.show_chat()
         if saved.geometry:
@@ -79,6 +84,11 @@ class WindowSettings:
             prompt=self.prompt.text(),
             raw=self.prompt.raw.isChecked(),
             show_rejected=self.show_rejected.isChecked(),
+            measure_speedup=(
+                self.measure_speedup.isChecked()
+                if self.measure_speedup is not None
+                else self.saved.measure_speedup
+            ),
             chat_mode=self.in_chat(),
             geometry=bytes(self.window.saveGeometry().toHex()).decode(),
             splitter=bytes(self.splitter.saveState().toHex()).decode(),

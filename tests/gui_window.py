@@ -41,4 +41,8 @@ def make_window_fixture(qtbot, tmp_path, monkeypatch):
 
 
 def wait_idle(qtbot, window: MainWindow, timeout: int = 5000) -> None:
-    qtbot.waitUntil(lambda: not window.controller.running, timeout=timeout)
+    """Until nothing runs: no run queue, and no autoregressive reference in the background."""
+    controller = window.controller
+    qtbot.waitUntil(
+        lambda: not controller.running and not controller.measuring_reference, timeout=timeout
+    )

@@ -1,7 +1,8 @@
 """The Chat tab: turns listed as in a chat app, each reply coloured by who produced its tokens,
-with τ, the speedup over the reference measured right after the turn (with its 95 % interval
-over both runs' steps; a ratio above τ is shown as a timing disturbance) and what the kept
-conversation cache saved; Clear, Edit last turn, Regenerate, Save and Load."""
+with τ, the speedup over its autoregressive reference (with its 95 % interval over both runs'
+steps, and where the reference comes from when it was reused; a ratio above τ is shown as a
+timing disturbance; while the reference is measured in the background, a note says so) and
+what the kept conversation cache saved; Clear, Edit last turn, Regenerate, Save and Load."""
 
 from __future__ import annotations
 
@@ -23,14 +24,20 @@ from specdec_core.decoding.events import RunSummary, Step
 USER_STYLE = "background:#eef2f7; border-radius:6px; padding:6px;"
 
 
-def turn_summary(label: str, summary: RunSummary, speedup: RunSpeedup | None) -> str:
-    """The line under a reply: τ, tokens/s, the speedup with its 95 % interval (or why a
-    disturbed one is not shown), what the conversation cache saved."""
-    ratio = ""
+def turn_summary(
+    label: str, summary: RunSummary, speedup: RunSpeedup | None, note: str = ""
+) -> str:
+    """The line under a reply: τ, tokens/s, the speedup with its 95 % interval and, when its
+    reference was reused, where from (or why a disturbed one is not shown; without one,
+    `note`: why there is none yet), what the conversation cache saved."""
+    ratio = f" · {note}" if note else ""
     if speedup is not None and speedup.disturbed:
         ratio = f" · speedup not shown: {speedup.bound.why()} (Regenerate re-measures it)"
     elif speedup is not None:
-        spread = f" (95% interval {speedup.interval_text()})" if speedup.interval else ""
+        parts = [f"95% interval {speedup.interval_text()}"] if speedup.interval else []
+        if speedup.reused:
+            parts.append(speedup.source)
+        spread = f" ({'; '.join(parts)})" if parts else ""
         ratio = f" · ×{speedup.ratio:.2f} vs autoregressive{spread}"
     fresh = summary.prompt_tokens - summary.reused_tokens
     cache = (
@@ -143,9 +150,11 @@ class ChatView(QWidget):
             bar = self.scroll.verticalScrollBar()
             bar.setValue(bar.maximum())
 
-    def finish(self, label: str, summary: RunSummary, speedup: RunSpeedup | None) -> None:
+    def finish(
+        self, label: str, summary: RunSummary, speedup: RunSpeedup | None, note: str = ""
+    ) -> None:
         if self.turns:
-            self.turns[-1].summary.setText(turn_summary(label, summary, speedup))
+            self.turns[-1].summary.setText(turn_summary(label, summary, speedup, note))
 
     def set_busy(self, busy: bool) -> None:
         for button in self.buttons.values():

@@ -48,6 +48,8 @@ class PromptPanel(QWidget):
     def set_text(self, text: str) -> None:
         self.editor.setPlainText(text)
 
-    def set_state(self, can_generate: bool, running: bool) -> None:
-        self.generate_button.setEnabled(can_generate and not running)
-        self.stop_button.setEnabled(running)
+    def set_state(self, can_generate: bool, stoppable: bool) -> None:
+        """Generate when a run may start; Stop while something stoppable runs (both at once
+        while a run's autoregressive reference is measured in the background)."""
+        self.generate_button.setEnabled(can_generate)
+        self.stop_button.setEnabled(stoppable)
