@@ -37,11 +37,15 @@ def autocast_dtype(device: torch.device) -> torch.dtype | None:
     return None
 
 
-def train_step(objective: Objective, items, optimizer, params, ce_weight: float):
-    """One optimiser step on a batch of `items` -> (feature loss, ce, top-1 agreement)."""
+AUTO = "auto"
+
+
+def train_step(objective: Objective, items, optimizer, params, ce_weight: float, autocast=AUTO):
+    """One optimiser step on a batch of `items` -> (feature loss, ce, top-1 agreement), under
+    `autocast` (a dtype, None for float32; default `autocast_dtype` of the device)."""
     device = objective.lm_rows.device  # the target's device: data moves there batch by batch
     ids, hidden, mask, fused = collate(items, device)
-    dtype = autocast_dtype(device)
+    dtype = autocast_dtype(device) if autocast == AUTO else autocast
     with torch.autocast(device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
         pred, true = objective(ids, hidden, mask, fused)
         feature, ce, agree = objective.losses(pred.float(), true.float())
