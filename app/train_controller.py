@@ -44,6 +44,8 @@ from app.training_plan import (
     generation_done,
     read_generation,
     read_training,
+    read_why,
+    why_words,
 )
 from app.widgets.train_view import TrainView
 from specdec_core.files import format_duration
@@ -63,7 +65,7 @@ class TrainController(QObject):
         # the settings the tab does not show (tests shrink them for a tiny model)
         self.template = TrainingPlan(target="", work=Path())
         self.plan: TrainingPlan | None = None
-        self.step = ""  # "generation" | "training" while a child runs
+        self.step = ""  # "generation" | "training" | "why" while a child runs
         self.child: QProcess | None = None
         self.stopping = False
         self.budget_cut = False  # the window ended generation at its share of the budget
@@ -77,6 +79,7 @@ class TrainController(QObject):
         view.start_button.clicked.connect(self.start)
         view.stop_button.clicked.connect(self.stop)
         view.resume_button.clicked.connect(self.resume)
+        view.why_button.clicked.connect(self.explain)
         self.stop_action = QAction("Stop training", view)  # Esc while the tab has the focus
         self.stop_action.setShortcut(QKeySequence(Qt.Key.Key_Escape))
         self.stop_action.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
@@ -139,6 +142,14 @@ class TrainController(QObject):
         if self.plan is not None and not self.running:
             self.began = time.monotonic()
             self._next()
+
+    def explain(self) -> None:
+        """Why the finished head's τ is what it is: `specdec validate --why` beside the window,
+        its evidence shown when it ends."""
+        plan = self.plan
+        if plan is not None and not self.running and finished_head(plan) is not None:
+            self.view.why.setText("measuring why τ is what it is…")
+            self._launch("why", plan.why_argv())
 
     def stop(self) -> None:
         if self.child is None:
@@ -207,7 +218,9 @@ class TrainController(QObject):
         self.stop_action.setEnabled(False)
         child.deleteLater()
         self.poll()
-        if self.stopping:  # the user's Stop wins over the budget's
+        if step == "why":
+            self._explained(plan, code)
+        elif self.stopping:  # the user's Stop wins over the budget's
             self.timer.stop()
             self.view.state.setText(f"{step} stopped; Resume continues from {plan.work}")
             self.view.set_running(False, can_resume=True, head_ready=False)
@@ -221,6 +234,20 @@ class TrainController(QObject):
             line = _in_minutes(_last_line(plan.work / f"{step}.log"))
             self.view.state.setText(f"{step} failed: {line} — fix it and press Resume")
             self.view.set_running(False, can_resume=True, head_ready=False)
+
+    def _explained(self, plan: TrainingPlan, code: int) -> None:
+        """The why step ended: its evidence, or why there is none."""
+        self.timer.stop()
+        record = read_why(plan.work / "why.log") if code == 0 and not self.stopping else None
+        if record is not None:
+            self.view.why.setText(why_words(record))
+        elif self.stopping:
+            self.view.why.setText("stopped; Why this τ? measures again")
+        else:
+            line = _in_minutes(_last_line(plan.work / "why.log"))
+            self.view.why.setText(f"could not measure why: {line}")
+        self.view.state.setText(f"trained: {plan.head} is in the Head list")
+        self.view.set_running(False, can_resume=False, head_ready=True)
 
     def _finished(self) -> None:
         plan = self.plan

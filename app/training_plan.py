@@ -135,6 +135,56 @@ class TrainingPlan:
             argv += ["--seconds", f"{max(1, math.floor(seconds))}"]
         return argv
 
+    def why_argv(self) -> list[str]:
+        """`specdec validate --why --json` of the head in WORK/head: the kinds' shares from
+        WORK/data's card, the held-out answers training cached in WORK/head/work reused."""
+        feature_dtype = "float32" if self.dtype == "float32" else "bfloat16"
+        argv = [
+            sys.executable, "-m", "specdec_core.cli", "validate", "--why", "--json",
+            "--head", str(self.head), "--target", self.target, "--device", self.device,
+            "--dtype", feature_dtype, "--per-kind", str(max(1, self.val_kinds)),
+            "--corpus", str(self.data), "--work", str(self.head / "work"),
+        ]  # fmt: skip
+        if self.conversations:
+            argv += ["--conversations", self.conversations]
+        return argv
+
+
+def read_why(log: Path) -> dict | None:
+    """The evidence `why_argv`'s command printed (its last JSON line in the log), or None."""
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        if line.startswith('{"head"'):
+            try:
+                return json.loads(line)
+            except ValueError:
+                return None
+    return None
+
+
+def why_words(record: dict) -> str:
+    """The evidence in a few lines for the Train tab: where the chain breaks, the target's own
+    answers against a dataset's, the draft vocabulary's coverage, and what to do."""
+    own = record["own"]
+    lines = [
+        "top-1 by draft position: " + " / ".join(f"{a:.2f}" for a in own["top1"])
+        + f" (a chain of {len(own['top1'])} implies τ {own['chain_tau']:.2f})"
+    ]  # fmt: skip
+    if record.get("dataset"):
+        lines.append(
+            f"on the target's own answers {own['top1'][0]:.2f}, on a dataset's "
+            f"{record['dataset']['top1'][0]:.2f} (position 1)"
+        )
+    lines.append(f"the draft vocabulary holds {record['coverage']:.1%} of the answer tokens")
+    advice = record.get("advice") or []
+    lines += [f"to do: {a['do']} ({a['because']})" for a in advice] or [
+        "to do: nothing stands out in these numbers"
+    ]
+    return "\n".join(lines)
+
 
 @dataclass(frozen=True)
 class GenerationProgress:

@@ -66,6 +66,16 @@ def test_train_tab_shows_progress_stops_resumes_and_lists_the_finished_head(
     assert any(text.startswith(head) for text, _ in window.models.head.local_items())
     assert window.models.head.spec() != head  # the selected head is kept until Compare
 
+    # why its tau is what it is: the evidence beside the window, then the tab is ready again
+    assert view.why_button.isEnabled()
+    view.why_button.click()
+    assert not view.why_button.isEnabled() and not view.start_button.isEnabled()
+    qtbot.waitUntil(lambda: view.why_button.isEnabled(), timeout=300_000)
+    why = view.why.text()
+    assert why.startswith("top-1 by draft position: "), why
+    assert "a chain of 4 implies τ" in why and "of the answer tokens" in why
+    assert "to do: " in why and view.compare_button.isEnabled()
+
 
 class _None:
     batches = 0

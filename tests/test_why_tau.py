@@ -161,3 +161,27 @@ def test_validate_why_refuses_bad_input_in_one_line(chat_dir, capsys):
     assert main(["validate", "--why", *target, "--corpus", "/no/such/corpus"]) == 2
     error = capsys.readouterr().err.strip()
     assert "no card.json" in error and "\n" not in error
+
+
+def test_the_train_tabs_why_words_say_the_evidence_and_what_to_do(tmp_path):
+    from app.training_plan import read_why, why_words
+
+    record = {
+        "head": "WORK/head",
+        "own": {"top1": [0.6, 0.5], "counted": [10, 10], "chain_tau": 1.9},
+        "dataset": {"top1": [0.4, 0.3], "counted": [10, 10], "chain_tau": 1.52},
+        "coverage": 0.94,
+        "advice": [{"do": "train with a larger draft vocabulary (--draft-vocab)",
+                    "because": "6.0% of the target's answer tokens are outside"}],
+    }  # fmt: skip
+    log = tmp_path / "why.log"
+    log.write_text("[train] loading\n" + json.dumps(record) + "\nLoading weights: 100%\n")
+    assert read_why(log) == record
+    assert why_words(record).splitlines() == [
+        "top-1 by draft position: 0.60 / 0.50 (a chain of 2 implies τ 1.90)",
+        "on the target's own answers 0.60, on a dataset's 0.40 (position 1)",
+        "the draft vocabulary holds 94.0% of the answer tokens",
+        "to do: train with a larger draft vocabulary (--draft-vocab) (6.0% of the target's "
+        "answer tokens are outside)",
+    ]
+    assert read_why(tmp_path / "none.log") is None

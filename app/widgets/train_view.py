@@ -80,10 +80,17 @@ class TrainView(QWidget):
         self.compare_button.setToolTip(
             "select the new head and run Compare; the head it replaces stays in the Head list"
         )
+        self.why_button = QPushButton("Why this τ?")
+        self.why_button.setToolTip(
+            "the evidence for the new head's τ and what to do (specdec validate --why): top-1 "
+            "by draft position, the target's own answers against a dataset's, draft-vocabulary "
+            "coverage, by kind against the data's share"
+        )
         buttons = QHBoxLayout()
         for button in (self.start_button, self.stop_button, self.resume_button):
             buttons.addWidget(button)
         buttons.addStretch(1)
+        buttons.addWidget(self.why_button)
         buttons.addWidget(self.compare_button)
 
         target_row = QHBoxLayout()  # rows kept few: the plot needs the height at 1280×800
@@ -138,6 +145,9 @@ class TrainView(QWidget):
         self.legend.setWordWrap(True)
         self.by_kind = QLabel("validation by kind: after training")
         self.by_kind.setWordWrap(True)
+        self.why = QLabel("")
+        self.why.setWordWrap(True)
+        self.why.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
 
         for group in (settings, progress):  # tighter than the style's default spacing
             group.layout().setContentsMargins(6, 4, 6, 4)
@@ -150,6 +160,7 @@ class TrainView(QWidget):
         layout.addWidget(self.legend)
         layout.addWidget(self.plot, 1)
         layout.addWidget(self.by_kind)
+        layout.addWidget(self.why)
         self.set_running(False, can_resume=False, head_ready=False)
 
     def chosen_sources(self) -> tuple[str, ...]:
@@ -162,6 +173,7 @@ class TrainView(QWidget):
         self.stop_button.setEnabled(running)
         self.resume_button.setEnabled(not running and can_resume)
         self.compare_button.setEnabled(not running and head_ready)
+        self.why_button.setEnabled(not running and head_ready)
 
     def show_work(self, work: str) -> None:
         """The work folder (cut at the tab's edge; whole in the tooltip)."""
