@@ -11,12 +11,12 @@ timed steps, the tokens it gave and when it was measured; in memory and in the u
 beside the run history (`references.json`, `SPECDEC_DATA_DIR` where set; the newest `KEEP`
 references), so a second start of the window reuses them.
 
-A kept reference was timed under the conditions of its day. Before it is trusted again, a few of
-its steps are timed now (`CHECK_STEPS`: the same prompt and settings, `ar`, that many new
-tokens, off the critical path, after the answer): where their seconds lie within `CHECK_FIT` of
-the same steps' kept seconds the reference is used as it is; where the machine now runs them
-faster or slower (another job, a frequency change, another power plan) every kept step is
-scaled by that factor (`KeptReference.scaled`): a re-timed reference, which costs
+A kept reference was timed under the conditions of its day. Before it is trusted again, a few
+of its steps are timed now (`CHECK_STEPS`: the same prompt and settings, `ar`, that many new
+tokens, off the critical path, after the answer): where their median step lies within
+`CHECK_FIT` of the same steps' kept median the reference is used as it is; where the machine
+now runs them faster or slower (another job, a frequency change, another power plan) every kept
+step is scaled by that factor (`KeptReference.scaled`): a re-timed reference, which costs
 `CHECK_STEPS` steps instead of a whole run. Qt-free, tested without a window.
 """
 
@@ -26,6 +26,7 @@ import contextlib
 import hashlib
 import json
 import os
+import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -92,12 +93,15 @@ class KeptReference:
 
     def pace(self, check: Sequence[StepTime]) -> float | None:
         """How much slower (> 1) or faster (< 1) the machine ran `check`, the first steps of
-        the same reference timed now, than this reference ran the same steps; None without
-        timed steps on both sides."""
+        the same reference timed now, than this reference ran the same steps: the ratio of
+        their median seconds a step (a step stalled by another job moves a median little);
+        None without timed steps on both sides."""
         count = min(len(check), len(self.steps))
-        now = sum(s.seconds for s in check[:count])
-        then = sum(s.seconds for s in self.steps[:count])
-        return now / then if count and now > 0 and then > 0 else None
+        if not count:
+            return None
+        now = statistics.median(s.seconds for s in check[:count])
+        then = statistics.median(s.seconds for s in self.steps[:count])
+        return now / then if now > 0 and then > 0 else None
 
     def to_record(self) -> dict:
         return {

@@ -37,6 +37,7 @@ from specdec_core.decoding.events import Finished, RunSummary, Started, Step
 from specdec_core.measurement.run_distance import RunDistance
 
 TASK_NAMES = {Activity.STARTING: "engine start", Activity.LOADING: "model load"}
+CANCELLED = "cancelled: the next action began first"  # a background reference that never ran
 
 
 class RunOwner(Protocol):
@@ -145,10 +146,18 @@ class RunController(QObject):
             self._start_background(request, owner)
 
     def stop_reference(self) -> None:
-        """Stop a background reference (it ends within a step); nothing else."""
-        self._asked = None
+        """Stop a background reference (it ends within a step), or drop one asked for that
+        has not started; nothing else."""
+        self._drop_asked()
         if self.background_job is not None:
             self.background_job.stop()
+
+    def _drop_asked(self) -> None:
+        """A reference asked for will not run: its owner hears it failed (nothing reported)."""
+        asked, self._asked = self._asked, None
+        if asked is not None:
+            request, owner = asked
+            owner.failed(request, CANCELLED, True)
 
     def stop(self) -> None:
         """Stop the queue under way and a background reference."""
@@ -160,12 +169,15 @@ class RunController(QObject):
     def _next(self) -> None:
         if not self._queue:
             self.current, self._owner = None, None
-            asked, self._asked = self._asked, None
             self.session.end()
             self.queue_done.emit()
-            if asked is not None and not self.session.busy and not self.running:
+            asked, self._asked = self._asked, None
+            if self.session.busy or self.running:  # something began at once: it runs first
+                self._asked = asked
+                self._drop_asked()
+            elif asked is not None:
                 self._start_background(*asked)
-            elif not self.session.busy and not self.running:
+            else:
                 self.settled.emit()
             return
         request = self._queue.pop(0)

@@ -119,8 +119,8 @@ class SingleRunController(PartsOwner):
     def failed(self, request: RunRequest, message: str, user: bool) -> None:
         if request is self.run:
             self.line.ended()
-        elif request is self.reference and self.kept is None:
-            self._show(CANCELLED)
+        elif request is self.reference:  # cancelled before it ran, or the engine failed
+            self._reference_finished(None)
 
     def finished(self, request: RunRequest, summary: RunSummary) -> None:
         if request is self.reference:
@@ -152,16 +152,17 @@ class SingleRunController(PartsOwner):
             self._show(MEASURING)
             self.runs.run_background(self.reference, self)
 
-    def _reference_finished(self, reference: RunSummary) -> None:
+    def _reference_finished(self, reference: RunSummary | None) -> None:
+        """The reference ended (`reference`), or will not run (None)."""
         run = self.run
         if run is None or self.measured is None:
             return
-        done = reference.stop_reason != "stopped"
+        done = reference is not None and reference.stop_reason != "stopped"
         if self.kept is not None:  # the re-timing of a kept reference
             check = self.reference_steps if done else None
             self._show(self._against(Reference.kept(self.kept, check)))
             return
-        if not done:
+        if reference is None or not done:
             self._show(CANCELLED)
             return
         measured_now = Reference.measured_now(reference, self.reference_steps)

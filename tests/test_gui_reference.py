@@ -266,3 +266,29 @@ def test_kept_references_survive_a_new_store_and_are_keyed_by_what_ar_reads(tmp_
     stopped = replace(summary, stop_reason="stopped")
     references.keep(replace(run, prompt="cut short"), stopped, [StepTime(1, 0.05)])
     assert references.kept(replace(run, prompt="cut short")) is None  # no reference
+
+
+def test_stop_before_the_reference_began_drops_it_and_says_so(make_window, qtbot):
+    engine = ReferenceEngine(delay=0.05)  # a lossy run's distance: one decode more, paced
+    window = make_window(engine)
+    window.decoding.select(window.decoding.policy, "threshold")
+    window.generate()
+    qtbot.waitUntil(lambda: window.single.measured is not None, timeout=5000)
+    assert window.controller.running  # the distance is measured before the queue ends
+    window.stop()
+    wait_idle(qtbot, window)
+    assert [r.method for r in engine.requests] == ["classic"]  # the reference never ran
+    assert "cancelled its autoregressive reference" in last_line(window)
+
+
+def test_a_step_stalled_by_another_job_does_not_re_time_a_kept_reference():
+    from app.reference import Reference
+    from app.reference_store import KeptReference
+    from specdec_core.measurement.run_speedup import StepTime
+
+    kept = KeptReference(8, 0.8, (StepTime(1, 0.1),) * 8, time.time())
+    stalled = [StepTime(1, 0.1)] * 7 + [StepTime(1, 2.0)]
+    assert kept.pace(stalled) == 1.0
+    assert "re-timed now within 0 %" in Reference.kept(kept, stalled).source
+    slower = Reference.kept(kept, [StepTime(1, 0.2)] * 8)
+    assert slower.tokens_per_second == 5.0 and "now take ×2.00 as long" in slower.source

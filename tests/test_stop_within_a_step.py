@@ -140,6 +140,16 @@ def test_generate_stops_within_a_step_and_skips_its_reference(qtbot, slow_window
     assert window.single.speedup_line == ""  # no reference was run after the Stop
 
 
+def test_a_reference_in_the_background_gives_way_within_a_step(qtbot, slow_window):
+    window = slow_window
+    window.generate()  # the answer at full speed; its reference then runs in the background
+    qtbot.waitUntil(lambda: window.controller.measuring_reference, timeout=60_000)
+    assert window.ready() and window.actions.generate.isEnabled()
+    seconds = _stop_mid_step(qtbot, window, lambda: window.controller.measuring_reference)
+    _report("reference in the background", seconds)
+    assert "cancelled its autoregressive reference" in window.summary.text()
+
+
 def test_compare_stops_within_a_step(qtbot, slow_window):
     window = slow_window
     window.run_compare()
