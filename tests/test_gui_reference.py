@@ -20,7 +20,7 @@ class ReferenceEngine(FakeEngine):
     """The fake engine whose autoregressive runs take `reference_delay` more a step (a
     reference slower than the answer), with steps timed `pace` times the fake's own (the
     machine slower or faster than when a reference was kept); `most_in_flight` is the most
-    runs it ever had under way at once."""
+    runs it ever had under way at once, `runs_at_load` the runs under way at each load."""
 
     def __init__(self, reference_delay: float = 0.0, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -29,6 +29,11 @@ class ReferenceEngine(FakeEngine):
         self.in_flight = 0
         self.most_in_flight = 0
         self.lock = threading.Lock()
+        self.runs_at_load: list[int] = []
+
+    def load_target(self, target, progress, stop=None):
+        self.runs_at_load.append(self.in_flight)
+        return super().load_target(target, progress, stop)
 
     def events(self, request, stop, progress):
         with self.lock:
@@ -292,3 +297,25 @@ def test_a_step_stalled_by_another_job_does_not_re_time_a_kept_reference():
     assert "re-timed now within 0 %" in Reference.kept(kept, stalled).source
     slower = Reference.kept(kept, [StepTime(1, 0.2)] * 8)
     assert slower.tokens_per_second == 5.0 and "now take ×2.00 as long" in slower.source
+
+
+def test_a_model_load_stops_the_reference_and_loads_once_it_has_ended(make_window, qtbot):
+    engine = ReferenceEngine(reference_delay=0.1)
+    window = make_window(engine)
+    loads = len(engine.loads)
+    window.generate()
+    qtbot.waitUntil(lambda: window.controller.measuring_reference, timeout=5000)
+    window.load_target()
+    qtbot.waitUntil(lambda: len(engine.loads) == loads + 1, timeout=5000)
+    assert engine.summaries[-1].method == "ar" and engine.summaries[-1].stop_reason == "stopped"
+    assert engine.runs_at_load[-1] == 0  # the reference had ended before the load began
+    qtbot.waitUntil(window.ready, timeout=5000)
+
+
+def test_closing_while_the_reference_runs_leaves_no_live_thread(make_window, qtbot):
+    engine = ReferenceEngine(reference_delay=0.1, steps=100)
+    window = make_window(engine)
+    window.generate()
+    qtbot.waitUntil(lambda: window.controller.measuring_reference, timeout=5000)
+    window.close()
+    assert window.controller.live_threads() == 0 and engine.closed
