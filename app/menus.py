@@ -131,7 +131,9 @@ token after a fully accepted draft), <span style="background:#e4e4e4">&nbsp;grey
 a plain target token (autoregressive). Hover a token for its step and probabilities.</p>
 <p><b>τ</b> (mean acceptance length) = new tokens ÷ target forwards: autoregressive decoding
 is 1, a step that accepts all k drafts gives k + 1. Speedup is measured: tokens/s against an
-autoregressive run of the same prompt and settings.</p>
+autoregressive run of the same prompt and settings, run after the answer while you read (the
+next action cancels it) or reused where it was measured before on this machine, as the line
+says (Run ▸ Measure the speedup turns it off).</p>
 <p><b>Plots</b>: tokens per step with its running mean τ; tokens/s over engine time;
 acceptance rate by draft position; for EAGLE-2 the last draft tree, accepted path in green.</p>
 <p>More: The playground window (docs/window.md).</p>"""

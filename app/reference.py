@@ -116,7 +116,7 @@ class Reference:
 class RunSpeedup:
     """A run's tokens/s over its reference's with the τ that bounds it (`bound`), and the
     95 % interval of that ratio over both runs' steps (None where no step was timed);
-    `source`: where the reference comes from ('' : measured right after the run)."""
+    `source`: where the reference comes from ('': measured just now, after the answer)."""
 
     bound: MeasuredSpeedup
     interval: tuple[float, float] | None = None
