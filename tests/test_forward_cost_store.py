@@ -5,16 +5,23 @@ import json
 
 import pytest
 import torch
+from transformers import LlamaForCausalLM
 
 from specdec_core.decoding.cost_store import CostStore, fits
 from specdec_core.decoding.forward_costs import TARGET_SIZES, ForwardCosts
 from tests.tiny import tiny_model
 
 
+def saved_tiny(folder):
+    """A tiny target read from `folder` (a model read from somewhere: one a later run meets)."""
+    tiny_model(1).save_pretrained(folder)
+    return LlamaForCausalLM.from_pretrained(folder).eval()
+
+
 @pytest.fixture
-def counted():
-    """A tiny target whose forwards (of its decoder stack) are counted."""
-    model = tiny_model(1)
+def counted(tmp_path):
+    """A tiny target read from a folder, whose forwards (of its decoder stack) are counted."""
+    model = saved_tiny(tmp_path / "target")
     calls = {"n": 0}
     model.model.register_forward_hook(lambda *_: calls.__setitem__("n", calls["n"] + 1))
     return model, calls
@@ -68,8 +75,9 @@ def test_a_kept_table_that_no_longer_fits_is_measured_again(counted, tmp_path):
 
 def test_each_dtype_and_machine_setting_has_its_own_table(tmp_path):
     store = CostStore(tmp_path / "forward-costs.json")
-    ForwardCosts(store=store).target(tiny_model(1))
-    ForwardCosts(store=store).target(tiny_model(1).to(torch.bfloat16))
+    model = saved_tiny(tmp_path / "target")
+    ForwardCosts(store=store).target(model)
+    ForwardCosts(store=store).target(model.to(torch.bfloat16))
     saved = json.loads((tmp_path / "forward-costs.json").read_text())
     assert len(saved) == 2 and any("bfloat16" in key for key in saved)
 
@@ -88,3 +96,12 @@ def test_fits_holds_within_the_tolerance_only():
     assert fits(kept, {1: 0.012, 60: 0.027})
     assert not fits(kept, {1: 0.013, 60: 0.030})
     assert not fits(kept, {2: 0.010})  # a size the table does not hold
+
+
+def test_a_model_built_in_memory_is_measured_every_time(tmp_path):
+    """A model read from nowhere has no identity a later run could meet: nothing is kept."""
+    store = CostStore(tmp_path / "forward-costs.json")
+    costs = ForwardCosts(store=store)
+    costs.target(tiny_model(1))
+    assert not costs.target_reused(tiny_model(1))
+    assert not (tmp_path / "forward-costs.json").exists()

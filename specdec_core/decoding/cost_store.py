@@ -79,9 +79,13 @@ def machine_key() -> str:
     return f"{cpu_model()} | {cpu_isa()} | {threads} threads | torch {torch.__version__}"
 
 
-def model_key(model) -> str:
-    """A model as it changes forward costs: where it was read from, its sizes, device, dtype."""
+def model_key(model) -> str | None:
+    """A model as it changes forward costs: where it was read from, its sizes, device, dtype;
+    None for a model read from nowhere (built in memory), which is no model a later run meets."""
     config = model.config
-    parts = (type(model).__name__, getattr(config, "_name_or_path", ""), config.hidden_size,
-             config.num_hidden_layers, config.vocab_size, model.device, model.dtype)  # fmt: skip
+    source = getattr(config, "_name_or_path", "")
+    if not source:
+        return None
+    parts = (type(model).__name__, source, config.hidden_size, config.num_hidden_layers,
+             config.vocab_size, model.device, model.dtype)  # fmt: skip
     return " | ".join(str(p) for p in parts)

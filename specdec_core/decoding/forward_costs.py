@@ -186,9 +186,10 @@ class ForwardCosts:
     def _kept_or_measured(self, model, key: tuple) -> dict[int, float]:
         """The store's table for this machine and model where a check of its smallest and
         largest size still fits it, else a new measurement (then kept)."""
-        if self._store is None:
+        model_name = model_key(model)
+        if self._store is None or model_name is None:
             return _measure_target(model, self._stop)
-        name = f"{machine_key()} || {model_key(model)}"
+        name = f"{machine_key()} || {model_name}"
         kept = self._store.get(name)
         if kept is not None:
             ends = sorted(kept)[:: max(1, len(kept) - 1)]  # the smallest and the largest
