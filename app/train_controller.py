@@ -148,8 +148,9 @@ class TrainController(QObject):
         its evidence shown when it ends."""
         plan = self.plan
         if plan is not None and not self.running and finished_head(plan) is not None:
-            self.view.why.setText("measuring why τ is what it is…")
             self._launch("why", plan.why_argv())
+            self.view.state.setText("measuring why the new head's τ is what it is, beside the "
+                                    "window (Stop ends it)…")  # fmt: skip
 
     def stop(self) -> None:
         if self.child is None:
@@ -239,14 +240,14 @@ class TrainController(QObject):
         """The why step ended: its evidence, or why there is none."""
         self.timer.stop()
         record = read_why(plan.work / "why.log") if code == 0 and not self.stopping else None
+        state = f"trained: {plan.head} is in the Head list"
         if record is not None:
-            self.view.why.setText(why_words(record))
+            self.view.show_why(why_words(record))
         elif self.stopping:
-            self.view.why.setText("stopped; Why this τ? measures again")
+            state += "; Why this τ? stopped (press it again to measure)"
         else:
-            line = _in_minutes(_last_line(plan.work / "why.log"))
-            self.view.why.setText(f"could not measure why: {line}")
-        self.view.state.setText(f"trained: {plan.head} is in the Head list")
+            state += f"; Why this τ? failed: {_in_minutes(_last_line(plan.work / 'why.log'))}"
+        self.view.state.setText(state)
         self.view.set_running(False, can_resume=False, head_ready=True)
 
     def _finished(self) -> None:

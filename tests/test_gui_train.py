@@ -71,6 +71,7 @@ def test_train_tab_shows_progress_stops_resumes_and_lists_the_finished_head(
     view.why_button.click()
     assert not view.why_button.isEnabled() and not view.start_button.isEnabled()
     qtbot.waitUntil(lambda: view.why_button.isEnabled(), timeout=300_000)
+    assert view.why.isVisible()
     why = view.why.text()
     assert why.startswith("top-1 by draft position: "), why
     assert "a chain of 4 implies τ" in why and "of the answer tokens" in why

@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
     QGroupBox,
     QHBoxLayout,
     QLabel,
+    QMessageBox,
     QProgressBar,
     QPushButton,
     QSizePolicy,
@@ -90,7 +91,6 @@ class TrainView(QWidget):
         for button in (self.start_button, self.stop_button, self.resume_button):
             buttons.addWidget(button)
         buttons.addStretch(1)
-        buttons.addWidget(self.why_button)
         buttons.addWidget(self.compare_button)
 
         target_row = QHBoxLayout()  # rows kept few: the plot needs the height at 1280×800
@@ -130,7 +130,10 @@ class TrainView(QWidget):
         grid.addRow("", self.generation_text)
         grid.addRow("Training", self.training_bar)
         grid.addRow("", self.training_text)
-        grid.addRow(self.state)
+        state_row = QHBoxLayout()  # beside the state, not the buttons: the tab stays as narrow
+        state_row.addWidget(self.state, 1)
+        state_row.addWidget(self.why_button)
+        grid.addRow(state_row)
 
         self.plot = pg.PlotWidget()
         style_plot(self.plot, "Validation after each epoch", "epoch", "top-1, τ")
@@ -145,8 +148,9 @@ class TrainView(QWidget):
         self.legend.setWordWrap(True)
         self.by_kind = QLabel("validation by kind: after training")
         self.by_kind.setWordWrap(True)
-        self.why = QLabel("")
-        self.why.setWordWrap(True)
+        # the evidence of Why this τ?: a window of its own, so the tab keeps its height
+        self.why = QMessageBox(QMessageBox.Icon.Information, "Why this τ", "", parent=self)
+        self.why.setModal(False)
         self.why.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
 
         for group in (settings, progress):  # tighter than the style's default spacing
@@ -160,7 +164,6 @@ class TrainView(QWidget):
         layout.addWidget(self.legend)
         layout.addWidget(self.plot, 1)
         layout.addWidget(self.by_kind)
-        layout.addWidget(self.why)
         self.set_running(False, can_resume=False, head_ready=False)
 
     def chosen_sources(self) -> tuple[str, ...]:
@@ -174,6 +177,11 @@ class TrainView(QWidget):
         self.resume_button.setEnabled(not running and can_resume)
         self.compare_button.setEnabled(not running and head_ready)
         self.why_button.setEnabled(not running and head_ready)
+
+    def show_why(self, text: str) -> None:
+        """The evidence for the new head's τ and what to do, in its window."""
+        self.why.setText(text)
+        self.why.show()
 
     def show_work(self, work: str) -> None:
         """The work folder (cut at the tab's edge; whole in the tooltip)."""
