@@ -142,7 +142,9 @@ def test_generate_stops_within_a_step_and_skips_its_reference(qtbot, slow_window
 
 def test_a_reference_in_the_background_gives_way_within_a_step(qtbot, slow_window):
     window = slow_window
-    window.generate()  # the answer at full speed; its reference then runs in the background
+    window.decoding.max_new_tokens.setValue(4)  # a short answer, then its reference
+    window.engine.pace.slow(STEP)  # every step slow: the reference is seen while it runs
+    window.generate()
     qtbot.waitUntil(lambda: window.controller.measuring_reference, timeout=60_000)
     assert window.ready() and window.actions.generate.isEnabled()
     seconds = _stop_mid_step(qtbot, window, lambda: window.controller.measuring_reference)
