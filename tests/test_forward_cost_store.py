@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import LlamaForCausalLM
 
-from specdec_core.decoding.cost_store import CostStore, fits
+from specdec_core.decoding.cost_store import CostStore, scaled
 from specdec_core.decoding.forward_costs import TARGET_SIZES, ForwardCosts
 from tests.tiny import tiny_model
 
@@ -61,7 +61,9 @@ def test_a_kept_table_that_no_longer_fits_is_measured_again(counted, tmp_path):
     _, measured, _ = _forwards(model, calls, store)
     saved = json.loads(path.read_text())
     (key,) = saved
-    slow = {n: 50 * s for n, s in saved[key]["target"].items()}  # as if 50x slower
+    # as if its largest size had been timed 50x slower: a shape the machine no longer has
+    largest = max(saved[key]["target"], key=int)
+    slow = {n: (50 if n == largest else 1) * s for n, s in saved[key]["target"].items()}
     saved[key]["target"] = slow
     path.write_text(json.dumps(saved))
 
@@ -69,7 +71,7 @@ def test_a_kept_table_that_no_longer_fits_is_measured_again(counted, tmp_path):
     assert not costs.target_reused(model)
     assert forwards == 1 + 4 * 2 + measured  # checked, then measured afresh
     kept = json.loads(path.read_text())[key]["target"]
-    assert all(kept[n] < slow[n] / 5 for n in slow)  # the new measurement replaced it
+    assert kept[largest] < slow[largest] / 5  # the new measurement replaced it
     assert sorted(int(n) for n in kept) == sorted(table)
 
 
@@ -91,11 +93,15 @@ def test_an_unreadable_store_is_measured_and_written_again(counted, tmp_path):
     assert len(json.loads(path.read_text())) == 1
 
 
-def test_fits_holds_within_the_tolerance_only():
+def test_a_kept_table_holds_as_it_is_scaled_as_a_whole_or_not_at_all():
     kept = {1: 0.010, 60: 0.030}
-    assert fits(kept, {1: 0.012, 60: 0.027})
-    assert not fits(kept, {1: 0.013, 60: 0.030})
-    assert not fits(kept, {2: 0.010})  # a size the table does not hold
+    assert scaled(kept, {1: 0.012, 60: 0.027}) == kept  # within 25 %: as it is
+    busier = scaled(kept, {1: 0.030, 60: 0.093})  # 3x and 3.1x: the machine is busier
+    assert busier is not None and all(
+        busier[n] == pytest.approx(kept[n] * (3 * 3.1) ** 0.5) for n in kept
+    )
+    assert scaled(kept, {1: 0.010, 60: 0.090}) is None  # the sizes moved apart: time again
+    assert scaled(kept, {2: 0.010}) is None  # a size the table does not hold
 
 
 def test_a_model_built_in_memory_is_measured_every_time(tmp_path):

@@ -6,7 +6,9 @@ model on the same machine. `CostStore` keeps each measured table in the user cac
 (`forward-costs.json`), under a key of the machine (CPU model, instructions, torch threads and
 version) and the model (its path, sizes, device and dtype). A later load times only the
 smallest and the largest size (`CHECK_REPEATS` rounds): when both lie within `CHECK_FIT` of the
-kept table it is used as it is, else the model is measured again and the new table kept. The
+kept table it is used as it is; when both are slower (or faster) by one ratio, within
+`CHECK_FIT` of each other (the machine is busier or quieter than when it was measured), the
+table is used scaled by it; else the model is measured again and the new table kept. The
 newest `KEEP` tables are kept.
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import time
 from pathlib import Path
 
@@ -64,9 +67,24 @@ class CostStore:
             write_atomic(self.path, json.dumps(newest, indent=1).encode())
 
 
-def fits(kept: dict[int, float], checked: dict[int, float], tolerance: float = CHECK_FIT) -> bool:
-    """Does the kept table still hold: every checked size within `tolerance` of it?"""
-    return all(n in kept and abs(s / kept[n] - 1) <= tolerance for n, s in checked.items())
+def scaled(
+    kept: dict[int, float], checked: dict[int, float], tolerance: float = CHECK_FIT
+) -> dict[int, float] | None:
+    """The kept table as it holds now, or None where its shape no longer does.
+
+    Every checked size within `tolerance` of the kept table: the table as it is. Every checked
+    size slower (or faster) by about one ratio, the ratios within `tolerance` of each other (a
+    busier or quieter machine): the table times their geometric mean. Else None: the sizes
+    moved apart, and the table is timed again."""
+    if not checked or any(n not in kept for n in checked):
+        return None
+    ratios = [s / kept[n] for n, s in checked.items()]
+    if all(abs(r - 1) <= tolerance for r in ratios):
+        return dict(kept)
+    if max(ratios) / min(ratios) > 1 + tolerance:
+        return None
+    factor = math.prod(ratios) ** (1 / len(ratios))
+    return {n: s * factor for n, s in kept.items()}
 
 
 def machine_key() -> str:

@@ -49,7 +49,13 @@ from typing import Protocol, runtime_checkable
 import torch
 
 from specdec_core.control import StopFlag
-from specdec_core.decoding.cost_store import CHECK_REPEATS, CostStore, fits, machine_key, model_key
+from specdec_core.decoding.cost_store import (
+    CHECK_REPEATS,
+    CostStore,
+    machine_key,
+    model_key,
+    scaled,
+)
 from specdec_core.decoding.target import Target
 
 TARGET_SIZES = (1, 2, 4, 8, 16, 32, 60)  # tokens per measured target forward
@@ -185,7 +191,9 @@ class ForwardCosts:
 
     def _kept_or_measured(self, model, key: tuple) -> dict[int, float]:
         """The store's table for this machine and model where a check of its smallest and
-        largest size still fits it, else a new measurement (then kept)."""
+        largest size still fits its shape (`scaled`: as it is, or all of it slower or faster
+        by the check's ratio when the machine is busier or quieter now), else a new
+        measurement (then kept)."""
         model_name = model_key(model)
         if self._store is None or model_name is None:
             return _measure_target(model, self._stop)
@@ -193,9 +201,10 @@ class ForwardCosts:
         kept = self._store.get(name)
         if kept is not None:
             ends = sorted(kept)[:: max(1, len(kept) - 1)]  # the smallest and the largest
-            if fits(kept, _measure_target(model, self._stop, ends, CHECK_REPEATS)):
+            table = scaled(kept, _measure_target(model, self._stop, ends, CHECK_REPEATS))
+            if table is not None:
                 self._reused.add(key)
-                return kept
+                return table
         table = _measure_target(model, self._stop)
         self._store.put(name, table)
         return table
