@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from specdec_core.decoding.config import is_greedy
 from specdec_core.errors import SpecdecError
 from specdec_core.files import write_atomic
 from specdec_core.training.job_plan import JobPlan
@@ -89,7 +90,7 @@ class CorpusCard:
             kinds[sample.kind] += len(sample.ids) - sample.start
         self.kinds = dict(sorted(kinds.items()))
         how = shard.answering
-        mode = "greedy" if how.temperature == 0 else f"T={how.temperature:g}"
+        mode = "greedy" if is_greedy(how.temperature) else f"T={how.temperature:g}"
         self.answering[mode] = self.answering.get(mode, 0) + made
         dtype = how.dtype or "unrecorded"
         self.dtypes[dtype] = self.dtypes.get(dtype, 0) + made
