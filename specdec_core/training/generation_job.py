@@ -244,6 +244,7 @@ class GenerationJob:
         if conversations is None and set(self.budgets) - {"magpie"}:
             conversations = read_conversations(plan.conversations)
         self.sources: dict[str, _Source] = {}
+        excluded = PromptFilter(exclude)  # the evaluation prompts, shingled once for every source
         for name, budget in self.budgets.items():
             stream: RequestStream = (
                 MagpieStream(
@@ -252,7 +253,7 @@ class GenerationJob:
                 if name == "magpie"
                 else ConversationStream(conversation_requests(conversations, name, plan.seed))
             )
-            gate = PromptFilter(exclude, max_words=stream.max_words)
+            gate = excluded.copy(max_words=stream.max_words)
             self.sources[name] = _Source(name, SourceProgress(budget), gate, stream)
         self._resume()
 

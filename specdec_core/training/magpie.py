@@ -89,6 +89,15 @@ class PromptFilter:
         for text in exclude:
             self._add(text, excluded=True)
 
+    def copy(self, max_words: int) -> PromptFilter:
+        """A filter that excludes what this one excludes and remembers what it remembers, for
+        prompts of up to `max_words` words (building the exclusions once serves every source
+        of a job)."""
+        twin = PromptFilter((), self.near, self.min_words, max_words)
+        twin._exact, twin._sets = dict(self._exact), list(self._sets)
+        twin._index = {gram: list(entries) for gram, entries in self._index.items()}
+        return twin
+
     def reason(self, text: str | None) -> str | None:
         """Why `text` would be dropped (None: it would be kept)."""
         if text is None:
