@@ -15,6 +15,8 @@ Mapping (playground -> vLLM `speculative_config` key | SGLang flag):
                                                             | --speculative-algorithm EAGLE (EAGLE3)
 - eagle2 (tree)    -> method "eagle"/"eagle3", a chain      | --speculative-algorithm EAGLE (EAGLE3)
 - ngram            -> method "ngram"                        | --speculative-algorithm NGRAM
+- pard             -> method "draft_model", parallel_drafting true, model = the PARD draft
+                      (its config.json must name the mask token) | none (no parallel draft)
 - medusa (tree)    -> method "medusa", a chain of the first k heads' top-1 tokens | none
 - mlp-speculator   -> method "mlp_speculator" (vLLM's V0 engine only)            | none
 - mtp, mtp-tree    -> method "mtp" (the target's own checkpoint; a chain)
@@ -85,6 +87,7 @@ from specdec_core.decoding.config import DecodeConfig
 from specdec_core.errors import SpecdecError
 from specdec_core.heads.eagle.layouts import TOKEN_MAP, layout_of
 from specdec_core.heads.mtp.layouts import stated_count
+from specdec_core.heads.pard import PARD_TOKEN, stated_mask_token
 from specdec_core.measurement.sweep_records import read_sweep
 from specdec_core.resources import bundled_head, names_bundled_head, resource_path
 from specdec_core.run.method_kinds import is_tree
@@ -145,6 +148,16 @@ SERVING: dict[str, Serving] = {
         _EAGLE, nearest="the suffix-decoding branch merged into the EAGLE-2 tree"
     ),
     "ngram": Serving(None, "ngram", "NGRAM"),
+    "pard": Serving(
+        "draft",
+        "draft_model",
+        None,
+        no_sglang="SGLang has no parallel draft model: its built-in algorithms "
+        "(python/sglang/srt/speculative/spec_registry.py _RESERVED_NAMES: DFLASH, EAGLE, EAGLE3, "
+        "NEXTN, STANDALONE, NGRAM) draft no mask tokens; the nearest is STANDALONE, the same "
+        "draft run once per drafted token: export --method classic with it, or serve PARD with "
+        "--engine vllm",
+    ),
     "medusa": Serving(
         "medusa",
         "medusa",
@@ -296,6 +309,8 @@ def export(
         return _speculator(config, target, model or "embedded")
     if entry.needs == "mtp":
         return _mtp(engine, method, config, target, model or "embedded")
+    if method == "pard":
+        return _pard(config, target, model or "embedded")
     vllm_method, sglang_algorithm = entry.vllm, entry.sglang
     needs = entry.needs
     notes: list[str] = []
@@ -414,6 +429,48 @@ def _tree_flags(steps: int | None, topk: int | None, tokens: int | None) -> list
         "--speculative-eagle-topk", str(topk),
         "--speculative-num-draft-tokens", str(tokens),
     ]  # fmt: skip
+
+
+def _pard(config: DecodeConfig, target: str, spec: str) -> Export:
+    """vLLM's parallel drafting with a draft model: PARD (vllm/config/speculative.py
+    `parallel_drafting`; the mask token read from the draft's config.json)."""
+    notes: list[str] = []
+    if config.k < 1:
+        raise SpecdecError(f"--k must be at least 1 to export (got {config.k})")
+    path = _resolve("draft", spec, notes)
+    if _same_vocabulary(target, spec) is False:
+        raise SpecdecError(
+            "vLLM cannot serve a PARD draft of another tokenizer: its parallel drafting feeds "
+            "the draft's ids to the target as they are (the V1 draft-model proposer maps "
+            "vocabularies only for autoregressive drafts); use a PARD draft of the target's family"
+        )
+    folder = _folder_of(path)
+    values = _config_json(folder) if folder is not None else None
+    if values is None:
+        notes.append(
+            f"{path}'s config.json is not on this machine to check: vLLM reads the mask token "
+            "from its pard_token (or mask_token_id / ptd_token_id) and refuses a draft without one"
+        )
+    elif stated_mask_token(values) is None:
+        raise SpecdecError(
+            f"{path}'s config.json names no mask token, and vLLM's parallel drafting stops at "
+            "start without one (vllm/v1/spec_decode/llm_base_proposer.py "
+            "_init_parallel_drafting_params: 'the draft model config must have ... pard_token'): "
+            f'add "{PARD_TOKEN}": ID, the id it was adapted with, or train one with '
+            "`specdec train pard`"
+        )
+    notes.append(
+        "vLLM runs the PARD draft once per step over the new tokens and k - 1 mask tokens, "
+        "as the playground does; it verifies the chain with its rejection sampler"
+    )
+    target_id = _target(target, notes)
+    payload = {
+        "method": "draft_model",
+        "model": path,
+        "num_speculative_tokens": config.k,
+        "parallel_drafting": True,
+    }
+    return _vllm(payload, target_id, config, notes)
 
 
 def _medusa(config: DecodeConfig, target: str, spec: str) -> Export:
