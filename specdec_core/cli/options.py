@@ -100,6 +100,12 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
         default="embedded",
         help="MLP speculator (vLLM's layout): embedded (bundled), a folder or hub id",
     )
+    parser.add_argument(
+        "--dflash",
+        default="embedded",
+        help="DFlash block drafter (methods dflash, ddtree; z-lab's or the speculators layout): "
+        "embedded (bundled), a folder or hub id",
+    )
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"])
     parser.add_argument(
         "--dtype", default="auto", choices=["auto", "float32", "float16", "bfloat16"]
@@ -349,6 +355,7 @@ def model_specs(args: argparse.Namespace) -> dict[str, str]:
         "medusa": args.medusa,
         "mtp": args.mtp,
         "speculator": args.speculator,
+        "dflash": args.dflash,
     }
 
 

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 METHOD_NAMES = (
     "ar", "eagle", "eagle2", "eagle2-lookup", "eagle2-suffix", "medusa", "mlp-speculator", "mtp",
-    "mtp-tree", "classic", "ngram", "suffix", "lookahead", "layer-skip", "swift",
+    "mtp-tree", "classic", "pard", "dflash", "ddtree", "peagle", "ngram", "suffix", "lookahead",
+    "layer-skip", "swift",
 )  # fmt: skip
 HF_METHODS = ("hf-generate", "hf-assisted", "hf-lookup")  # transformers' own (baselines.py)
-TREE_METHODS = frozenset({"eagle2", "eagle2-lookup", "eagle2-suffix", "medusa", "mtp-tree"})
+TREE_METHODS = frozenset(
+    {"eagle2", "eagle2-lookup", "eagle2-suffix", "medusa", "mtp-tree", "ddtree"}
+)
 
 
 def is_tree(name: str) -> bool:

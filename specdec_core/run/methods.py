@@ -21,9 +21,11 @@ from typing import TYPE_CHECKING, TypeAlias
 
 from specdec_core.decoding.forward_costs import ForwardCosts
 from specdec_core.drafters.autoregressive import AutoregressiveDrafter
+from specdec_core.drafters.dflash import PARAMS as DFLASH_PARAMS
 from specdec_core.drafters.layer_skip import PARAMS as LAYER_SKIP_PARAMS
 from specdec_core.drafters.lookahead import PARAMS as LOOKAHEAD_PARAMS
 from specdec_core.drafters.ngram import NgramDrafter
+from specdec_core.drafters.pard import PARAMS as PARD_PARAMS
 from specdec_core.drafters.suffix import History, SuffixDrafter
 from specdec_core.drafters.swift import PARAMS as SWIFT_PARAMS
 from specdec_core.drafters.tree_sizing import AcceptanceEstimates
@@ -33,13 +35,16 @@ from specdec_core.models.loading import LoadedModel
 from specdec_core.run.method_kinds import is_tree
 
 if TYPE_CHECKING:
+    from specdec_core.heads.dflash.draft import DFlashDraft
     from specdec_core.heads.eagle.head import EagleHead
     from specdec_core.heads.medusa.head import MedusaHeads
     from specdec_core.heads.mlp_speculator.head import MLPSpeculator
     from specdec_core.heads.mtp.module import MtpModule
 
 # what a method needs besides the target
-Extra: TypeAlias = "LoadedModel | EagleHead | MedusaHeads | MLPSpeculator | MtpModule | None"
+Extra: TypeAlias = (
+    "LoadedModel | EagleHead | MedusaHeads | MLPSpeculator | MtpModule | DFlashDraft | None"
+)
 
 __all__ = [
     "FAMILIES",
@@ -60,6 +65,7 @@ FAMILIES = (
     "EAGLE heads",
     "other heads",
     "draft model",
+    "parallel drafting",
     "no training",
 )
 
@@ -106,6 +112,37 @@ def _classic(given: BuildInputs) -> Drafter:
     from specdec_core.drafters.cross_tokenizer import build_classic
 
     return build_classic(given.target, given.extra)
+
+
+def _pard(given: BuildInputs) -> Drafter:
+    from specdec_core.drafters.pard import build_pard
+
+    return build_pard(given.target, given.extra)
+
+
+def _dflash(given: BuildInputs) -> Drafter:
+    from specdec_core.drafters.dflash import DFlashDrafter
+
+    return DFlashDrafter(given.extra)
+
+
+def _ddtree(given: BuildInputs) -> Drafter:
+    from specdec_core.drafters.ddtree import DDTreeDrafter
+
+    return DDTreeDrafter(given.extra, given.target.model, given.costs)
+
+
+def _peagle(given: BuildInputs) -> Drafter:
+    from specdec_core.drafters.peagle import PEagleDrafter
+    from specdec_core.heads.eagle.peagle import PEagleHead
+
+    if not isinstance(given.extra, PEagleHead):
+        raise SpecdecError(
+            "method 'peagle' drafts with a P-EAGLE head (an EAGLE-3 head with mask_hidden, "
+            "speculators' peagle format) and this head has none; pass --head with a P-EAGLE "
+            "head, or make one from an EAGLE-3 head: specdec train peagle"
+        )
+    return PEagleDrafter(given.extra, given.target.model.config.num_hidden_layers)
 
 
 def _eagle(given: BuildInputs) -> Drafter:
@@ -273,6 +310,45 @@ METHODS: dict[str, Method] = {
         _classic,
         family="draft model",
         summary="a small causal LM drafts a chain of k tokens, in another tokenizer too",
+    ),
+    "pard": Method(
+        "pard",
+        "PARD (parallel draft)",
+        "draft",
+        _pard,
+        family="parallel drafting",
+        summary="a PARD draft model proposes k tokens in one forward, from k - 1 mask tokens",
+        params=PARD_PARAMS,
+    ),
+    "dflash": Method(
+        "dflash",
+        "DFlash (block)",
+        "dflash",
+        _dflash,
+        family="parallel drafting",
+        summary="a DFlash block drafter on the target's features drafts a whole block in one "
+        "non-causal pass",
+        params=DFLASH_PARAMS,
+        k=False,
+    ),
+    "ddtree": Method(
+        "ddtree",
+        "DDTree (DFlash tree)",
+        "dflash",
+        _ddtree,
+        tree=True,
+        family="parallel drafting",
+        summary="the best-first tree of one DFlash pass's per-position tokens, sized for this "
+        "device",
+        params=DFLASH_PARAMS,
+    ),
+    "peagle": Method(
+        "peagle",
+        "P-EAGLE (parallel)",
+        "head",
+        _peagle,
+        family="parallel drafting",
+        summary="a P-EAGLE head drafts a chain of k tokens in one pass, from k - 1 mask rows",
     ),
     "ngram": Method(
         "ngram",

@@ -40,13 +40,16 @@ from specdec_core.run.policy_profile import POLICY_KIND, PolicyProfile, profiled
 if TYPE_CHECKING:
     import torch
 
+    from specdec_core.heads.dflash.draft import DFlashDraft
     from specdec_core.heads.eagle.head import EagleHead
     from specdec_core.heads.medusa.head import MedusaHeads
     from specdec_core.heads.mlp_speculator.head import MLPSpeculator
     from specdec_core.heads.mtp.module import MtpModule
 
 # (spec, target, progress=None) -> the draft or head; hub downloads report through progress
-ExtraLoader = Callable[..., "LoadedModel | EagleHead | MedusaHeads | MLPSpeculator | MtpModule"]
+ExtraLoader = Callable[
+    ..., "LoadedModel | EagleHead | MedusaHeads | MLPSpeculator | MtpModule | DFlashDraft"
+]
 
 
 def load_draft(spec: str, target: LoadedModel, progress: Progress | None = None) -> LoadedModel:
@@ -111,7 +114,16 @@ def load_mtp(spec: str, target: LoadedModel, progress: Progress | None = None) -
     return load(None if spec == "embedded" else spec, target, progress=progress)
 
 
+def load_dflash(spec: str, target: LoadedModel, progress: Progress | None = None) -> DFlashDraft:
+    """`embedded` is the DFlash drafter bundled for the embedded model; else a directory or hub
+    id in z-lab's or the speculators layout (dflash/formats.py)."""
+    from specdec_core.heads.dflash.formats import load_dflash as load
+
+    return load(spec, target, progress=progress)
+
+
 EXTRA_LOADERS: dict[str, ExtraLoader] = {
+    "dflash": load_dflash,
     "draft": load_draft,
     "head": load_head,
     "medusa": load_medusa,

@@ -1,0 +1,1 @@
+"""DFlash block drafters: the model (draft.py) and its published layouts (formats.py)."""
