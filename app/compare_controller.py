@@ -6,7 +6,8 @@ history as it was when the Compare began (`RunRequest.comparison`), so none draf
 another's output of the same prompt. Autoregressive runs first: each method's speedup is
 against that run of the same Compare, with its 95 % interval over the two runs' steps (each
 step's tokens and seconds are kept for it, `app/export.py`). `CompareController` owns its
-requests (a `RunOwner`).
+requests (a `RunOwner`). A Compare that Stop ends is marked stopped: the run it cut short
+reads "stopped" in its column and row, and the tab names the methods that never ran.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class CompareController(PartsOwner):
         self.line = RunStatusLine(show_state)
         self.steps: dict[str, list[StepTime]] = {}  # method -> its steps in this Compare
         self._current: RunRequest | None = None  # the run of this Compare under way
+        self.requests: list[RunRequest] = []  # this Compare's runs, in order
         self.runs.progress.connect(self._progress)
 
     def _progress(self, message: str, fraction: float) -> None:
@@ -51,6 +53,7 @@ class CompareController(PartsOwner):
         self.steps = {}
         comparison = uuid.uuid4().hex  # suffix methods draft from the history as it began
         requests = [self.inputs.request(m, comparison) for m in self.panel.selected()]
+        self.requests = requests
         return self.runs.run_queue(requests, self, keep_going=True, compare=True)
 
     # -- the events of its runs ---------------------------------------------------------------
@@ -81,6 +84,9 @@ class CompareController(PartsOwner):
         label, color = self.style.label(method), self.style.color(method)
         steps = tuple(self.steps.get(request.method, ()))
         self.panel.add_result(CompareResult(method, label, color, summary, steps))
+        if summary.stop_reason == "stopped":  # Stop ended the Compare here
+            after = self.requests[self.requests.index(request) + 1 :]
+            self.panel.show_stopped(label, [self.style.label(r.method) for r in after])
 
     def failed(self, request: RunRequest, message: str, user: bool) -> None:
         self.line.ended()

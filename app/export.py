@@ -3,7 +3,11 @@
 Each method's speedup is its tokens/s over the `ar` run of the same Compare, with the 95 %
 interval of that ratio over both runs' steps (`speedup_interval_low`, `speedup_interval_high`:
 `specdec_core/measurement/run_speedup.py`; empty for `ar` itself and where no step was timed). Files
-written before the interval lack those two keys; every other key is as before."""
+written before the interval lack those two keys; every other key is as before.
+
+A run Stop cut short (`stop_reason` "stopped", a Compare stopped midway) is a partial row: its
+tokens/s and speedup are of the part it ran, and it has no whole answer to be identical to
+`ar`'s, so `identical_to_ar` is empty for it, and for every row when `ar` itself was stopped."""
 
 from __future__ import annotations
 
@@ -42,9 +46,14 @@ class CompareResult:
     steps: tuple[StepTime, ...] = ()  # each step's tokens and seconds, for the interval
 
 
+def stopped(summary: RunSummary) -> bool:
+    """Did Stop cut this run short (a partial run)?"""
+    return summary.stop_reason == "stopped"
+
+
 def result_rows(results: list[CompareResult]) -> list[dict]:
     """One row per method; speedup (with its interval over both runs' steps) and identity are
-    relative to the `ar` run, if any."""
+    relative to the `ar` run, if any; identity only between whole runs."""
     reference = next((r for r in results if r.method == "ar"), None)
     ar = reference.summary if reference is not None else None
     rows = []
@@ -69,7 +78,9 @@ def result_rows(results: list[CompareResult]) -> list[dict]:
                     if ar is not None and ar.tokens_per_second > 0
                     else None
                 ),
-                "identical_to_ar": None if ar is None else s.token_ids == ar.token_ids,
+                "identical_to_ar": (
+                    None if ar is None or stopped(s) or stopped(ar) else s.token_ids == ar.token_ids
+                ),
                 "stop_reason": s.stop_reason,
                 "speedup_interval_low": None if low is None else round(low, 3),
                 "speedup_interval_high": None if high is None else round(high, 3),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from PySide6.QtCore import QPointF, QRectF
 
 from app.plot_data import Series, node_depths
 from app.widgets.plots_panel import REDRAW_MS, PlotsPanel
@@ -124,6 +125,66 @@ def test_tree_labels_never_overlap_and_show_the_accepted_path_first(qtbot):
     qtbot.waitUntil(lambda: len(visible_labels(plot)) > len(small), timeout=2000)
     # every node names its token on hover, labelled or not
     assert list(plot.nodes.data["data"][1:]) == [f"token-with-a-long-text-{i}" for i in range(30)]
+
+
+def deep_tree() -> DraftTree:
+    """A 20-node tree six deep, three first guesses, the path 0 → 3 → 8 → 14 → 16."""
+    parents = (-1, -1, -1, 0, 0, 0, 1, 1, 3, 3, 4, 6, 8, 8, 9, 11, 14, 14, 15, 16)
+    scores = tuple(-0.1 * i for i in range(len(parents)))
+    return DraftTree(tuple(range(len(parents))), parents, scores, (0, 3, 8, 14, 16))
+
+
+@pytest.mark.parametrize("tree", [wide_tree(), deep_tree()], ids=["wide", "deep"])
+def test_no_tree_label_covers_a_node_at_the_size_of_a_1280_pixel_window(qtbot, tree):
+    words = [" the", " sky", " is", " blue", " because", " of", " Rayleigh", " scattering"]
+    plot = TreePlot()
+    qtbot.addWidget(plot)
+    plot.labeler = lambda token_id: words[token_id % len(words)]
+    plot.resize(316, 179)  # the tree plot of a 1280×800 window
+    plot.show()
+    qtbot.waitExposed(plot)
+    plot.show_tree(tree)
+    box = plot.getViewBox()
+    xs, ys = plot.positions
+    half = 9 / 2
+    dots = [box.mapViewToScene(QPointF(0.0, 0.0))]
+    dots += [box.mapViewToScene(QPointF(x, y)) for x, y in zip(xs, ys, strict=True)]
+    shown = visible_labels(plot)
+    assert shown, "no label at all"
+    for label in shown:
+        rect = label.sceneBoundingRect()
+        for centre in dots:
+            dot = QRectF(centre.x() - half, centre.y() - half, 2 * half, 2 * half)
+            assert not rect.intersects(dot), (label.toPlainText(), rect, dot)
+    rects = [label.sceneBoundingRect() for label in shown]
+    for a in range(len(rects)):
+        for b in range(a + 1, len(rects)):
+            assert not rects[a].intersects(rects[b])
+
+
+def test_every_plot_stays_inside_its_view_after_a_run_whose_first_steps_widened_an_axis(qtbot):
+    """A plot's axis widens for a moment (one point: ticks of many digits) and narrows again:
+    the plot narrows back with it, never left wider than the pane that shows it (cut off)."""
+    panel = PlotsPanel()
+    qtbot.addWidget(panel)
+    panel.resize(316, 760)  # the plots' pane of a 1280×800 window
+    panel.show()
+    qtbot.waitExposed(panel)
+    panel.begin_series("Autoregressive", "#6b6b6b")
+    for i in range(8):  # a steady rate: the speed axis spans one value, ticks of many digits
+        panel.add_step("Autoregressive", fake_step(i, "ar"))
+    panel.redraw()
+    panel.grab()  # painted: an axis sizes itself to its tick labels as it paints
+    qtbot.wait(20)  # the plot's layout follows
+    panel.begin_series("Classic draft", "#E69F00")
+    for i in range(14):
+        panel.add_step("Classic draft", fake_step(i, "classic"))
+    panel.redraw()
+    panel.grab()
+    qtbot.wait(20)
+    panel.redraw()  # the run's last redraw, after the axis has narrowed again
+    for plot in panel.plots:
+        assert plot.plotItem.geometry().width() <= plot.viewport().width(), type(plot).__name__
 
 
 def test_redraws_are_throttled(panel, qtbot):

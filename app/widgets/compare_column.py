@@ -34,10 +34,12 @@ class CompareColumn(QWidget):
         layout.addWidget(self.footer)
 
     def finish(self, summary: RunSummary) -> None:
+        cut = summary.stop_reason == "stopped"
         self.footer.setText(
-            f"{summary.new_tokens} tokens · τ {summary.mean_accept_length:.2f} · "
-            f"{summary.tokens_per_second:.1f} tok/s"
+            f"{summary.new_tokens} tokens{' (stopped)' if cut else ''} · "
+            f"τ {summary.mean_accept_length:.2f} · {summary.tokens_per_second:.1f} tok/s"
         )
+        self.footer.setToolTip("Stop cut this run short: a partial run" if cut else "")
 
     def fail(self, message: str) -> None:
         self.footer.setText(f"failed: {message}")

@@ -6,7 +6,10 @@ wraps onto a second line where it must (whole in its tooltip too; its colour swa
 and the Policy column shows only when some run is lossy (the Method header then says "all
 lossless"). The columns keep COLUMN_LINES lines of text in view whatever the number of
 methods: when the check boxes, the columns and the table together are taller than the tab,
-the tab scrolls up and down (the table still shows every row)."""
+the tab scrolls up and down (the table still shows every row).
+
+A Compare that Stop ended says so above the table (`show_stopped`): which method it cut short
+(its row reads "stopped") and which it never ran."""
 
 from __future__ import annotations
 
@@ -97,6 +100,11 @@ class ComparePanel(QWidget):
         layout.addLayout(top)
         layout.addLayout(second)
         layout.addWidget(self.columns, 1)
+        self.stopped_note = QLabel("")  # a Compare Stop ended: what is partial, what never ran
+        self.stopped_note.setWordWrap(True)
+        self.stopped_note.setStyleSheet("QLabel { color: #c1121f; }")
+        self.stopped_note.setVisible(False)
+        layout.addWidget(self.stopped_note)
         layout.addWidget(self.table)
         self.scroll = QScrollArea()  # up and down only: the columns scroll sideways themselves
         self.scroll.setWidget(body)
@@ -153,6 +161,7 @@ class ComparePanel(QWidget):
                 check.setChecked(name in self._wanted)
 
     def begin(self) -> None:
+        self.stopped_note.setVisible(False)
         self.results.clear()
         self.columns.clear()
         self.table.show_results([])
@@ -167,6 +176,14 @@ class ComparePanel(QWidget):
             self.table.item(row, 0).setToolTip(shown.label)
         self._show_policy(any(shown.summary.lossy for shown in self.results))
         self.export_button.setEnabled(True)
+
+    def show_stopped(self, cut: str | None, not_run: list[str]) -> None:
+        """Stop ended this Compare: `cut` (a label) was cut short, `not_run` never ran."""
+        parts = [f"{cut} was cut short (its row reads “stopped”)"] if cut else []
+        if not_run:
+            parts.append(f"{', '.join(not_run)} did not run")
+        self.stopped_note.setText(f"Compare stopped: {'; '.join(parts) or 'nothing ran'}")
+        self.stopped_note.setVisible(True)
 
     def _show_policy(self, shown: bool) -> None:
         """The Policy column only when some run is lossy; else the Method header says so."""

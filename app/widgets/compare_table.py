@@ -7,7 +7,10 @@ second line and its row grows to hold it, as the column's width changes. The num
 
 A speedup is against the autoregressive run of the same Compare, shown as "1.60× (1.52–1.68)":
 the ratio and its 95 % interval over both runs' steps (the tooltip says so); a lossless
-ratio above τ is "timing disturbed", with the reason in the tooltip."""
+ratio above τ is "timing disturbed", with the reason in the tooltip.
+
+A run Stop cut short reads "stopped" beside its tokens (of the most it was asked for, where its
+config says), in grey, with "—" for identity: a partial row is never shown as a finished one."""
 
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.export import CompareResult, result_rows
+from app.export import CompareResult, result_rows, stopped
 from specdec_core.measurement.speedup_bound import MeasuredSpeedup
 
 HEADERS = (
@@ -39,13 +42,33 @@ HEADERS = (
 )
 
 
-def _cells(row: dict) -> list[str]:
+PARTIAL = "#777777"  # the text of a row Stop cut short
+
+
+def tokens_cell(result: CompareResult) -> str:
+    """'32', or for a run Stop cut short '13 of 32, stopped' ('13, stopped' where its config
+    does not say the most it was asked for)."""
+    summary = result.summary
+    if not stopped(summary):
+        return str(summary.new_tokens)
+    most = summary.config.get("max_new_tokens")
+    return f"{summary.new_tokens}{f' of {most}' if most else ''}, stopped"
+
+
+def _partial_tip(result: CompareResult) -> str:
+    return (
+        f"stopped after {tokens_cell(result).removesuffix(', stopped')} tokens: a partial run "
+        "(its tokens/s and speedup are of the part it ran; no whole answer to compare)"
+    )
+
+
+def _cells(row: dict, result: CompareResult) -> list[str]:
     speedup = row["speedup_vs_ar"]
     identical = row["identical_to_ar"]
     return [
         row["label"],
         row["policy"] + (" (LOSSY)" if row["lossy"] else ""),
-        str(row["new_tokens"]),
+        tokens_cell(result),
         str(row["steps"]),
         f"{row['mean_accept_length']:.2f}",
         f"{row['tokens_per_second']:.1f}",
@@ -138,10 +161,15 @@ class CompareTable(QTableWidget):
         rows = result_rows(results)
         self.setRowCount(len(rows))
         for r, (result, row) in enumerate(zip(results, rows, strict=True)):
-            for c, text in enumerate(_cells(row)):
+            partial = stopped(result.summary)
+            for c, text in enumerate(_cells(row, result)):
                 item = QTableWidgetItem(text)
                 if HEADERS[c] == "Speedup vs AR" and row["speedup_vs_ar"] is not None:
                     item.setToolTip(_speedup_tip(row))
+                if partial:
+                    item.setToolTip(_partial_tip(result))
+                    if c:
+                        item.setForeground(QColor(PARTIAL))
                 if c:
                     item.setTextAlignment(Qt.AlignmentFlag.AlignCenter)
                 else:

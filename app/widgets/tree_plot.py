@@ -3,8 +3,10 @@
 Labels use a pool of text items created once and reused, so redraws only move items. A label
 is shown only where it fits at the plot's current size: at each depth the accepted node's
 label first, then the others by draft score, each only if it keeps a text line's height from
-the labels already shown there, and each cut (…) to the room before the next depth. Every
-node shows its token on hover, labelled or not.
+the labels already shown there, and each cut (…) to the room before the next depth. A label
+hugs its text (no margin) and starts a few pixels right of its node's dot and ends before the
+next depth's dots, so no label covers another or any node. Every node shows its token on
+hover, labelled or not.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from specdec_core.decoding.events import DraftTree
 ACCEPTED = "#009E73"
 OTHER = "#9a9a9a"
 MAX_LABELS = 48
-LABEL_OFFSET = 0.08  # depth units between a node and its label
+NODE_SIZE = 9  # a node's dot, in pixels
+LABEL_GAP = 3  # pixels between a dot's edge and a label
 LABEL_FILL = (255, 255, 255, 210)  # edges pass behind a label, not through its text
 
 
@@ -39,13 +42,14 @@ class TreePlot(TimedPlot):
         self.edges = self.plot(pen=pg.mkPen(OTHER, width=1), connect="pairs")
         self.path = self.plot(pen=pg.mkPen(ACCEPTED, width=3), connect="pairs")
         self.nodes = pg.ScatterPlotItem(
-            size=9, pen=None, hoverable=True, tip=lambda x, y, data: data
+            size=NODE_SIZE, pen=None, hoverable=True, tip=lambda x, y, data: data
         )
         self.addItem(self.nodes)
         self.labels = [
             pg.TextItem(anchor=(0, 0.5), color="#222", fill=LABEL_FILL) for _ in range(MAX_LABELS)
         ]
         for label in self.labels:
+            label.textItem.document().setDocumentMargin(0)  # the fill hugs the text
             label.setVisible(False)
             self.addItem(label)
         self.note = pg.TextItem(
@@ -108,6 +112,8 @@ class TreePlot(TimedPlot):
         per_row = height / (y1 - y0) if y1 > y0 else height
         metrics = QFontMetrics(self.labels[0].textItem.font())
         line, x, y = metrics.height(), *self.positions
+        clear = NODE_SIZE / 2 + LABEL_GAP  # pixels a label keeps from a dot, either side
+        offset = clear / per_depth  # in depth units
         order = sorted(
             range(min(len(tree.tokens), MAX_LABELS)),
             key=lambda i: (i not in tree.accepted, -tree.scores[i], i),
@@ -119,14 +125,14 @@ class TreePlot(TimedPlot):
             rows = shown.setdefault(x[i], [])
             if any(abs(y[i] - r) * per_row < line for r in rows):
                 continue
-            room = int((min(x[i] + 1, x1) - x[i] - LABEL_OFFSET) * per_depth) - 8
+            room = int((min(x[i] + 1, x1) - x[i]) * per_depth - 2 * clear)
             text = metrics.elidedText(self.texts[i], Qt.TextElideMode.ElideRight, max(room, 0))
             if not text or text == "…":
                 continue  # no room for a character
             rows.append(y[i])
             label = self.labels[i]
             label.setText(text)
-            label.setPos(x[i] + LABEL_OFFSET, y[i])
+            label.setPos(x[i] + offset, y[i])
             label.setVisible(True)
 
 
