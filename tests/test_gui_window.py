@@ -228,19 +228,34 @@ def test_a_good_load_takes_the_failed_one_off_the_screen(make_window, qtbot):
     assert "model not found" not in window.status.currentMessage()
 
 
-def test_a_max_new_tokens_above_the_maximum_is_capped_and_said_so(make_window, qtbot):
+@pytest.mark.parametrize("typed", ["999999", "999999999", "0"])
+def test_a_max_new_tokens_out_of_range_is_refused_with_a_message_and_not_changed(
+    make_window, qtbot, typed
+):
     window = make_window()
     spin, note = window.decoding.max_new_tokens, window.decoding.max_note
+    spin.setValue(64)
     spin.lineEdit().selectAll()
-    qtbot.keyClicks(spin, "999999999")  # a plain spin box keeps 999 and drops the rest
+    qtbot.keyClicks(spin, typed)  # a plain spin box keeps 9999 of it, or goes back on 0
     window.generate()  # before Return: the number typed is what counts
     wait_idle(qtbot, window)
-    assert window.engine.requests[0].config.max_new_tokens == MAX_NEW_TOKENS
-    assert spin.value() == MAX_NEW_TOKENS
+    assert window.engine.requests[0].config.max_new_tokens == 64  # refused: it stays
+    assert spin.value() == 64 and spin.text() == "64"
     assert window.decoding.form.isRowVisible(note)
-    assert note.text() == f"the most is {MAX_NEW_TOKENS} (999999999 typed)"
+    assert note.text() == f"{typed} refused: type 1–{MAX_NEW_TOKENS}; it stays 64"
     spin.setValue(100)
     assert not window.decoding.form.isRowVisible(note)
+
+
+def test_a_max_new_tokens_in_range_counts_as_typed_before_return(make_window, qtbot):
+    window = make_window()
+    spin = window.decoding.max_new_tokens
+    spin.lineEdit().selectAll()
+    qtbot.keyClicks(spin, "1280")
+    window.generate()
+    wait_idle(qtbot, window)
+    assert window.engine.requests[0].config.max_new_tokens == 1280
+    assert not window.decoding.form.isRowVisible(window.decoding.max_note)
 
 
 def test_the_window_module_does_not_import_torch():

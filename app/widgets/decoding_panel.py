@@ -69,21 +69,29 @@ def _spin(minimum: int, maximum: int, auto: bool = False) -> QSpinBox:
     return spin
 
 
-class CappedSpin(QSpinBox):
-    """A spin box that takes a number above its maximum as typed, then sets the maximum and
-    says so (`capped`, with what was typed), where a plain one would drop the extra digits."""
+class RangeSpin(QSpinBox):
+    """A spin box that refuses a number outside its range, typed whole, and says so
+    (`refused`, with what was typed) where a plain one would change it without a word
+    (dropping the extra digits of a larger one, going back on a smaller one): the value stays
+    what it was."""
 
-    capped = Signal(str)
+    refused = Signal(str)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setKeyboardTracking(False)  # the value is what was typed whole, not a prefix of it
 
     def validate(self, text: str, pos: int) -> object:
-        if text.strip().isdigit() and int(text) > self.maximum():
+        typed = text.strip()
+        if typed.isdigit() and not self.minimum() <= int(typed) <= self.maximum():
             return QValidator.State.Intermediate, text, pos
         return super().validate(text, pos)
 
     def fixup(self, text: str) -> str:
-        if text.strip().isdigit() and int(text) > self.maximum():
-            self.capped.emit(text.strip())
-            return str(self.maximum())
+        typed = text.strip()
+        if typed.isdigit() and not self.minimum() <= int(typed) <= self.maximum():
+            self.refused.emit(typed)
+            return str(self.value())
         return super().fixup(text)
 
 
@@ -121,13 +129,13 @@ class DecodingPanel(QGroupBox):
         self.top_p.setRange(0.05, 1.0)
         self.top_p.setSingleStep(0.05)
         self.top_p.setValue(1.0)
-        self.max_new_tokens = CappedSpin()
+        self.max_new_tokens = RangeSpin()
         self.max_new_tokens.setRange(1, MAX_NEW_TOKENS)
         self.max_new_tokens.setValue(64)
-        self.max_note = QLabel("")  # one line when a typed number was above the maximum
+        self.max_note = QLabel("")  # one line when a typed number was out of range (refused)
         self.max_note.setWordWrap(True)
-        self.max_new_tokens.capped.connect(self._show_capped)
-        self.max_new_tokens.valueChanged.connect(self._hide_capped)
+        self.max_new_tokens.refused.connect(self._show_refused)
+        self.max_new_tokens.valueChanged.connect(self._hide_refused)
         self.seed = _spin(0, 2**31 - 1)
         self.tree_depth = _spin(0, 16, auto=True)
         self.tree_topk = _spin(0, 32, auto=True)
@@ -254,7 +262,7 @@ class DecodingPanel(QGroupBox):
 
     # -- values -----------------------------------------------------------------------------
     def config(self) -> DecodeConfig:
-        self.max_new_tokens.interpretText()  # a number still being typed counts (or is capped)
+        self.max_new_tokens.interpretText()  # a number still being typed counts (or is refused)
         return DecodeConfig(
             max_new_tokens=self.max_new_tokens.value(),
             k=self.k.value(),
@@ -393,13 +401,16 @@ class DecodingPanel(QGroupBox):
         self.form.setRowVisible(self.profile_note, bool(text))
 
     # -- internals --------------------------------------------------------------------------
-    def _show_capped(self, typed: str) -> None:
-        self.max_note.setText(f"the most is {MAX_NEW_TOKENS} ({typed} typed)")
+    def _show_refused(self, typed: str) -> None:
+        spin = self.max_new_tokens
+        self.max_note.setText(
+            f"{typed} refused: type {spin.minimum()}–{spin.maximum()}; it stays {spin.value()}"
+        )
+        self.max_note.setStyleSheet("QLabel { color: #c1121f; }")
         self.form.setRowVisible(self.max_note, True)
 
-    def _hide_capped(self, value: int) -> None:
-        if value < MAX_NEW_TOKENS:
-            self.form.setRowVisible(self.max_note, False)
+    def _hide_refused(self, value: int) -> None:
+        self.form.setRowVisible(self.max_note, False)
 
     @staticmethod
     def select(combo: QComboBox, name: str) -> None:
