@@ -8,7 +8,8 @@ one line (app/first_run.py): whole in the Output tab, and short enough for the s
 keeps the model loaded before, says so, and puts that model's spec back in the Target box (the
 box names what is loaded, not the path that failed); the next good load takes the failure off
 the status line. Drafts and heads that a run loads show
-their progress under Models too.
+their progress under Models too, and a load the run left unfinished (it failed, or Stop came
+first) says it did not load once the runs have ended.
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ class ModelLoader(QObject):
         runs.task_progress.connect(models.show_progress)
         runs.task_failed.connect(self._on_failed)
         runs.progress.connect(models.show_extra_progress)  # a run's draft or head loading
+        runs.queue_done.connect(models.end_extra_progress)  # ... no longer, once runs end
 
     def start_engine(self) -> None:
         self.runs.run_task(

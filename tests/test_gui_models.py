@@ -9,10 +9,11 @@ import time
 from app.engine_api import LoadSettings, TargetInfo
 from app.widgets.models_panel import TRUST_TIP, ModelsPanel
 from specdec_core.control import check_stop
+from specdec_core.errors import SpecdecError
 from specdec_core.heads.eagle.formats import save_head
 from tests.eagle_tiny import tiny_head
 from tests.gui_fake import FakeEngine
-from tests.gui_window import make_window_fixture  # noqa: F401  (fixture)
+from tests.gui_window import make_window_fixture, wait_idle  # noqa: F401  (fixture)
 from tests.hub_cache import cache_repo, tiny_repo, use_cache
 from tests.tiny import LlamaForCausalLM, tiny_config, tiny_loaded
 
@@ -102,3 +103,23 @@ def test_cancel_stops_a_load_in_progress(make_window, qtbot):  # noqa: F811
     qtbot.waitUntil(lambda: window.last_error is not None, timeout=5000)
     assert "cancelled" in window.last_error and window.ready()
     assert not window.models.cancel_button.isEnabled() and window.models.load_button.isEnabled()
+
+
+class HeadFailingEngine(FakeEngine):
+    """A run whose head load begins (its progress line) and fails."""
+
+    def events(self, request, stop, progress):
+        progress("loading head '/tmp'", 0.0)
+        raise SpecdecError("/tmp holds no EAGLE head (no config.json); choose a head folder")
+        yield  # a generator, as every engine's events
+
+
+def test_a_head_load_that_failed_no_longer_reads_as_loading(make_window, qtbot):  # noqa: F811
+    window = make_window(HeadFailingEngine())
+    window.generate()
+    wait_idle(qtbot, window)
+    message = window.models.message.text()
+    assert "loading head" not in message
+    assert "head '/tmp' did not load" in message
+    assert message.startswith("target embedded")  # the loaded target's line stays on top
+    assert "no EAGLE head" in window.status.currentMessage()

@@ -166,6 +166,7 @@ class ModelsPanel(QGroupBox):
         self.progress.setMaximumHeight(8)
         self.message = QLabel("no model loaded")
         self._loaded = ""
+        self._extra_loading = ""  # a draft / head a run is loading (its progress line)
         self.message.setWordWrap(True)
 
         device_row = QHBoxLayout()
@@ -270,6 +271,16 @@ class ModelsPanel(QGroupBox):
         """Progress of a draft / head loading for a run; the target line stays on top."""
         self.progress.setValue(int(round(100 * max(0.0, min(1.0, fraction)))))
         self.message.setText(f"{self._loaded}\n{message}" if self._loaded else message)
+        self._extra_loading = message if fraction < 1.0 else ""
+
+    def end_extra_progress(self) -> None:
+        """The run ended: a draft / head load it left unfinished (it failed, or Stop came
+        first) no longer reads as loading."""
+        loading, self._extra_loading = self._extra_loading, ""
+        if loading:
+            self.progress.setValue(0)
+            line = f"{loading.removeprefix('loading ')} did not load (the status line says why)"
+            self.message.setText(f"{self._loaded}\n{line}" if self._loaded else line)
 
     def show_unloaded(self, message: str) -> None:
         """Nothing is loaded any more (the engine process ended)."""
