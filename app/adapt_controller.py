@@ -7,7 +7,8 @@ head… asks for a new directory. The fine-tuning runs in a `TaskWorker` thread,
 thread, and holds the engine's models, so it cannot overlap a run; while it runs the session is
 `ADAPTING` (no run or load starts). The switch is told to the engine only when it has a model
 and nothing runs (a background reference included), so the window never waits for a busy engine
-process, and again after Restart engine.
+process, and again after Restart engine. Reset and Save adapted head… are offered once a head
+has adapted (an adaptation's τ line), until Reset or a new engine.
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ class AdaptController(QObject):
             self.panel.set_busy(self.session.busy)
         if what == "target" and self.session.target is None:  # the engine process ended:
             self._told = None  # the one Restart engine starts knows nothing yet
+            self.panel.set_adapted(False)  # and has adapted nothing
         if what in ("activity", "target"):
             self._tell()
 
@@ -121,11 +123,13 @@ class AdaptController(QObject):
         self.session.end()
 
     def _tau(self, line: object) -> None:
-        if line:
+        if line:  # a head adapted
+            self.panel.set_adapted(True)
             self.panel.show_tau(str(line))
             self.session.report(str(line), error=False)
 
     def _reset_done(self, note: object) -> None:
+        self.panel.set_adapted(False)
         self.panel.show_tau("")
         self._note(note)
 

@@ -31,8 +31,33 @@ def test_with_adaptation_on_the_head_adapts_after_each_run_never_during_one(make
     assert engine.adapt_calls == [] and window.adapt_panel.tau.text() == ""
 
 
+def test_reset_and_save_are_off_until_a_head_has_adapted_and_off_again_after_reset(
+    make_window, qtbot
+):
+    window = make_window()  # Classic draft: a method without a head
+    panel = window.adapt_panel
+    assert not panel.reset.isEnabled() and not panel.save.isEnabled()
+    assert "no head has adapted yet" in panel.save.toolTip()
+    window.generate()
+    wait_idle(qtbot, window)
+    _adapted(qtbot, window)
+    assert not panel.save.isEnabled()  # Adapt is off: nothing adapted
+    panel.enabled.setChecked(True)
+    window.generate()
+    wait_idle(qtbot, window)
+    _adapted(qtbot, window)
+    assert panel.reset.isEnabled() and panel.save.isEnabled()
+    panel.reset.click()
+    _adapted(qtbot, window)
+    assert not panel.reset.isEnabled() and not panel.save.isEnabled()
+
+
 def test_save_asks_for_a_directory_and_reports_where_it_went(make_window, qtbot, tmp_path):
     window = make_window()
+    window.adapt_panel.enabled.setChecked(True)
+    window.generate()
+    wait_idle(qtbot, window)
+    _adapted(qtbot, window)
     window.adaptation.ask_directory = lambda: str(tmp_path / "mine")
     window.adapt_panel.save.click()
     _adapted(qtbot, window)

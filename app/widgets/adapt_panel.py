@@ -1,4 +1,8 @@
-"""The Adaptation box: adapt the EAGLE head to my runs, τ before and after, Reset, Save."""
+"""The Adaptation box: adapt the EAGLE head to my runs, τ before and after, Reset, Save.
+
+Reset and Save adapted head… act on a head that has adapted: until one has (Adapt on, then an
+EAGLE method's run) they are off and say so, whatever the method (one that drafts without a
+head has nothing to reset or save)."""
 
 from __future__ import annotations
 
@@ -16,6 +20,11 @@ TIP = (
 )
 
 
+RESET_TIP = "back to the loaded head; the kept runs are forgotten"
+SAVE_TIP = "write the adapted head to a new directory (then pick it as Head)"
+NOTHING_YET = "no head has adapted yet: turn on Adapt and run an EAGLE method (eagle, eagle2, …)"
+
+
 class AdaptPanel(QGroupBox):
     toggled = Signal(bool)
     reset_requested = Signal()
@@ -29,9 +38,9 @@ class AdaptPanel(QGroupBox):
         self.tau.setWordWrap(True)
         self.tau.setToolTip("τ of the runs before the first adaptation against the latest run")
         self.reset = QPushButton("Reset")
-        self.reset.setToolTip("back to the loaded head; the kept runs are forgotten")
+        self.reset.setToolTip(RESET_TIP)
         self.save = QPushButton("Save adapted head…")
-        self.save.setToolTip("write the adapted head to a new directory (then pick it as Head)")
+        self.save.setToolTip(SAVE_TIP)
         buttons = QHBoxLayout()
         buttons.addWidget(self.reset)
         buttons.addWidget(self.save)
@@ -43,9 +52,22 @@ class AdaptPanel(QGroupBox):
         self.reset.clicked.connect(self.reset_requested)
         self.save.clicked.connect(self.save_requested)
 
+        self.busy, self.adapted = False, False
+        self._enable()
+
     def show_tau(self, line: str) -> None:
         self.tau.setText(line)
 
     def set_busy(self, busy: bool) -> None:
-        self.reset.setEnabled(not busy)
-        self.save.setEnabled(not busy)
+        self.busy = busy
+        self._enable()
+
+    def set_adapted(self, adapted: bool) -> None:
+        """Has a head adapted since it was loaded (or reset)?"""
+        self.adapted = adapted
+        self._enable()
+
+    def _enable(self) -> None:
+        for button, tip in ((self.reset, RESET_TIP), (self.save, SAVE_TIP)):
+            button.setEnabled(self.adapted and not self.busy)
+            button.setToolTip(tip if self.adapted else NOTHING_YET)
