@@ -140,7 +140,7 @@ def _peagle(given: BuildInputs) -> Drafter:
         raise SpecdecError(
             "method 'peagle' drafts with a P-EAGLE head (an EAGLE-3 head with mask_hidden, "
             "speculators' peagle format) and this head has none; pass --head with a P-EAGLE "
-            "head, or make one from an EAGLE-3 head: specdec train peagle"
+            "head (speculators trains one: --speculator-type peagle)"
         )
     return PEagleDrafter(given.extra, given.target.model.config.num_hidden_layers)
 

@@ -14,6 +14,8 @@ Mapping (playground -> vLLM `speculative_config` key | SGLang flag):
 - eagle            -> method "eagle" ("eagle3" for an EAGLE-3 head)
                                                             | --speculative-algorithm EAGLE (EAGLE3)
 - eagle2 (tree)    -> method "eagle"/"eagle3", a chain      | --speculative-algorithm EAGLE (EAGLE3)
+- peagle           -> method "eagle3", "parallel_drafting": true, model = the head in
+                      speculators' peagle layout (--head-out writes it) | none (refused)
 - ngram            -> method "ngram"                        | --speculative-algorithm NGRAM
 - pard             -> method "draft_model", parallel_drafting true, model = the PARD draft
                       (its config.json must name the mask token) | none (no parallel draft)
@@ -85,7 +87,7 @@ from safetensors import safe_open
 
 from specdec_core.decoding.config import DecodeConfig
 from specdec_core.errors import SpecdecError
-from specdec_core.heads.eagle.layouts import TOKEN_MAP, layout_of
+from specdec_core.heads.eagle.layouts import TOKEN_MAP, is_peagle, layout_of
 from specdec_core.heads.mtp.layouts import stated_count
 from specdec_core.heads.pard import PARD_TOKEN, stated_mask_token
 from specdec_core.measurement.sweep_records import read_sweep
@@ -146,6 +148,15 @@ SERVING: dict[str, Serving] = {
     ),
     "eagle2-suffix": replace(
         _EAGLE, nearest="the suffix-decoding branch merged into the EAGLE-2 tree"
+    ),
+    "peagle": Serving(
+        "head",
+        "eagle3",
+        None,
+        no_sglang="SGLang has no parallel drafting for EAGLE-3 heads in the versions read "
+        f"({SGLANG_ALGORITHMS}; its llama_eagle3.py ignores weights it does not know, so "
+        "mask_hidden would be dropped and the head run as a chain); newer SGLang is unchecked: "
+        "serve it with --engine vllm",
     ),
     "ngram": Serving(None, "ngram", "NGRAM"),
     "pard": Serving(
@@ -342,6 +353,8 @@ def export(
             "vLLM does not read (it drafts over the full vocabulary): write the head for vLLM "
             "with --head-out DIR"
         )
+    if method == "peagle":
+        notes += _peagle_notes(path)
     other_vocabulary = needs == "draft" and _same_vocabulary(target, model or "embedded") is False
     if other_vocabulary and engine == "sglang":
         raise SpecdecError(
@@ -358,6 +371,8 @@ def export(
             spec["model"] = path
         if method == "ngram":
             spec.update(prompt_lookup_max=config.ngram_max, prompt_lookup_min=1)
+        if method == "peagle":  # vLLM's reading of speculators' peagle (configs/speculators)
+            spec["parallel_drafting"] = True
         if other_vocabulary:
             spec["use_heterogeneous_vocab"] = True
             notes.append(_HETEROGENEOUS)
@@ -741,6 +756,37 @@ def head_format(path: str | None) -> str:
             f"(EAGLE-3), found e.g. {', '.join(sorted(keys)[:4])}"
         )
     return "eagle3" if layout == "eagle3" else "eagle"
+
+
+def _peagle_notes(path: str | None) -> list[str]:
+    """What vLLM needs of a P-EAGLE head directory (heads/eagle/peagle.py), from its config:
+    refused when it is not a P-EAGLE head."""
+    config = _config_json(Path(path)) if path is not None and Path(path).is_dir() else None
+    if config is None:
+        return [
+            "the head is not on this machine, so its layout is unchecked: vLLM loads a P-EAGLE "
+            'head in speculators\' peagle layout (config.json speculators_model_type "peagle")'
+        ]
+    if not is_peagle(config):
+        raise SpecdecError(
+            "method 'peagle' drafts with a P-EAGLE head (an EAGLE-3 head with mask_hidden) and "
+            f"{path} is not one; pass --head with a P-EAGLE head (speculators trains one: "
+            "--speculator-type peagle)"
+        )
+    if config.get("speculators_model_type") != "peagle":
+        return [
+            "the head is in the EAGLE-3 layout with P-EAGLE's additions: --head-out DIR writes "
+            "it in speculators' peagle layout, which vLLM reads (mask_token_id as pard_token)"
+        ]
+    top_only = [flag for flag in ("fc_norm", "norm_output") if config.get(flag)]
+    layer = config.get("transformer_layer_config") or {}
+    if any(not layer.get(flag) for flag in top_only):
+        return [
+            f"the head sets {' and '.join(top_only)} at the top of config.json only, where vLLM's "
+            "update_peagle (transformers_utils/configs/speculators/algos.py) does not copy them "
+            "from: --head-out DIR writes them into transformer_layer_config too"
+        ]
+    return []
 
 
 def _weight_keys(path: str | None) -> list[str]:

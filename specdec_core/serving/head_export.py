@@ -17,6 +17,8 @@ What each engine's loader accepts, with the source lines that decide it, is in
 tests/fixtures/eagle-heads/notes/ENGINE_LOADERS.md ("Export recipes"); the key layouts are
 notes/KEY_LAYOUTS.md §A (EAGLE-1) and §B (EAGLE-3). In short:
 
+- P-EAGLE (`--method peagle`, vLLM only): speculators' peagle layout, written by
+  `heads.eagle.peagle.save_peagle` (`export_peagle`).
 - EAGLE-3 layout, both engines (vLLM and SGLang `llama_eagle3.py`): one directory.
   config.json: `LlamaForCausalLMEagle3`, `vocab_size` V, `draft_vocab_size` Vd, `bias` false,
   `tie_word_embeddings` false (SGLang would make lm_head the embedding), the head's flags
@@ -119,7 +121,47 @@ def export_for_method(
         return export_medusa(spec, out)
     if needs == "speculator":
         return export_speculator(spec, out, config.k if config is not None else None)
+    if method == "peagle":
+        return export_peagle(spec, out, config.k if config is not None else None)
     return export_head(engine, spec, out)
+
+
+def export_peagle(spec: str, out: str | Path, k: int | None = None) -> HeadExport:
+    """P-EAGLE head `spec` (either layout heads/eagle/peagle.py reads) written into `out` in
+    speculators' peagle layout, as vLLM loads it with `parallel_drafting` (its
+    `speculative_tokens` = `k`, else the head's own or 4)."""
+    from specdec_core.heads.eagle.peagle import PEagleHead, save_peagle
+
+    source = str(bundled_head(spec)) if names_bundled_head(spec) else spec
+    head = read_head(source)
+    if not isinstance(head, PEagleHead):
+        raise SpecdecError(
+            f"method 'peagle' drafts with a P-EAGLE head (an EAGLE-3 head with mask_hidden) and "
+            f"{spec} is not one; pass --head with a P-EAGLE head (speculators trains one: "
+            "--speculator-type peagle)"
+        )
+    stored = _stored_config(Path(source).expanduser())
+    methods = (stored.get("speculators_config") or {}).get("proposal_methods") or [{}]
+    verifier = (stored.get("speculators_config") or {}).get("verifier") or {}
+    tokens = k or methods[0].get("speculative_tokens") or 4
+    directory = _empty_directory(Path(out).expanduser(), Path(source).expanduser())
+    save_peagle(
+        head, directory, tokens, verifier.get("name_or_path"), verifier.get("architectures") or []
+    )
+    files = _written(directory, (CONFIG, WEIGHTS))
+    notes = [
+        f"wrote the P-EAGLE head ({head.decoder_layers} decoder layer(s), mask token "
+        f"{head.mask_token_id}) in speculators' peagle layout; vLLM reads it as eagle3 with "
+        "parallel_drafting (mask_token_id as pard_token, mask_hidden through fc)",
+        f"copy {directory} to the serving machine and point the command's paths there",
+    ]
+    return HeadExport("vllm", "peagle", directory, files, None, notes)
+
+
+def _stored_config(directory: Path) -> dict:
+    """config.json of a local head directory ({} where there is none)."""
+    path = directory / CONFIG
+    return json.loads(path.read_text()) if path.is_file() else {}
 
 
 def export_medusa(spec: str, out: str | Path) -> HeadExport:

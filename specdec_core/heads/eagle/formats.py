@@ -23,6 +23,8 @@ tests/test_eagle_published_arithmetic.py checks each one's arithmetic):
   `norm_before_residual`, `norm_before_fc` (weight `input_norm`), `eagle_aux_hidden_state_layer_ids`
   and a sliding-window layer (`layer_types`). An absent flag is off, as in SpecForge since
   its PR #879, SGLang and speculators.
+A P-EAGLE head (speculators' `peagle`, or an EAGLE-3 config naming `mask_token_id`) is read by
+heads/eagle/peagle.py: `load_head` and `read_head` hand its directory there.
 A config that declares a layout (an architecture or model type naming EAGLE-3 or EAGLE) must
 agree with the keys, and every stored weight must be one the head reads: a weight left unread
 would make the head draft wrongly without a sign, so the head is refused with its name.
@@ -44,6 +46,7 @@ from transformers import LlamaConfig
 from specdec_core.control import Progress, StopFlag
 from specdec_core.errors import SpecdecError
 from specdec_core.files import save_tensors_atomic, write_atomic
+from specdec_core.heads.eagle import peagle
 from specdec_core.heads.eagle.head import OFFICIAL, Eagle3Variant, EagleHead
 from specdec_core.heads.eagle.layouts import TOKEN_MAP, declared_kind, flat_config, layout_of
 from specdec_core.models import hub
@@ -226,6 +229,9 @@ def load_head(
     """Load a head from a local directory or hub id, bound to `target` on its device, in
     `dtype` (default `models.drafting_dtype(target)`; training asks for float32)."""
     directory = _resolve(spec, progress, stop)
+    if peagle.is_peagle_dir(directory):  # an EAGLE-3 head with P-EAGLE's additions
+        variant = eagle3_variant(_read_config(directory, spec).to_dict())
+        return peagle.load_peagle(directory, spec, variant, target, dtype)
     config = _read_config(directory, spec)
     state = _with_token_map(directory, read_weights(directory, spec), config)
     model = target.model
@@ -244,6 +250,9 @@ def read_head(
     checks it but bound to no target: for writing it out again
     (specdec_core/serving/head_export.py)."""
     directory = _resolve(spec, progress, stop)
+    if peagle.is_peagle_dir(directory):
+        variant = eagle3_variant(_read_config(directory, spec).to_dict())
+        return peagle.read_peagle(directory, spec, variant)
     config = _read_config(directory, spec)
     state = _with_token_map(directory, read_weights(directory, spec), config)
     t2d = next((v for k, v in state.items() if k.removeprefix("model.") == "t2d"), None)

@@ -38,6 +38,13 @@ def declared_kind(config: dict) -> str | None:
     return "eagle1" if "eagle" in text else None
 
 
+def is_peagle(config: dict) -> bool:
+    """Does a head config declare a P-EAGLE head (speculators' `peagle`, or an EAGLE-3 config
+    naming the `mask_token_id` its mask rows read)? heads/eagle/peagle.py reads those."""
+    kind = config.get("speculators_model_type")
+    return kind == "peagle" or (kind is None and "mask_token_id" in config)
+
+
 def flat_config(config: dict) -> dict:
     """A head config with speculators' nested `transformer_layer_config` lifted to the top."""
     layer = config.get("transformer_layer_config")
