@@ -1,7 +1,9 @@
 """File ▸ Export to server… offers only commands that serve what is selected: vLLM's box says
 at once, before any command, that it cannot load an EAGLE-1 head with an fc bias or a reduced
 vocabulary (the bundled head has both), and refuses exactly the heads the head export
-refuses; vLLM's `num_speculative_tokens` is never null; the notes scroll, none cut off."""
+refuses; SGLang's box offers no command for a head it would draft over the wrong vocabulary
+as it stands (the bundled head) until the head is written for it; vLLM's
+`num_speculative_tokens` is never null; the notes scroll, none cut off."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from app.widgets.server_export_dialog import (
     NOTES_LINES,
     HeadExportSource,
     ServerExportDialog,
+    sglang_unwritten,
     vllm_refusal,
 )
 from specdec_core.decoding.config import DecodeConfig
@@ -30,6 +33,7 @@ from tests.gui_window import make_window_fixture  # noqa: F401  (fixture)
 from tests.tiny import tiny_loaded
 
 BUNDLED_REFUSAL = "this head has an fc bias and a draft vocabulary of 8192 tokens"
+BUNDLED_UNWRITTEN = "write the head for SGLang below first (Write head)"
 
 
 def dialog_for(qtbot, method, head, config=None, calls=None) -> ServerExportDialog:
@@ -60,8 +64,11 @@ def test_vllm_says_at_once_that_it_cannot_load_the_bundled_head(qtbot, method, t
     assert BUNDLED_REFUSAL in shown and "eagle3" in shown and "vllm serve" not in shown
     assert not buttons_enabled(dialog, "vllm")  # nothing to copy or save
     assert dialog.commands["vllm"] == shown
-    assert isinstance(dialog.commands["sglang"], ServeCommand)  # SGLang takes it
-    assert buttons_enabled(dialog, "sglang")
+    # SGLang takes it once written for it: until then no command that would draft over the
+    # full vocabulary, only what to do
+    sglang = dialog.texts["sglang"].toPlainText()
+    assert sglang.startswith(BUNDLED_UNWRITTEN) and "8192 tokens" in sglang
+    assert "launch_server" not in sglang and not buttons_enabled(dialog, "sglang")
     # Write head starts on the engine that loads it; choosing vLLM says why not, at once
     assert dialog.head_engine.currentData() == "sglang" and dialog.head_status.text() == ""
     dialog.head_engine.setCurrentIndex(dialog.head_engine.findData("vllm"))
@@ -72,6 +79,10 @@ def test_vllm_says_at_once_that_it_cannot_load_the_bundled_head(qtbot, method, t
     dialog.head_engine.setCurrentIndex(dialog.head_engine.findData("sglang"))
     assert dialog.head_status.text() == ""
     assert dialog.write_head() and calls[0][:2] == ("sglang", tmp_path / "head")
+    written = serve_command("sglang", method, DecodeConfig(k=3), "embedded", str(tmp_path))
+    dialog.head_done("sglang", tmp_path / "head", written)
+    assert "launch_server" in dialog.texts["sglang"].toPlainText()
+    assert buttons_enabled(dialog, "sglang")  # the command serving the written head
 
 
 def test_the_window_opens_the_export_with_vllms_refusal_of_the_bundled_head(make_window):
@@ -80,7 +91,7 @@ def test_the_window_opens_the_export_with_vllms_refusal_of_the_bundled_head(make
     window.actions.export_server.trigger()
     dialog = window.server.export_dialog
     assert BUNDLED_REFUSAL in dialog.texts["vllm"].toPlainText()
-    assert "sglang.launch_server" in dialog.texts["sglang"].toPlainText()
+    assert dialog.texts["sglang"].toPlainText().startswith(BUNDLED_UNWRITTEN)
     assert all("null" not in text.toPlainText() for text in dialog.texts.values())
 
 
@@ -119,6 +130,17 @@ def test_vllm_is_refused_exactly_the_heads_the_head_export_refuses(target, tmp_p
     assert named in refusal and "\n" not in refusal
     if exported:  # the same things named as the export names them
         assert refusal.split("this head has ")[1].split(";")[0] in exported
+
+
+@pytest.mark.parametrize("vocab", [12, 0], ids=["reduced vocabulary", "full vocabulary"])
+def test_sglang_waits_for_a_head_written_for_it_exactly_when_it_has_a_reduced_vocabulary(
+    target, tmp_path, vocab
+):
+    head = tiny_head(target, "eagle1", draft_vocab=vocab)
+    folder = Path(save_head(head, tmp_path / "head"))
+    assert bool(sglang_unwritten(folder)) == bool(vocab)
+    export_head("sglang", str(folder), tmp_path / "for-sglang")
+    assert sglang_unwritten(tmp_path / "for-sglang") == ""  # written: its token map beside it
 
 
 # -- never null ----------------------------------------------------------------------------

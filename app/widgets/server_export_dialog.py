@@ -13,6 +13,10 @@ clipboard) and Save as shell script… (an executable `#!/usr/bin/env bash` file
   files without torch, `vllm_refusal`) gets, in vLLM's box, the one line saying so and what
   to do, as soon as the dialog opens; choosing vLLM for Write head says it again, and the
   head engine starts on one that takes the head;
+- an EAGLE-1 head with a reduced draft vocabulary (d2t) and no SGLang token map beside it (the
+  bundled head) would be drafted by SGLang over the full vocabulary as it stands: SGLang's box
+  shows no command for it, only the one line saying to write the head for SGLang below
+  (`sglang_unwritten`), and Write head then puts the command serving the written folder there;
 - vLLM's `num_speculative_tokens` is never shown as null: a tree sized "auto" has no depth to
   export, so it is the Decoding panel's k (`config`), with a note; without `config` the box
   says to set the tree's size instead.
@@ -69,6 +73,7 @@ from safetensors import SafetensorError, safe_open
 
 from specdec_core.decoding.config import DecodeConfig
 from specdec_core.errors import SpecdecError
+from specdec_core.heads.eagle.layouts import TOKEN_MAP
 from specdec_core.resources import bundled_head, names_bundled_head
 from specdec_core.serving.export import head_format
 from specdec_core.serving.serve import ServeCommand, write_script
@@ -221,6 +226,8 @@ class ServerExportDialog(QDialog):
         self.check_result: ServeCheck | str | None = None
         folder = head_folder(head.head) if isinstance(head, HeadExportSource) else None
         self.refusals = {"vllm": vllm_refusal(folder) if folder is not None else ""}
+        # engines that serve the head once it is written for them (not as it stands)
+        self.unwritten = {"sglang": sglang_unwritten(folder) if folder is not None else ""}
         layout = self._layout = QVBoxLayout(self)
         for engine, command in commands.items():
             layout.addWidget(self._box(engine))
@@ -296,6 +303,8 @@ class ServerExportDialog(QDialog):
             return command
         if self.refusals.get(engine):
             return self.refusals[engine]
+        if self.unwritten.get(engine):
+            return self.unwritten[engine]
         return with_draft_length(command, self.config.k if self.config is not None else None)
 
     def copy(self, engine: str) -> None:
@@ -472,6 +481,7 @@ class ServerExportDialog(QDialog):
         if not isinstance(result, ServeCommand):
             self._head_failed(one_line(result))
             return
+        self.unwritten[engine] = ""  # written for it: its command serves the folder
         self._show(engine, result)
         name = ENGINE_NAMES.get(engine, engine)
         self.boxes[engine].setTitle(f"{name}: serving the head written to {folder}")
@@ -580,6 +590,32 @@ def vllm_refusal(folder: Path) -> str:
         f"has {' and '.join(lost)}; serve it with SGLang (write the head for SGLang below), or "
         "train an EAGLE-3 head, which vLLM loads (Train tab, Layout eagle3; specdec train "
         "eagle --arch eagle3)"
+    )
+
+
+def sglang_unwritten(folder: Path) -> str:
+    """Why SGLang's command cannot serve the EAGLE-1 head in `folder` as it stands, '' when it
+    can: a reduced draft vocabulary (d2t) with no SGLang token map beside it, which SGLang's
+    EAGLE-1 loader ignores (it would draft over the full vocabulary); written for SGLang
+    (`specdec_core.serving.head_export`), the head has its token map. Read from the
+    safetensors headers, without torch."""
+    try:
+        if head_format(str(folder)) != "eagle" or (folder / TOKEN_MAP).is_file():
+            return ""
+        vocab = 0
+        for weights in sorted(folder.glob("*.safetensors")):
+            with safe_open(str(weights), framework="np") as handle:
+                if "d2t" in set(handle.keys()):
+                    vocab = handle.get_slice("d2t").get_shape()[0]
+    except (SpecdecError, SafetensorError, OSError, ValueError, KeyError):
+        return ""
+    if not vocab:
+        return ""
+    return (
+        f"write the head for SGLang below first (Write head): this EAGLE-1 head drafts over a "
+        f"reduced vocabulary of {vocab} tokens, which SGLang's EAGLE-1 loader ignores as it "
+        "stands (it would draft over the full vocabulary); written, it has the token map "
+        "SGLang takes, and the command serving that folder shows here"
     )
 
 
