@@ -131,3 +131,24 @@ def test_the_summary_says_how_a_draft_drafts_and_which_layers_a_self_draft_skips
     assert "drafts skipping: layers 3, 4; MLP of 7" in text
     searching = {"skipped_layers": [], "skipped_attention": [], "skipped_mlp": []}
     assert "drafts skipping: nothing yet" in summary_text("SWIFT", replace(base, config=searching))
+
+
+def test_the_tree_line_says_how_deep_merged_branches_took_the_trees_beside_the_plot(tiny_target):
+    """EAGLE-2 + lookup sized to a 2-token tree one deep: the lookup's chain merged into it
+    makes the trees the plot draws deeper than that, and the line says so."""
+    from app.widgets.output_panel import summary_text
+    from specdec_core.decoding.config import DecodeConfig
+    from specdec_core.run.runner import run
+    from tests.eagle_tiny import tiny_head
+    from tests.tiny import prompt
+
+    config = DecodeConfig(max_new_tokens=40, tree_depth=1, tree_topk=1, tree_tokens=2)
+    head = tiny_head(tiny_target)
+    summary = run(tiny_target, "eagle2-lookup", prompt(length=6), config, head)
+    deepest = len(summary.drafted_per_position)
+    assert summary.config["tree_depth"] == 1 and deepest > 1
+    text = summary_text("EAGLE-2 + lookup", summary)
+    assert "draft tree: 2 tokens, 1 deep, 1 branch per node (as set" in text
+    assert f"its trees went up to {deepest} deep" in text
+    plain = summary_text("EAGLE-2", replace(summary, drafted_per_position=(summary.steps,)))
+    assert "went up to" not in plain  # no merge: the sized tree is all there is

@@ -29,11 +29,7 @@ def summary_text(label: str, summary: RunSummary) -> str:
     )
     c = summary.config
     if "tree_sizing" in c:  # a tree method reports the size it used
-        how = "sized for this machine" if str(c["tree_sizing"]).startswith("auto") else "as set"
-        text += (
-            f"\ndraft tree: {c.get('tree_tokens')} tokens, {c.get('tree_depth')} deep, "
-            f"{c.get('tree_topk')} branches per node ({how}; hover for why)"
-        )
+        text += "\n" + tree_words(summary)
     if "draft_algorithm" in c:  # a classic draft says how it drafts for this target
         text += f"\ndraft model: {c['draft_algorithm']}"
     if "skipped_layers" in c:  # self-speculation says which of the target's layers it skips
@@ -48,6 +44,24 @@ def summary_text(label: str, summary: RunSummary) -> str:
         ]
         text += f"\ndrafts skipping: {'; '.join(parts) or 'nothing yet'}"
     return text
+
+
+def tree_words(summary: RunSummary) -> str:
+    """The tree a tree method grew, as sized, and how deep its trees went where a merge (a
+    lookup or suffix branch) took them deeper than that: the tree plot beside it shows the
+    whole tree, merged branches included."""
+    c = summary.config
+    how = "sized for this machine" if str(c["tree_sizing"]).startswith("auto") else "as set"
+    topk = c.get("tree_topk")
+    words = (
+        f"draft tree: {c.get('tree_tokens')} tokens, {c.get('tree_depth')} deep, {topk} "
+        f"branch{'' if topk == 1 else 'es'} per node ({how}; hover for why)"
+    )
+    deepest = len(summary.drafted_per_position)  # the deepest tree drafted, merges included
+    sized = c.get("tree_depth")
+    if isinstance(sized, int) and deepest > sized:
+        words += f"; with the branches merged into it, its trees went up to {deepest} deep"
+    return words
 
 
 def summary_details(summary: RunSummary) -> str:
