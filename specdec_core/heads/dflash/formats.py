@@ -8,7 +8,9 @@ Two layouts (`--dflash SPEC`: `embedded`, a directory or a hub id):
   `dflash_config.{mask_token_id, target_layer_ids}`. A target layer id k means the OUTPUT of
   target layer k, HF's `hidden_states[k + 1]`; without `target_layer_ids` the ids are z-lab's
   default spread (`default_target_layers`). Weights: `layers.*`, `fc`, `hidden_norm`, `norm`;
-  the embedding and lm_head are the target's.
+  the embedding and lm_head are the target's. A drafter over a reduced vocabulary adds
+  `draft_vocab_size` to config.json and `lm_head` + `d2t` to its weights (what vLLM's
+  `DFlashQwen3ForCausalLM` reads: its draft_id_to_target_id).
 - **speculators** (vllm-project/speculators `speculators_model_type: "dflash"`): the layers'
   Qwen3 config in `transformer_layer_config`, `block_size`, `mask_token_id`,
   `aux_hidden_state_layer_ids` (already HF's `hidden_states` index: z-lab's k + 1),
@@ -39,8 +41,11 @@ from specdec_core.resources import resource_path
 
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
+CARD = "specdec_card.json"  # the training card (specdec_core/training/card.py)
 BUNDLED = "dflash"  # resources/dflash: the drafter bundled for the embedded model
-ZLAB_KEYS = frozenset({"architectures", "auto_map", "block_size", "dflash_config"})
+ZLAB_KEYS = frozenset(
+    {"architectures", "auto_map", "block_size", "dflash_config", "draft_vocab_size"}
+)
 ZLAB_KEYS_EXTRA = frozenset({"num_target_layers"})
 SPECULATORS_KEYS = frozenset(
     {
@@ -128,7 +133,10 @@ def _zlab_spec(values: dict, name: str) -> DFlashSpec:
                 "num_target_layers; set the target layers the drafter reads"
             )
         ids = default_target_layers(layers, body.num_hidden_layers)
-    return DFlashSpec(body, block, mask, tuple(int(k) + 1 for k in ids))
+    draft_vocab = values.get("draft_vocab_size")
+    if draft_vocab is not None and draft_vocab == body.vocab_size:
+        draft_vocab = None  # vLLM sets it to the vocabulary when absent: the target's lm_head
+    return DFlashSpec(body, block, mask, tuple(int(k) + 1 for k in ids), draft_vocab)
 
 
 def _speculators_spec(values: dict, name: str) -> DFlashSpec:
@@ -310,6 +318,7 @@ def zlab_config(draft: DFlashDraft, target_layers: int) -> dict:
         "architectures": ["DFlashDraftModel"],
         **body,
         "block_size": spec.block_size,
+        **({"draft_vocab_size": spec.draft_vocab_size} if spec.draft_vocab_size else {}),
         "num_target_layers": target_layers,
         "dflash_config": {
             "mask_token_id": spec.mask_token_id,
@@ -318,14 +327,17 @@ def zlab_config(draft: DFlashDraft, target_layers: int) -> dict:
     }
 
 
-def save_dflash(draft: DFlashDraft, directory: str | Path, target_layers: int) -> Path:
-    """Write `draft` in z-lab's layout (what vLLM and SGLang read); a drafter with its own
-    embedding or a reduced draft vocabulary cannot be written so and is refused."""
+def save_dflash(
+    draft: DFlashDraft, directory: str | Path, target_layers: int, card: dict | None = None
+) -> Path:
+    """Write `draft` in z-lab's layout (what vLLM and SGLang read), with `draft_vocab_size`,
+    `lm_head` and `d2t` for a reduced draft vocabulary (vLLM's reading), and its card when
+    given. A drafter with its own embedding cannot be written so and is refused."""
     spec = draft.spec
-    if spec.own_embedding or spec.draft_vocab_size is not None:
+    if spec.own_embedding:
         raise SpecdecError(
-            "this DFlash drafter has its own embedding or draft vocabulary, which z-lab's "
-            "layout cannot hold; write it with save_speculators_dflash"
+            "this DFlash drafter carries its own embedding, which z-lab's layout cannot hold; "
+            "serve it from its speculators checkpoint"
         )
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
@@ -333,4 +345,6 @@ def save_dflash(draft: DFlashDraft, directory: str | Path, target_layers: int) -
     save_tensors_atomic(out / WEIGHTS, state)
     config = zlab_config(draft, target_layers)
     write_atomic(out / CONFIG, json.dumps(config, indent=1) + "\n")
+    if card is not None:
+        write_atomic(out / CARD, json.dumps(card, indent=2) + "\n")
     return out
