@@ -1,5 +1,6 @@
-"""`specdec train {eagle,draft,medusa}`: its command line (the drivers are in
-specdec_core/training: driver.py for eagle and draft, medusa.py for Medusa heads)."""
+"""`specdec train {eagle,draft,medusa,pard}`: its command line (the drivers are in
+specdec_core/training: driver.py for eagle and draft, medusa.py for Medusa heads, pard.py for
+a PARD parallel draft)."""
 
 from __future__ import annotations
 
@@ -11,17 +12,18 @@ from specdec_core.cli.training_options import add_training_options, run_training
 
 if TYPE_CHECKING:
     from specdec_core.training.medusa import MedusaTrainRequest
+    from specdec_core.training.pard import PardTrainRequest
     from specdec_core.training.request import TrainRequest
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     train = sub.add_parser(
         "train",
-        help="train an EAGLE head, a token-level draft, Medusa heads or (`train mlp-speculator "
-        "--help`) an MLP speculator",
+        help="train an EAGLE head, a token-level draft, Medusa heads, a PARD parallel draft or "
+        "(`train mlp-speculator --help`) an MLP speculator",
     )
     train.set_defaults(handler=run, invocation=None)
-    train.add_argument("kind", choices=["eagle", "draft", "medusa"])
+    train.add_argument("kind", choices=["eagle", "draft", "medusa", "pard"])
     add_training_options(
         train,
         batch_tokens=4096,
@@ -35,7 +37,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--init",
         default=None,
         help="eagle: start from this trained head (its weights and draft vocabulary), "
-        "e.g. embedded, to continue it on new data with a fresh schedule",
+        "e.g. embedded, to continue it on new data with a fresh schedule. pard: adapt this "
+        "draft model of the target's tokenizer (default: the target's first --layers layers)",
     )
     train.add_argument(
         "--arch",
@@ -52,7 +55,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="eagle1: decoder layers of the head (default 1, or the --init head's; more than "
         "the --init head has grows it, the new layers starting as the identity). Each layer "
         "adds about a layer's cost to every draft step. medusa: residual blocks per head "
-        "(default 1, Medusa-1)",
+        "(default 1, Medusa-1). pard: the target's first layers the draft keeps (default 4)",
     )
     train.add_argument(
         "--heads",
@@ -76,6 +79,19 @@ def register(sub: argparse._SubParsersAction) -> None:
         "head takes a new size: its weights carry over and the vocabulary is picked anew from "
         "the data. Medusa heads over the full vocabulary are saved in FasterDecoding's layout, "
         "over a reduced one in vLLM's (its token_map)",
+    )
+    train.add_argument(
+        "--block",
+        type=int,
+        default=8,
+        help="pard: tokens the draft learns to propose in one forward (PARD's para_num)",
+    )
+    train.add_argument(
+        "--mask-token",
+        type=int,
+        default=None,
+        help="pard: the id standing for a masked token (default: the tokenizer's highest "
+        "special token that the data never holds)",
     )
     train.add_argument(
         "--unroll", type=int, default=2, help="eagle: draft steps simulated per position"
@@ -153,8 +169,45 @@ def medusa_request_from_args(args: argparse.Namespace) -> MedusaTrainRequest:
     )
 
 
+def pard_request_from_args(args: argparse.Namespace) -> PardTrainRequest:
+    """The parsed `specdec train pard` command line as a `PardTrainRequest` (checked before any
+    model loads); a flag of EAGLE heads is refused."""
+    from specdec_core.errors import SpecdecError
+    from specdec_core.training.pard import PardTrainRequest
+
+    for flag, value in (("--arch", args.arch), ("--noise", args.noise), ("--ce-weight",
+                        args.ce_weight), ("--draft-vocab", args.draft_vocab)):  # fmt: skip
+        if value is not None:
+            raise SpecdecError(f"{flag} belongs to EAGLE heads; drop it for `specdec train pard`")
+    fields = training_fields(args)
+    return PardTrainRequest(
+        out=args.out,
+        data=",".join(fields["data"]),
+        target=args.target,
+        init=args.init or None,
+        layers=args.layers if args.layers is not None else 4,
+        block=args.block,
+        mask_token=args.mask_token,
+        tokens=fields["tokens"][0],
+        epochs=args.epochs,
+        lr=args.lr,
+        batch_tokens=args.batch_tokens,
+        max_len=args.max_len,
+        seed=args.seed,
+        seconds=args.seconds,
+        device=args.device,
+        command=fields["command"],
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     keys = ("kind", "tokens", "epochs", "validation", "validation_by_kind")
+    if args.kind == "pard":
+        from specdec_core.training.pard import train_pard
+
+        request = pard_request_from_args(args)
+        keys = ("kind", "mask_token", "steps", "top1_before", "top1_by_position")
+        return run_training(train_pard, request, Path(request.out) / "checkpoint.pt", keys)
     if args.kind == "medusa":
         from specdec_core.training.medusa import train_medusa
 
