@@ -6,13 +6,18 @@ free? errors and notes go there, and the window shows them), the engine (its `sw
 the tuned k go back through its public `values()` / `apply()`), the current prompt and model
 specs as callables, and the shared `JobRunner`. The window adds its tab and the Run ▸ Tune k
 action. Every line the user reads names the method as the Method box does (its registry
-label) and is worded by the view (`show_started`, `show_result`, `show_tuning`,
-`show_tuned`).
+label) and is worded by the view (`progress_words`, `show_result`, `show_tuned`).
 
 Stop (the tab's button, Run ▸ Stop, Esc, the prompt box's Stop: all live while a sweep or Tune
 runs) reaches the runs inside the point being measured, so the job ends within one decode
 step: the points finished before it stay, and the one it cut short is marked on the map
 ("stopped") and named on the status line.
+
+While a sweep or Tune runs, its line (the tab's, and the status line) says every second how
+many points are done, which point is being measured and for how long, and the time left (from
+the points done; "known after the first point" before one is). Tune measures on its own tuning
+prompts (TUNING_PROMPTS, short runs), never the prompt box, and its line says so. A Tune that
+Stop ends shows its partial table, the value it cut short and those never measured labelled.
 
 Tune of a method parameter (the Sweep tab's "Tune" row; a method's own parameters are offered
 first): the engine sweeps the parameter's `method_params.NAME` axis on the tuning prompts
@@ -23,12 +28,13 @@ after it measure with and a run's config takes from `method_params.applied`.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QObject, Slot
+from PySide6.QtCore import QObject, QTimer, Slot
 from PySide6.QtGui import QAction, QFont
 from PySide6.QtWidgets import QMessageBox
 
@@ -39,7 +45,13 @@ from app.method_style import MethodStyle
 from app.session import Activity, Session
 from app.sweep_worker import SweepWorker
 from app.widgets.decoding_panel import DecodingPanel
-from app.widgets.sweep_view import SweepView, param_words, point_words
+from app.widgets.sweep_view import (
+    SweepView,
+    param_words,
+    point_words,
+    progress_words,
+    tuned_words,
+)
 from app.worker import Job
 from specdec_core.decoding.config import DecodeConfig
 from specdec_core.errors import SpecdecError
@@ -57,9 +69,13 @@ from specdec_core.tuning.tune import (
     num_layers,
     param_axis,
     param_candidates,
+    stopped_table,
     tunable_params,
+    tune_grid,
     tune_result,
 )
+
+PROGRESS_MS = 1000  # the progress line's refresh while a point is measured
 
 if TYPE_CHECKING:
     from specdec_core.measurement.sweep_records import SweepProgress
@@ -112,6 +128,14 @@ class SweepController(QObject):
         # what Tune chose for a method's own parameters (shared with the runs' inputs)
         self.method_params = method_params if method_params is not None else MethodParams()
         self.tuning: ParamTuning | None = None  # a Tune of a method parameter, while it runs
+        # the progress of the job running: what it is, its points in order, how far it is
+        self.doing = ""
+        self.points: list[dict[str, Any]] = []
+        self.done = 0
+        self.eta: float | None = None
+        self.began = self.point_began = 0.0
+        self.progress_timer = QTimer(self, interval=PROGRESS_MS)
+        self.progress_timer.timeout.connect(self.show_progress)
         self.view.run_requested.connect(self.run_sweep)
         self.view.stop_requested.connect(self.stop)
         self.view.apply_requested.connect(self.apply_settings)
@@ -187,8 +211,8 @@ class SweepController(QObject):
         self.grid = grid
         self.view.begin(axes)
         self.label = self.style.label(method)
-        self.view.show_started(self.label, len(grid.points()))
         self._start("sweep", lambda on_point, stop: engine.sweep(request, on_point, stop))
+        self._follow(f"sweeping {self.label}", grid.points())
         return True
 
     # -- tune -----------------------------------------------------------------------------------
@@ -210,11 +234,14 @@ class SweepController(QObject):
                 self.session.report(str(error))
                 return False
             task = partial(engine.sweep, request)
+            self.grid = request.grid
         else:
             task = partial(engine.tune, TuneRequest(method, self._config(method), self.specs()))
-        self.view.show_tuning(self.label, tree, param)  # a tree has no k: its size instead
-        self.session.report(self.view.status.text(), error=False)
+            self.grid = tune_grid(tree)  # the engine's Tune measures this grid, in this order
         self._start("tune", task)
+        tuned = tuned_words(tree, param)  # a tree has no k: its size instead
+        doing = f"tuning {tuned} for {self.label} on {len(TUNING_PROMPTS)} tuning prompts"
+        self._follow(doing, self.grid.points())
         return True
 
     def _param_request(self, method: str, param: str) -> SweepRequest:
@@ -241,22 +268,47 @@ class SweepController(QObject):
         self.view.set_running(True)
         self.tune_action.setEnabled(False)
 
+    def _follow(self, doing: str, points: list[dict[str, Any]]) -> None:
+        """Show the progress of the job just started: `doing`, over `points` in order."""
+        self.doing, self.points, self.done, self.eta = doing, points, 0, None
+        self.began = self.point_began = time.monotonic()
+        self.progress_timer.start()
+        self.show_progress()
+
+    def progress_line(self) -> str:
+        """Points done of all, the point measured and for how long, the time left."""
+        done = self.done
+        measuring = self.points[done] if done < len(self.points) else None
+        now = time.monotonic()
+        eta = self.eta
+        if eta is None and done:  # the engine gave none: from the points done here
+            eta = (now - self.began) / done * (len(self.points) - done)
+        return progress_words(
+            self.doing, done, len(self.points), measuring, now - self.point_began, eta
+        )
+
+    def show_progress(self) -> None:
+        if self.job is None or self.stopping:
+            self.progress_timer.stop()
+            return
+        line = self.progress_line()
+        self.view.status.setText(line)
+        self.session.report(line, error=False)
+
     def stop(self) -> None:
         """End the job within one decode step; the points finished so far stay."""
         if self.job is not None:
             self.job.stop()
+            self.progress_timer.stop()
             self.stopping = True
             self.view.status.setText("stopping…")
             self.session.report("stopping…", error=False)
 
     @Slot(object)
     def _on_point(self, progress: SweepProgress) -> None:
-        eta = f", about {progress.eta_seconds:.0f} s left" if progress.eta_seconds else ""
-        self.view.status.setText(f"{progress.done}/{progress.total} points{eta}")
-        doing = "sweeping" if self.kind == "sweep" else "tuning"
-        self.session.report(
-            f"{doing} {self.label}: {progress.done}/{progress.total} points", error=False
-        )
+        self.done, self.eta = progress.done, progress.eta_seconds
+        self.point_began = time.monotonic()
+        self.show_progress()
         if self.kind == "sweep":
             self.view.add_record(progress.record)
 
@@ -277,6 +329,7 @@ class SweepController(QObject):
             if result.stopped:  # a partial table picks no k; the reason names the value cut
                 self.view.status.setToolTip(result.reason)  # short by Stop
                 self.session.report(self.view.status.text(), error=False)
+                self._show_table(result, label)
             elif result.setting.startswith(METHOD_PREFIX):
                 name = result.setting.removeprefix(METHOD_PREFIX)
                 self.method_params.set(result.method, name, result.k)
@@ -308,10 +361,14 @@ class SweepController(QObject):
         tuned = "the tree size" if result.setting == "tree_tokens" else "k"
         if result.setting.startswith(METHOD_PREFIX):
             tuned = param_words(result.setting.removeprefix(METHOD_PREFIX))
+        table = result.format_table()
+        if result.stopped and self.grid is not None:  # partial: what was cut, what never ran
+            table = stopped_table(result, self.grid)
+        prompts = f"measured on {len(TUNING_PROMPTS)} tuning prompts, not the prompt box"
         self.result_box = QMessageBox(
             QMessageBox.Icon.Information,
-            f"Tune {tuned}: {label}",
-            f"{line}\n\n{result.format_table()}",
+            f"Tune {tuned}{' stopped' if result.stopped else ''}: {label}",
+            f"{line}\n({prompts})\n\n{table}",
             parent=self.view,
         )
         self.result_box.setFont(QFont("monospace"))
@@ -325,6 +382,7 @@ class SweepController(QObject):
 
     @Slot()
     def _on_done(self) -> None:
+        self.progress_timer.stop()
         self.job, self.kind = None, ""
         self.session.end()
         self.view.set_running(False)

@@ -221,9 +221,14 @@ def test_sweep_and_tune_name_the_method_as_the_method_box_and_speak_in_words(qtb
     view.temperatures.setText("0")
     window.engine.measure.gate.clear()  # the sweep waits inside its first measurement
     assert window.sweep.run_sweep()
-    assert view.status.text() == "sweeping EAGLE-2 + lookup: 2 points…"
+    assert view.status.text().startswith(
+        "sweeping EAGLE-2 + lookup: 0/2 points; measuring temperature 0, a tree of 16 tokens ("
+    )
     window.engine.measure.gate.set()
     qtbot.waitUntil(lambda: not window.sweep.running, timeout=5000)
+    assert any(
+        note.startswith("sweeping EAGLE-2 + lookup: 1/2 points; measuring ") for note in notes
+    )
     assert "sweeping EAGLE-2 + lookup: 2/2 points" in notes
     assert view.status.text() == (
         "2 points of EAGLE-2 + lookup measured; fastest: 1.32× vs autoregressive at "
@@ -233,11 +238,12 @@ def test_sweep_and_tune_name_the_method_as_the_method_box_and_speak_in_words(qtb
     assert notes[-1] == "applied temperature 0, a tree of 16 tokens"
     window.engine.measure.gate.clear()
     assert window.sweep.tune()
-    assert view.status.text() == "tuning the tree size for EAGLE-2 + lookup…"
-    assert notes[-1] == "tuning the tree size for EAGLE-2 + lookup…"
+    tuning = "tuning the tree size for EAGLE-2 + lookup on 3 tuning prompts"
+    assert view.status.text().startswith(f"{tuning}: 0/4 points; measuring a tree of 4 tokens (")
+    assert notes[-1] == view.status.text()
     window.engine.measure.gate.set()
     qtbot.waitUntil(lambda: not window.sweep.running, timeout=5000)
-    assert "tuning EAGLE-2 + lookup: 1/4 points" in notes  # four tree sizes
+    assert any(note.startswith(f"{tuning}: 1/4 points") for note in notes)  # four tree sizes
     assert notes[-1] == "applied a tree of 4 tokens"
     seen = [*notes, view.status.text(), window.sweep.result_box.text()]
     assert not [line for line in seen if "eagle2" in line or "tree_tokens" in line]

@@ -11,6 +11,7 @@ from app.widgets.sweep_view import (
     NEUTRAL,
     SLOWEST,
     SweepView,
+    progress_words,
     result_words,
     speedup_color,
     tune_words,
@@ -119,8 +120,16 @@ def test_clicking_a_cell_says_what_it_applied_in_words(view):
     assert (
         view.status.text() == "applied temperature 0, 4 drafted tokens per step (not measured yet)"
     )
-    view.show_started("EAGLE-2 + prompt lookup", 12)
-    assert view.status.text() == "sweeping EAGLE-2 + prompt lookup: 12 points…"
+    start = progress_words("sweeping EAGLE-2 + prompt lookup", 0, 12, {"k": 1}, 2.0, None)
+    assert start == (
+        "sweeping EAGLE-2 + prompt lookup: 0/12 points; measuring 1 drafted token per step "
+        "(0m02s in); the time left is known after the first point"
+    )
+    later = progress_words("sweeping EAGLE-2", 3, 12, {"temperature": 0.7, "k": 4}, 5.0, 95.0)
+    assert later == (
+        "sweeping EAGLE-2: 3/12 points; measuring temperature 0.7, 4 drafted tokens per step "
+        "(0m05s in); about 1m35s left"
+    )
 
 
 def test_the_tune_line_says_what_was_chosen_in_words(view):
@@ -143,5 +152,3 @@ def test_the_tune_line_says_what_was_chosen_in_words(view):
         "Tune of EAGLE-2 (tree) stopped after 0 measured values; it keeps a tree sized "
         "automatically"
     )
-    view.show_tuning("EAGLE (chain)", tree=False)
-    assert view.status.text() == "tuning the draft length k for EAGLE (chain)…"

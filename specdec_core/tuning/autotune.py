@@ -31,7 +31,7 @@ from specdec_core.errors import SpecdecError
 from specdec_core.measurement.sweep_records import TuneResult
 from specdec_core.models.loading import LoadedModel
 from specdec_core.run.methods import Extra, is_tree
-from specdec_core.tuning.sweep import BenchMeasure, Grid, Measure, SweepProgress, run_sweep
+from specdec_core.tuning.sweep import BenchMeasure, Measure, SweepProgress, run_sweep
 from specdec_core.tuning.tune import (  # noqa: F401 (the candidates and the choice, also named here)
     CANDIDATES,
     TIE,
@@ -40,6 +40,7 @@ from specdec_core.tuning.tune import (  # noqa: F401 (the candidates and the cho
     TUNING_PROMPTS,
     TuneRow,
     choose_k,
+    tune_grid,
     tune_result,
 )
 
@@ -63,8 +64,7 @@ def autotune_k(
     if method == "ar":
         check_tunable(method)
     setting = tuned_setting(method)
-    default = TREE_CANDIDATES if setting == "tree_tokens" else CANDIDATES
-    grid = Grid({setting: sorted(set(candidates or default))})
+    grid = tune_grid(setting == "tree_tokens", candidates)
     result = run_sweep(method, grid, config, measure, progress=progress, stop=stop)
     given = config.tree_tokens if setting == "tree_tokens" else config.k
     return tune_result(method, setting, grid, result.points, given)

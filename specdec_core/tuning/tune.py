@@ -8,7 +8,8 @@ the method's own parameters (`DecodeConfig.method_params`, the sweep's `method_p
 axis): layer-skip's `exit_layer` (a quarter, half and three quarters of the target's depth),
 SWIFT's `skip_ratio`, lookahead's `window` and `ngram_size` (`METHOD_PARAM_CANDIDATES`). The choice
 is the value with the highest speedup; a tie (within `TIE`, well inside timing noise) goes to
-the smaller value. A tuning that Stop cut short picks nothing: it keeps the value it was given.
+the smaller value. A tuning that Stop cut short picks nothing: it keeps the value it was given,
+and its table (`stopped_table`) labels the value cut short and those never measured.
 """
 
 from __future__ import annotations
@@ -45,6 +46,37 @@ TUNING_PROMPTS = (  # short, varied chat prompts: prose, code, a list
     "Write a Python function that returns the n-th Fibonacci number.",
     "List five tips for writing clear technical documentation.",
 )
+
+
+def tune_grid(tree: bool, candidates: Sequence[int] | None = None) -> Grid:
+    """What Tune k measures, in the order it measures it: a chain's k (`CANDIDATES` by
+    default), a tree's size in tokens (`TREE_CANDIDATES`); the window shows its progress from
+    the same grid."""
+    setting = "tree_tokens" if tree else "k"
+    default = TREE_CANDIDATES if tree else CANDIDATES
+    return Grid({setting: sorted(set(candidates or default))})
+
+
+def stopped_table(result: TuneResult, grid: Grid) -> str:
+    """A stopped Tune's table: the values measured (none chosen: it keeps what it was given),
+    then the value Stop cut short and those never measured, each labelled so."""
+    name = "tokens" if result.setting == "tree_tokens" else setting_name(result.setting)
+    width = max(3, len(name))
+    lines = [f"{name:>{width}}{'tok/s':>9}{'speedup':>9}{'tau':>7}", "-" * (25 + width)]
+    measured = {row.k: row for row in result.table}
+    cut = True  # the first value not measured is the one Stop cut short
+    for point in grid.points():
+        value = point[result.setting]
+        row = measured.get(value)
+        if row is not None:
+            lines.append(
+                f"{row.k:>{width}}{row.tokens_per_second:>9.1f}{row.speedup_vs_ar:>8.2f}x"
+                f"{row.mean_accept_length:>7.2f}"
+            )
+            continue
+        lines.append(f"{value:>{width}}  {'stopped (cut short)' if cut else 'not measured'}")
+        cut = False
+    return "\n".join(lines)
 
 
 def tunable_params(method: str, params: Sequence[tuple[str, float]]) -> tuple[str, ...]:
