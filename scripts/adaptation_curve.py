@@ -45,9 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     from specdec_core.run.runner import load_head
     from specdec_core.training.adaptation import Adapter, AdaptSettings
     from specdec_core.training.datasets import Sample
-    from specdec_core.training.features import extract_features
     from specdec_core.training.objective import Objective
-    from specdec_core.training.validation import teacher_forced_agreement
+    from specdec_core.training.validation import held_features, teacher_forced_agreement
 
     args = options(argv)
     target = load_model("embedded", "cpu", "float32")
@@ -69,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         return runs
 
     def featured(runs: list[tuple[list[int], list[int]]]):
-        return extract_features(target.model, [Sample(p + o, len(p)) for p, o in runs], None)
+        return held_features(target, [Sample(p + o, len(p)) for p, o in runs])
 
     def agreement(head, featured) -> float:
         objective = Objective("eagle", head, lm_head, head.draft_ids(), 0.0, 1).eval()

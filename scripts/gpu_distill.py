@@ -57,7 +57,6 @@ def main() -> None:
         p.add_argument("--reserve-seconds", type=float)
         p.add_argument("--max-epochs", type=int)
         p.add_argument("--batch-tokens", type=int)
-        p.add_argument("--feature-batch-tokens", type=int)
         p.add_argument("--lr", type=float)
         p.add_argument("--unroll", type=int)
         p.add_argument("--arch", choices=["eagle1", "eagle3"])

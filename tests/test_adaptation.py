@@ -17,7 +17,7 @@ from specdec_core.heads.eagle.formats import load_head
 from specdec_core.run import runner
 from specdec_core.run.runner import run
 from specdec_core.training.adaptation import AdaptationBuffer, Adapter, AdaptSettings
-from specdec_core.training.features import Featured
+from specdec_core.training.online_features import FeatureBatch
 from tests.eagle_tiny import tiny_head
 from tests.tiny import prompt
 
@@ -25,8 +25,10 @@ CONFIG = DecodeConfig(max_new_tokens=24, k=3)
 PROMPTS = [prompt(6, offset) for offset in (0, 3, 5)]
 
 
-def _item(n: int, start: int = 1) -> Featured:
-    return Featured(torch.arange(n), start, torch.zeros(n, 4))
+def _item(n: int, start: int = 1) -> FeatureBatch:
+    """A run of `n` tokens with its features (a batch of one row), the loss from `start`."""
+    loss = torch.arange(n)[None] >= start
+    return FeatureBatch(torch.arange(n)[None], torch.ones(1, n), loss, (), torch.zeros(1, n, 4))
 
 
 def test_the_buffer_keeps_at_most_its_cap_evicting_the_oldest_runs():
@@ -35,10 +37,11 @@ def test_the_buffer_keeps_at_most_its_cap_evicting_the_oldest_runs():
         buffer.add(_item(n))
     assert buffer.tokens == 90 and len(buffer) == 3
     buffer.add(_item(50))  # the oldest (40) goes
-    assert buffer.tokens == 100 and [len(i.ids) for i in buffer.items()] == [30, 20, 50]
+    assert buffer.tokens == 100 and [i.tokens for i in buffer.items()] == [30, 20, 50]
     buffer.add(_item(130, start=40))  # longer than the cap: its last 100 tokens stay
     (kept,) = buffer.items()
-    assert len(kept.ids) == 100 and kept.ids[0] == 30 and kept.start == 10
+    assert kept.tokens == 100 and kept.ids[0, 0] == 30 and kept.hidden.shape[1] == 100
+    assert kept.loss_mask[0].nonzero()[0].item() == 10  # the loss still from token 40
 
 
 def _adapted(target, runs: int = 3, steps: int = 4, **settings) -> Adapter:

@@ -12,16 +12,15 @@ PROMPTS = [prompt(length=3 + i % 5, offset=i) for i in range(10)]
 
 def test_every_prompt_is_answered_once_under_its_own_index(tiny_target):
     model, tok = tiny_target.model, tiny_target.tokenizer
-    found = list(answer_prompts(model, tok, PROMPTS, 4, 3, None, shuffle=0, keep_features=False))
+    found = list(answer_prompts(model, tok, PROMPTS, 4, 3, None, shuffle=0))
     assert sorted(index for index, _ in found) == list(range(len(PROMPTS)))
     for index, sample in found:
         assert sample.ids[: sample.start] == PROMPTS[index] and len(sample.ids) > sample.start
-        assert sample.hidden is None
 
 
 def test_a_rerun_reads_the_shards_instead_of_answering_again(tiny_target, tmp_path):
     model, tok = tiny_target.model, tiny_target.tokenizer
-    first = generate_answers(model, tok, PROMPTS, 4, 3, tmp_path / "gen", keep_features=False)
+    first = generate_answers(model, tok, PROMPTS, 4, 3, tmp_path / "gen")
     shards = sorted(path.name for path in (tmp_path / "gen").iterdir())
     assert len(shards) > 1 and shards == [f"gen-{n:05d}.pt" for n in range(len(shards))]
     again = generate_answers(model, tok, PROMPTS, 4, 3, tmp_path / "gen", cached_only=True)
@@ -54,10 +53,10 @@ def test_no_call_starts_unless_the_slowest_call_so_far_fits_before_the_deadline(
 
 def test_a_shard_made_for_other_prompts_is_answered_again(tiny_target, tmp_path):
     model, tok = tiny_target.model, tiny_target.tokenizer
-    generate_answers(model, tok, PROMPTS[:3], 4, 3, tmp_path / "gen", keep_features=False)
+    generate_answers(model, tok, PROMPTS[:3], 4, 3, tmp_path / "gen")
     other = [prompt(length=4, offset=20 + i) for i in range(3)]
     assert generate_answers(model, tok, other, 4, 3, tmp_path / "gen", cached_only=True) == []
-    answered = generate_answers(model, tok, other, 4, 3, tmp_path / "gen", keep_features=False)
+    answered = generate_answers(model, tok, other, 4, 3, tmp_path / "gen")
     assert [s.ids[: s.start] for s in answered] == other
     again = generate_answers(model, tok, other, 4, 3, tmp_path / "gen", cached_only=True)
     assert [s.ids for s in again] == [s.ids for s in answered]  # the shard now answers these

@@ -14,9 +14,9 @@ from specdec_core.heads.eagle.head import fused_layers
 from specdec_core.models.loading import load_model
 from specdec_core.run.runner import run
 from specdec_core.training.datasets import Sample
-from specdec_core.training.features import extract_features
 from specdec_core.training.loop import train_step
-from specdec_core.training.objective import Objective, collate
+from specdec_core.training.objective import Objective
+from specdec_core.training.online_features import target_features
 from specdec_core.training.starting_model import build_model
 from tests.tiny import VOCAB, training_dir
 
@@ -65,16 +65,17 @@ def test_an_eagle3_training_run_saves_a_lossless_eagle3_head(eagle3_run, deep_ta
     assert run(deep_target, "eagle", ids, config, head).token_ids == reference
     assert run(deep_target, "eagle2", ids, config, head).token_ids == reference
     assert main(argv) == 0  # a rerun resumes from the finished checkpoint (own lm_head too)
-    assert (out / "work" / "features-data-eagle3").is_dir()  # shards apart from EAGLE-1's
+    kept = {p.name for p in out.rglob("*")}
+    assert "checkpoint.pt" in kept and not any(name.startswith("feat") for name in kept)
 
 
 def test_fused_training_inputs_are_the_hidden_states_drafting_reads(deep_target):
     ids = [1, 5, 9, 4, 7, 12, 3, 8]
-    (item,) = extract_features(deep_target.model, [Sample(ids, 0)], None, layers=(2, 2, 1))
+    item = target_features(deep_target, [(ids, 0)], (2, 2, 1))
     target = Target(deep_target.model, feature_layers=(2, 2, 1))
     seen = target.prefill(ids)
-    torch.testing.assert_close(item.fused, torch.cat(seen.layer_hidden, dim=-1))
-    torch.testing.assert_close(item.hidden, seen.hidden)
+    torch.testing.assert_close(item.fused[0], torch.cat(seen.layer_hidden, dim=-1))
+    torch.testing.assert_close(item.hidden[0], seen.hidden)
 
 
 def test_unrolled_eagle3_training_pass_matches_drafting_step_by_step(deep_target):
@@ -82,8 +83,8 @@ def test_unrolled_eagle3_training_pass_matches_drafting_step_by_step(deep_target
     draft_ids = torch.arange(0, VOCAB, 2)
     head = build_model("eagle", model, draft_ids, "eagle3").eval()
     ids = [1, 5, 9, 4, 7, 12, 3, 8]
-    (item,) = extract_features(model, [Sample(ids, 0)], None, layers=fused_layers(LAYERS))
-    batch_ids, hidden, mask, fused = collate([item])
+    item = target_features(deep_target, [(ids, 0)], fused_layers(LAYERS))
+    batch_ids, hidden, mask, fused = item.ids, item.hidden, item.loss_mask, item.fused
     objective = Objective("eagle", head, model.lm_head, draft_ids, 0.5, unroll=3).eval()
     with torch.no_grad():
         preds, _ = objective(batch_ids, hidden, mask, fused)
@@ -107,7 +108,8 @@ def test_eagle3_training_learns_the_targets_next_tokens(deep_target):
     head = build_model("eagle", model, draft_ids, "eagle3")
     generator = torch.Generator().manual_seed(1)
     samples = [Sample(torch.randint(3, VOCAB, (24,), generator=generator).tolist(), 0)]
-    items = extract_features(model, samples * 4, None, layers=fused_layers(LAYERS))
+    items = target_features(deep_target, [(s.ids, s.start) for s in samples * 4],
+                            fused_layers(LAYERS))  # fmt: skip
     objective = Objective("eagle", head, model.lm_head, draft_ids, 0.0, unroll=2).train()
     for p in model.parameters():
         p.requires_grad_(False)

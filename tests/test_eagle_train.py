@@ -55,43 +55,6 @@ def test_a_short_training_run_produces_a_loadable_model(tiny_dir, tmp_path, kind
     assert main(argv) == 0  # a rerun resumes from the finished checkpoint
 
 
-def test_self_distillation_keeps_features_equal_to_a_fresh_forward(tiny_target, tmp_path):
-    from specdec_core.training.datasets import generate_answers
-    from specdec_core.training.features import extract_features
-
-    prompts = [[1, 5, 9], [1, 7, 8, 9, 10, 11], [1, 4]]
-    model = tiny_target.model
-    samples = generate_answers(model, tiny_target.tokenizer, prompts, 6, 2, tmp_path / "gen")
-    assert [
-        s.ids[: len(p)] for s, p in zip(samples, sorted(prompts, key=len), strict=True)
-    ] == sorted(prompts, key=len)
-    kept = extract_features(model, samples, tmp_path / "f1")
-    fresh = extract_features(model, [type(s)(s.ids, s.start) for s in samples], tmp_path / "f2")
-    for a, b in zip(kept, fresh, strict=True):
-        torch.testing.assert_close(a.hidden, b.hidden[: len(a.hidden)], atol=1e-4, rtol=1e-4)
-        assert a.ids.tolist() == b.ids.tolist()[: len(a.ids)]
-        assert not b.hidden.requires_grad  # features are data, taken without autograd
-
-
-def test_sampled_answers_without_kept_features_get_them_from_one_forward(tiny_target, tmp_path):
-    from specdec_core.training.datasets import generate_answers
-    from specdec_core.training.features import extract_features
-
-    prompts = [[1, 5 + i, 9, 4 + i] for i in range(8)]
-    model, tok = tiny_target.model, tiny_target.tokenizer
-    greedy = generate_answers(model, tok, prompts, 10, 8, tmp_path / "g", keep_features=False)
-    torch.manual_seed(0)
-    sampled = generate_answers(model, tok, prompts, 10, 8, tmp_path / "s", temperature=1.0)
-    assert all(s.hidden is None for s in greedy) and sampled[0].hidden is not None
-    assert [s.ids for s in sampled] != [s.ids for s in greedy]  # T=1 samples, not argmax
-    before = sorted(p.name for p in tmp_path.rglob("*"))
-    in_memory = extract_features(model, greedy, None)  # no shard directory: nothing written
-    assert sorted(p.name for p in tmp_path.rglob("*")) == before
-    fresh = extract_features(model, greedy, tmp_path / "f")
-    for a, b, sample in zip(in_memory, fresh, greedy, strict=True):
-        assert torch.equal(a.hidden, b.hidden) and a.ids.tolist() == sample.ids
-
-
 def test_an_init_head_is_read_in_float32_not_rounded_through_a_bf16_target(tiny_target, tmp_path):
     from specdec_core.heads.eagle.formats import save_head
     from specdec_core.models.loading import LoadedModel
@@ -166,7 +129,7 @@ def test_self_distillation_never_reuses_sharegpt_or_held_out_conversations(
     assert {asked(s) for s in own}.isdisjoint({asked(s) for s in human})
     assert held.isdisjoint({asked(s) for s in own} | {asked(s) for s in human})
     # validation data is the target's own answers to held-out prompts, features included
-    assert len(held_answers) == 32 and all(s.hidden is not None for s in held_answers)
+    assert len(held_answers) == 32
     assert {asked(s) for s in held_answers} <= held
 
 
@@ -260,22 +223,23 @@ def test_a_checkpoint_from_other_data_is_refused_not_resumed_at_a_wrong_step(
     assert "cannot resume" in capsys.readouterr().err
 
 
-def _one_second_of_training(tiny_target, monkeypatch):
-    """A tiny EAGLE head's training asked for a million epochs within a 1-second budget, and
-    the list the learning rate of each optimiser step goes to."""
+def _two_seconds_of_training(tiny_target, monkeypatch):
+    """A tiny EAGLE head's training asked for a million epochs within a 2-second budget (each
+    step's target forward included), and the list the learning rate of each optimiser step
+    goes to."""
     from specdec_core.training.datasets import Sample
-    from specdec_core.training.features import extract_features
     from specdec_core.training.objective import Objective
+    from specdec_core.training.online_features import Sequences
     from specdec_core.training.starting_model import build_model
     from specdec_core.training.train_config import TrainConfig
 
     model = tiny_target.model
     generator = torch.Generator().manual_seed(0)
     samples = [Sample(torch.randint(3, VOCAB, (20,), generator=generator).tolist(), 0)] * 8
-    data = extract_features(model, samples, None)
+    data = Sequences.of(samples)
     head = build_model("eagle", model, torch.arange(VOCAB))
     objective = Objective("eagle", head, model.lm_head, torch.arange(VOCAB), 0.2, 2)
-    config = TrainConfig(epochs=10**6, batch_tokens=40, warmup=1, seconds=1.0, save_every=10**9)
+    config = TrainConfig(epochs=10**6, batch_tokens=40, warmup=1, seconds=2.0, save_every=10**9)
     rates: list[float] = []
     step = torch.optim.AdamW.step
 
@@ -290,9 +254,9 @@ def _one_second_of_training(tiny_target, monkeypatch):
 def test_a_time_budget_stops_training_with_the_schedule_decayed(tiny_target, tmp_path, monkeypatch):
     from specdec_core.training.loop import train
 
-    objective, data, config, rates = _one_second_of_training(tiny_target, monkeypatch)
-    history = train(objective, data, config, tmp_path)
-    *epochs, record = history  # a million epochs asked for; one second given
+    objective, data, config, rates = _two_seconds_of_training(tiny_target, monkeypatch)
+    history = train(objective, tiny_target, data, (), config, tmp_path)
+    *epochs, record = history  # a million epochs asked for; two seconds given
     assert all(e.stopped is None for e in epochs) and len(epochs) < 10**6
     assert record.stopped == "time" and record.step == len(rates) > 10
     # decayed over the time, not the million epochs' steps (which would keep it near lr): the
@@ -309,34 +273,18 @@ def test_slow_epoch_saves_still_end_the_schedule_near_zero(tiny_target, tmp_path
     from specdec_core.training.common_training import Checkpoint
     from specdec_core.training.loop import train
 
-    objective, data, config, rates = _one_second_of_training(tiny_target, monkeypatch)
+    objective, data, config, rates = _two_seconds_of_training(tiny_target, monkeypatch)
     save = Checkpoint.save
 
     def slow_save(self, *args):
-        time.sleep(0.25)
+        time.sleep(0.5)
         save(self, *args)
 
     monkeypatch.setattr(Checkpoint, "save", slow_save)
-    *epochs, last = train(objective, data, config, tmp_path)
+    *epochs, last = train(objective, tiny_target, data, (), config, tmp_path)
     assert len(epochs) >= 2 and last.stopped == "time"  # an epoch's end timed before the last
     assert rates[-1] < 0.05 * config.lr  # with the saves' time left out of it, the decay ends
     assert rates[0] > 0.99 * config.lr  # the first batch at the peak
-
-
-def test_feature_shards_of_other_samples_are_redone_not_reused(tiny_target, tmp_path):
-    from specdec_core.training.datasets import Sample
-    from specdec_core.training.features import extract_features
-
-    model = tiny_target.model
-    first = [Sample([1, 5, 9, 4, 7], 2), Sample([1, 6, 3], 1)]
-    later = [Sample([1, 5, 9, 4, 7, 8, 8], 2), Sample([1, 12, 3], 1)]  # longer; other ids
-    extract_features(model, first, tmp_path / "shards")
-    reused = extract_features(model, later, tmp_path / "shards")
-    fresh = extract_features(model, later, None)
-    for a, b in zip(reused, fresh, strict=True):
-        assert a.ids.tolist() == b.ids.tolist() and torch.equal(a.hidden, b.hidden)
-    again = extract_features(model, later, tmp_path / "shards", layers=(1, 1, 1))
-    assert all(item.fused is not None for item in again)  # EAGLE-1 shards lack the layers
 
 
 @pytest.mark.slow
@@ -367,6 +315,8 @@ def test_an_interrupted_training_run_resumes_from_its_last_checkpoint(
     assert 0 < saved < steps
     monkeypatch.setattr(torch.optim.AdamW, "step", step)
     assert main([*common, "--out", str(cut)]) == 0
+    said = [line for line in capsys.readouterr().err.splitlines() if "resuming from" in line]
+    assert len(said) == 1 and f"step {saved} of {steps}" in said[0]  # one line says so
     name = "model.safetensors"
     a, b = load_file(whole / name), load_file(cut / name)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

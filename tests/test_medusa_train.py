@@ -19,14 +19,13 @@ from specdec_core.run.runner import run
 from specdec_core.training.card import read_card
 from specdec_core.training.data_sources import Collected
 from specdec_core.training.datasets import Sample, generate_answers
-from specdec_core.training.features import extract_features
 from specdec_core.training.medusa import (
     MedusaTrainRequest,
     medusa_losses,
     starting_heads,
     train_medusa_on,
 )
-from specdec_core.training.objective import collate
+from specdec_core.training.online_features import Sequences, target_features
 from tests.tiny import VOCAB, prompt, training_dir
 
 
@@ -34,9 +33,9 @@ from tests.tiny import VOCAB, prompt, training_dir
 def _divergence(heads, target, samples) -> float:
     """Σ over heads of KL(the target's distribution of token t + i + 2 ‖ head i at t), the
     part of the training objective (medusa_losses) that training can lower."""
-    featured = extract_features(target.model, samples, None)
+    featured = target_features(target, [(s.ids, s.start) for s in samples])
     rows = target.model.get_output_embeddings().weight[heads.draft_ids()].float()
-    ids, hidden, mask, _ = collate(featured)
+    ids, hidden, mask = featured.ids, featured.hidden, featured.loss_mask
     loss, ces, _ = medusa_losses(heads, rows, ids, hidden, mask)
     teacher = torch.softmax(hidden.float() @ rows.T, dim=-1)
     total = 0.0
@@ -51,13 +50,12 @@ def test_training_lowers_the_loss_and_the_heads_decode_as_the_target(tiny_target
     samples = generate_answers(
         tiny_target.model, tiny_target.tokenizer, prompts, 24, 8, tmp_path / "gen"
     )
-    samples = [Sample(s.ids, s.start) for s in samples]  # features from one forward
     request = MedusaTrainRequest(
         out=str(tmp_path / "heads"), target="tiny", heads=3, draft_vocab=0, epochs=12,
         batch_tokens=64, lr=1e-2, val_prompts=1, val_kinds=0,
     )  # fmt: skip
     source = Collected("memory", samples, held=samples[:4], held_prompts=prompts[:2])
-    fresh = starting_heads(tiny_target, extract_features(tiny_target.model, samples, None), 3, 1, 0)
+    fresh = starting_heads(tiny_target, Sequences.of(samples), 3, 1, 0)
     before = _divergence(fresh, tiny_target, samples)
     card = train_medusa_on(request, tiny_target, [source])
     heads = load_medusa(str(tmp_path / "heads"), tiny_target)

@@ -22,7 +22,6 @@ from specdec_core.run.runner import run
 from specdec_core.training.card import read_card
 from specdec_core.training.data_sources import Collected
 from specdec_core.training.datasets import Sample
-from specdec_core.training.features import extract_features
 from specdec_core.training.mlp_speculator import (
     SpeculatorRequest,
     stage_inputs,
@@ -31,6 +30,7 @@ from specdec_core.training.mlp_speculator import (
     tables_are_targets,
     train_on_sources,
 )
+from specdec_core.training.online_features import target_features
 from tests.tiny import prompt, training_dir
 
 
@@ -59,11 +59,14 @@ def answers(target, count: int) -> list[Sample]:
     return samples
 
 
-def mean_loss(speculator, featured) -> float:
-    from specdec_core.training.objective import collate
+def featured_batch(target, samples):
+    """The target's features of `samples`, one padded batch."""
+    return target_features(target, [(s.ids, s.start) for s in samples])
 
+
+def mean_loss(speculator, featured) -> float:
     with torch.no_grad():
-        ids, hidden, mask, _ = collate(featured)
+        ids, hidden, mask = featured.ids, featured.hidden, featured.loss_mask
         return float(sum(stage_losses(speculator, ids, hidden, mask)) / speculator.n_predict)
 
 
@@ -81,7 +84,7 @@ def test_stage_i_stands_on_the_token_after_its_position_and_predicts_the_one_aft
 
 def test_a_short_run_lowers_the_loss_and_saves_a_speculator_that_drafts(tiny_target, tmp_path):
     samples = answers(tiny_target, 16)
-    featured = extract_features(tiny_target.model, samples, None)
+    featured = featured_batch(tiny_target, samples)
     request = SpeculatorRequest(
         out=str(tmp_path / "out"), data=("sharegpt",), epochs=10,
         n_predict=3, inner_dim=24, batch_tokens=128, lr=1e-2, warmup=5, val_prompts=2,
@@ -202,7 +205,8 @@ def test_a_speculator_as_wide_as_the_target_starts_from_its_embedding_head_and_f
     # stage 0 passes the target's state through: its state is the target's final-norm state
     # (a quarter of it) up to the token's term, which is removed here
     samples = answers(tiny_target, 2)
-    hidden = extract_features(model, samples, None)[0].hidden.float()[None].clone()
+    (row,) = samples[:1]
+    hidden = featured_batch(tiny_target, [row]).hidden.float().clone()
     with torch.no_grad():
         speculator.emb[0].weight.zero_()
         tokens = torch.zeros(hidden.shape[:2], dtype=torch.long)
@@ -253,7 +257,7 @@ def test_the_targets_tables_stay_frozen_unless_asked_to_train_while_projections_
 def test_from_the_target_a_speculator_starts_nearer_the_targets_text_than_from_random(
     tiny_target,
 ):
-    featured = extract_features(tiny_target.model, answers(tiny_target, 16), None)
+    featured = featured_batch(tiny_target, answers(tiny_target, 16))
     from_target = starting_speculator(fresh(tiny_target), tiny_target)
     from_random = starting_speculator(fresh(tiny_target), tiny_target)
     from_random.reset_parameters(torch.Generator().manual_seed(0))  # fms-extras' init

@@ -1,8 +1,8 @@
 """`specdec train --seconds` is one budget for the whole run, on a tiny target whose training
-steps (or features) are made to take seconds: the run ends by the budget plus one batch with
-the head it has, prints where it is at least every few seconds (inside a batch too), takes
-features only for the share of the budget that leaves training its time, and a budget that
-cannot cover one batch is refused at the start with what would."""
+steps (or the target's forwards) are made to take seconds: the run ends by the budget plus one
+batch with the head it has, prints where it is at least every few seconds (inside a batch too),
+counts each batch's target forward in training's time (the features are computed as training
+goes), and a budget that cannot cover one batch is refused at the start with what would."""
 
 from __future__ import annotations
 
@@ -17,12 +17,11 @@ from specdec_core.cli import main
 from specdec_core.training import (
     common_training,
     driver,
-    feature_collection,
-    features,
     loop,
+    online_features,
     time_budget,
+    training_set,
 )
-from specdec_core.training.feature_collection import FeatureSettings
 from specdec_core.training.progress_file import read_progress
 from tests.gui_window import make_window_fixture  # noqa: F401 (a fixture)
 from tests.slow_engine import (
@@ -70,7 +69,7 @@ def _slow_steps(monkeypatch, seconds: float, probe_too: bool = False) -> list[fl
 
 def _beat(monkeypatch, seconds: float) -> None:
     """Progress lines every `seconds` (the product says one at least every few seconds)."""
-    for module in (time_budget, common_training, feature_collection):
+    for module in (time_budget, common_training, training_set):
         monkeypatch.setattr(module, "HEARTBEAT_S", seconds)
 
 
@@ -102,7 +101,7 @@ def stamped(monkeypatch):
     def log(message: str) -> None:
         lines.append(f"{time.monotonic():.3f} {message}")
 
-    for module in (driver, feature_collection):
+    for module in (driver, training_set):
         monkeypatch.setattr(module, "log", log)
     return lines
 
@@ -152,37 +151,35 @@ def test_a_budget_that_cannot_cover_one_batch_is_refused_at_the_start(
 
 
 @pytest.mark.slow
-def test_features_take_only_their_share_and_training_trains_on_what_they_made(
+def test_slow_target_forwards_are_part_of_training_which_ends_by_the_budget(
     tiny_dir, tmp_path, monkeypatch, stamped
 ):
     _beat(monkeypatch, 0.5)
-    forward, featured_by = features.forward_batch, FeatureSettings.featured
+    forward = online_features.target_features
+    forwards: list[float] = []
 
     def slow_forward(*args, **kwargs):
+        forwards.append(time.monotonic())
         time.sleep(0.3)
         return forward(*args, **kwargs)
 
-    def small_batches(*args, **kwargs):  # two sequences per forward
-        return featured_by(*args, **{**kwargs, "batch_tokens": 64})
-
-    monkeypatch.setattr(features, "forward_batch", slow_forward)
-    monkeypatch.setattr(FeatureSettings, "featured", small_batches)
+    monkeypatch.setattr(online_features, "target_features", slow_forward)
     seconds = 10.0
     out = tmp_path / "head"
     code, took = _timed_train(tiny_dir, out, seconds)
     assert code == 0
-    featured = [line for line in stamped if " features: " in line]
-    run = f"--seconds {seconds:g} with 0.3 s feature forwards"
-    _print_timing(run, took, "feature lines", _gaps(featured))
-    assert took < seconds + 0.3 + SLACK
+    training = [line for line in stamped if " training: " in line]
+    run = f"--seconds {seconds:g} with 0.3 s target forwards"
+    _print_timing(run, took, "training lines", _gaps(training))
+    assert took < seconds + 0.6 + SLACK
+    assert not any(" features: " in line for line in stamped)  # no stage of its own
     card = json.loads((out / "specdec_card.json").read_text())
-    assert featured and all("ETA" in line for line in featured)
-    assert any("a target forward running" in line for line in featured)  # inside a forward
     collected = next(line for line in stamped if " sequences, " in line and "data:" in line)
     offered = int(re.search(r"data: (\d+) sequences", collected).group(1))
-    assert any("in time" in line for line in stamped)  # features of some sequences only
-    assert 0 < card["sequences"] < offered
-    assert card["history"][-1]["step"] >= 1  # and training had its share
+    assert card["sequences"] == offered  # the whole data planned: nothing waits for features
+    steps = card["history"][-1]["step"]
+    assert steps >= 1 and card["history"][-1]["stopped"] == "time"
+    assert len(forwards) >= steps  # one target forward per batch, inside training
 
 
 # -- the Train tab: one budget for generation and training ------------------------------------

@@ -1,6 +1,6 @@
-"""Under a time budget the held-out samples still validate: when the training features take
-their whole share, the held-out features are the first samples cut to a small part of the
-training tokens, and every epoch's record has its teacher-forced top-1."""
+"""Under a time budget the held-out samples still validate: they are the first samples cut to
+a small part of the training tokens, so when slow target forwards end training by the budget,
+every epoch's record still has its teacher-forced top-1."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 import pytest
 
 from specdec_core.models.loading import load_model
-from specdec_core.training import driver, feature_collection, features
+from specdec_core.training import driver, online_features, training_set
 from specdec_core.training.data_sources import Collected
 from specdec_core.training.datasets import Sample
 from specdec_core.training.driver import train_on_samples
@@ -42,30 +42,30 @@ def test_no_held_out_sample_without_an_answer_token():
 
 
 @pytest.mark.slow
-def test_a_budget_spent_on_features_still_validates_on_held_out_samples(tmp_path, monkeypatch):
+def test_a_budget_spent_on_slow_forwards_still_validates_on_held_out_samples(tmp_path, monkeypatch):
     tiny_model(1).save_pretrained(tmp_path / "target")
     tiny_tokenizer().save_pretrained(tmp_path / "target")
     target = load_model(str(tmp_path / "target"), "cpu", "float32")
-    forward = features.forward_batch
+    forward = online_features.target_features
 
-    def slow_forward(*args, **kwargs):  # the training features outlast their share
+    def slow_forward(*args, **kwargs):  # the epochs asked outlast the budget
         time.sleep(0.4)
         return forward(*args, **kwargs)
 
-    monkeypatch.setattr(features, "forward_batch", slow_forward)
-    for module in (driver, feature_collection):
+    monkeypatch.setattr(online_features, "target_features", slow_forward)
+    for module in (driver, training_set):
         monkeypatch.setattr(module, "log", lambda message: None)
     (tmp_path / "tiny.jsonl").write_text("")  # the request checks its source is there
     data = str(tmp_path / "tiny.jsonl")
     source = Collected(data, _samples(60, 30, seed=0), _samples(16, 30, seed=1))
     request = TrainRequest(
         "eagle", out=str(tmp_path / "head"), target=str(tmp_path / "target"), data=(data,),
-        tokens=(1800,), epochs=1000, draft_vocab=16, batch_tokens=128, feature_batch_tokens=64,
+        tokens=(1800,), epochs=1000, draft_vocab=16, batch_tokens=128,
         feature_dtype="float32", seconds=12.0, val_prompts=0, val_kinds=0,
     )  # fmt: skip
     began = time.monotonic()
     card = train_on_samples(request, target, [source])
     assert time.monotonic() - began < 12.0 + 0.4 + 3.0
-    assert 0 < card.sequences < 60  # the features' share ended them
+    assert card.sequences == 60 and card.epochs < 1000  # the budget ended training
     assert card.validation is not None and card.validation.stopped == "time"
     assert card.validation.validation.teacher_forced_top1 is not None

@@ -11,9 +11,9 @@ from specdec_core.cli import main
 from specdec_core.models.loading import load_model
 from specdec_core.training.datasets import Sample
 from specdec_core.training.diagnosis import Diagnosis, Positions, advice, trained_share
-from specdec_core.training.features import extract_features
 from specdec_core.training.kinds import KINDS
 from specdec_core.training.objective import Objective
+from specdec_core.training.online_features import feature_batches
 from specdec_core.training.validation import hits_by_position
 from tests.eagle_tiny import tiny_head
 from tests.tiny import chat_target, tiny_tokenizer, training_dir
@@ -104,7 +104,7 @@ def test_position_one_of_a_longer_chain_is_the_one_pass_top1(chat_dir):
     lm_head = target.model.get_output_embeddings()
     lengths = (9, 14, 20)
     samples = [Sample(list(range(3, 3 + n)), 2) for n in lengths]
-    data = extract_features(target.model, samples, None)
+    data = feature_batches(target, samples, (), 24)  # a batch per sample
     ids = torch.arange(target.vocab_size)
     one = Objective("eagle", head, lm_head, ids, 0.0, 1).eval()
     three = Objective("eagle", head, lm_head, ids, 0.0, 3).eval()

@@ -51,7 +51,7 @@ def add_training_options(
     )
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--out", required=True, help="output directory (also resumes from it)")
-    parser.add_argument("--work", default=None, help="cache for data and features (OUT/work)")
+    parser.add_argument("--work", default=None, help="cache for generated data (OUT/work)")
     parser.add_argument(
         "--cached-only",
         action="store_true",
@@ -65,15 +65,16 @@ def add_training_options(
         "--seconds",
         type=float,
         default=None,
-        help="one time budget for the whole run (data, features, training, validation), in "
+        help="one time budget for the whole run (data, training, validation), in "
         "seconds; the schedule decays over whichever ends first, the epochs or the time",
     )
     parser.add_argument(
         "--save-every",
         type=int,
         default=100,
-        help="optimiser steps between checkpoints (one also ends each epoch); an interrupted "
-        "run given the same command resumes from its last checkpoint",
+        help="optimiser steps between checkpoints in --out (the model, its optimiser and the "
+        "data position; one also ends each epoch); an interrupted run given the same command "
+        "resumes from its last checkpoint",
     )
     parser.add_argument("--val-prompts", type=int, default=4, help="held-out prompts for tau")
     parser.add_argument(
@@ -87,7 +88,9 @@ def add_training_options(
         parser,
         device="cpu",
         dtype_flag="--feature-dtype",
-        dtype_help="target dtype for data generation and features (bf16: ~2x faster on a CPU)",
+        dtype_help="target dtype for data generation and the features computed as training "
+        "goes (bfloat16, the default, where the CPU multiplies it natively: ~2x faster; "
+        "float32 elsewhere)",
     )
 
 

@@ -7,9 +7,10 @@ data they train on (`specdec data`).
   ShareGPT).
 - `magpie.py`: `--data magpie`, prompts the target writes itself, deduplicated and kept apart
   from evaluation prompts; `kinds.py`: the kinds of request, their hints and held-out prompts.
-- `features.py`: the target's features of each sample, in resumable shards;
-  `feature_collection.py`: every trainer's sources turned into features under one time budget,
-  and the card of a finished run.
+- `online_features.py`: the target's features computed batch by batch as training takes them
+  (`online_batches`, `FeatureBatch`; no feature files, memory bounded by the batch);
+  `training_set.py`: every trainer's sources collected under one time budget, and the card
+  of a finished run.
 - `layout.py`: what to train (layout, depth, the --init head, the fused target layers);
   `starting_model.py`: the model it starts as, built around the target.
 - `common_request.py`: what every training request shares (its data, budgets, work folder,
@@ -17,7 +18,8 @@ data they train on (`specdec data`).
   runs (EAGLE and draft, Medusa, MLP speculator); `time_budget.py`: one time budget per run.
 - `objective.py`: a batch's prediction and losses; `loop.py`: their training steps.
 - `driver.py`: `train_from_request` (collects the data itself) and `train_on_samples` (for
-  data collected elsewhere): features -> training with per-epoch validation -> save + card.
+  data collected elsewhere): training on features computed as it goes, with per-epoch
+  validation -> save + card.
 - `distill.py`: scripts/gpu_distill.py's stages: answer prompts and train within a
   wall-clock budget.
 - `card.py`: the model card (`specdec_card.json`) both write.

@@ -23,7 +23,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -34,9 +34,8 @@ from specdec_core.heads.eagle.head import EagleHead
 from specdec_core.measurement.bench_entries import entry_method
 from specdec_core.models.loading import LoadedModel
 from specdec_core.run.runner import extra_kind
-from specdec_core.training.datasets import Sample
-from specdec_core.training.features import Featured, extract_features
-from specdec_core.training.objective import Objective, collate
+from specdec_core.training.objective import Objective
+from specdec_core.training.online_features import FeatureBatch, joined, target_features
 
 
 @dataclass(frozen=True)
@@ -62,31 +61,35 @@ class AdaptReport:
 
 
 class AdaptationBuffer:
-    """Featured runs, at most `cap_tokens` tokens in all; the oldest are evicted first, and a
-    run longer than the cap keeps its last `cap_tokens` tokens."""
+    """Runs with the target's features (a `FeatureBatch` of one row each), at most
+    `cap_tokens` tokens in all; the oldest are evicted first, and a run longer than the cap
+    keeps its last `cap_tokens` tokens."""
 
     def __init__(self, cap_tokens: int) -> None:
         if cap_tokens < 2:
             raise SpecdecError(f"the adaptation buffer needs at least 2 tokens (got {cap_tokens})")
         self.cap_tokens = cap_tokens
-        self._items: deque[Featured] = deque()
+        self._items: deque[FeatureBatch] = deque()
 
     @property
     def tokens(self) -> int:
-        return sum(len(item.ids) for item in self._items)
+        return sum(item.tokens for item in self._items)
 
     def __len__(self) -> int:
         return len(self._items)
 
-    def items(self) -> list[Featured]:
+    def items(self) -> list[FeatureBatch]:
         return list(self._items)
 
-    def add(self, item: Featured) -> None:
-        extra = len(item.ids) - self.cap_tokens
+    def add(self, item: FeatureBatch) -> None:
+        """Keep a run: a batch of one unpadded row."""
+        extra = item.tokens - self.cap_tokens
         if extra > 0:
-            fused = item.fused[extra:] if item.fused is not None else None
-            start = max(0, item.start - extra)
-            item = Featured(item.ids[extra:], start, item.hidden[extra:], fused)
+            item = replace(
+                item, ids=item.ids[:, extra:], attention_mask=item.attention_mask[:, extra:],
+                loss_mask=item.loss_mask[:, extra:], hidden=item.hidden[:, extra:],
+                layer_hidden=tuple(t[:, extra:] for t in item.layer_hidden),
+            )  # fmt: skip
         self._items.append(item)
         while self.tokens > self.cap_tokens:
             self._items.popleft()
@@ -177,9 +180,7 @@ class Adapter:
         with self._between_runs():
             self._seen.add(key)
             layers = self._feature_layers()
-            sample = Sample(ids, len(prompt_ids))
-            featured = extract_features(self.target.model, [sample], None, layers=layers)[0]
-            self.buffer.add(featured)
+            self.buffer.add(target_features(self.target, [(ids, len(prompt_ids))], layers))
         return True
 
     def _feature_layers(self) -> tuple[int, ...]:
@@ -206,31 +207,30 @@ class Adapter:
             self.buffer.tokens, len(self.buffer),
         )  # fmt: skip
 
-    def _batch(self) -> list[Featured]:
+    def _batch(self) -> FeatureBatch:
         """Random runs of the buffer, about `batch_tokens` tokens (at least one run)."""
         items = self.buffer.items()
         order = torch.randperm(len(items), generator=self.generator).tolist()
         batch, width = [], 0
         for i in order:
-            width = max(width, len(items[i].ids))
+            width = max(width, items[i].tokens)
             if batch and (len(batch) + 1) * width > self.settings.batch_tokens:
                 break
             batch.append(items[i])
-        return batch
+        return joined(batch)
 
-    def _step(self, items: list[Featured]) -> float:
+    def _step(self, batch: FeatureBatch) -> float:
         from specdec_core.models.prepacked_linear import fast_bf16
 
         s, device = self.settings, self.target.device
-        ids, hidden, mask, fused = collate(items, device)
         autocast = device.type == "cuda" or fast_bf16(device)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
-            pred, true = self.objective(ids, hidden, mask, fused)
+            pred, true = self.objective.on(batch)
             feature, ce, _ = self.objective.losses(pred.float(), true.float())
             loss = feature + (1.0 if self.objective.eagle3 else s.ce_weight) * ce
             if s.kl:
                 with torch.no_grad():
-                    before, _ = self._reference_objective(ids, hidden, mask, fused)
+                    before, _ = self._reference_objective.on(batch)
                     p0 = F.log_softmax(self._reference_objective.draft_logits(before).float(), -1)
                 log_q = F.log_softmax(self.objective.draft_logits(pred).float(), -1)
                 loss = loss + s.kl * (p0.exp() * (p0 - log_q)).sum(-1).mean()

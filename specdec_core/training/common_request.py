@@ -31,18 +31,17 @@ class TrainingData:
     data: tuple[str, ...] = ("self",)  # sources (data_sources.py)
     tokens: tuple[int, ...] = (1_000_000,)  # token budget: one, or one per source
     epochs: int = 2
-    work: str | None = None  # cache for data and features (default OUT/work)
+    work: str | None = None  # cache for generated data (default OUT/work)
     cached_only: bool = False  # self-distillation: only the answers already in `work`
     max_len: int = 512  # tokens per training sequence
     batch_tokens: int = 4096  # padded tokens per training batch
-    feature_batch_tokens: int = 4096  # padded tokens per target forward for features
     lr: float = 1e-3
     seed: int = 0
     val_prompts: int = 4  # held-out prompts for tau after each epoch (0 = none)
     val_kinds: int = 3  # held-out prompts per kind for the table by kind (0 = none)
     device: str = "cpu"
     feature_dtype: str = "bfloat16"  # the target's dtype for data generation and features
-    seconds: float | None = None  # one time budget, from the features to the end of training
+    seconds: float | None = None  # one time budget, from the data to the end of training
     save_every: int = 100  # optimiser steps between checkpoints (one also ends each epoch)
     exclude_prompts: tuple[str, ...] = ()  # prompt files / globs generated prompts never match
     command: str | None = None  # the command line, recorded in the card

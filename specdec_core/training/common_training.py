@@ -1,26 +1,30 @@
 """The epochs of a small model trained on the target's features, checkpointed and resumable:
-`EpochTraining`, and its pieces (`batches`, `Checkpoint`, `Schedule`).
+`EpochTraining`, and its pieces (`Checkpoint`, `Schedule`).
 
-AdamW (0.9, 0.95, no weight decay) over shuffled length-grouped batches (`batches`), a linear
-warm-up then cosine decay (`Schedule`, over the epochs or the time budget, whichever ends
-first; a resumed run's earlier training time added to both). Under a time budget the decay's
-horizon is the time batches can start in (the budget less the mean batch time so far), and a
-batch's rate is read where the next batch would start: after the batch itself and the pause
-that follows it (the epoch's validation and save when it ends an epoch, a save every
+The features are computed as each batch needs them (online_features.py: `online_batches`, the
+target's forward under no_grad, no feature files), so memory holds one batch whatever the
+dataset's size. AdamW (0.9, 0.95, no weight decay) over shuffled length-grouped batches, a
+linear warm-up then cosine decay (`Schedule`, over the epochs or the time budget, whichever
+ends first; a resumed run's earlier training time added to both). Under a time budget the
+decay's horizon is the time batches can start in (the budget less the mean batch time so far),
+and a batch's rate is read where the next batch would start: after the batch itself and the
+pause that follows it (the epoch's validation and save when it ends an epoch, a save every
 `save_every` steps), each the mean of those measured so far in this run. So the last batch
 before the budget ends runs at a rate near 0 however long the saves take (from the second
-epoch on: the first epoch's end is not measured before it comes). Checkpoints in
-OUT/checkpoint.pt (`Checkpoint`: the trained weights, the optimiser, the batch order's
-generator at the epoch's start and the input-feature noise's random state) every `save_every`
-steps and after each epoch; a rerun with the same OUT resumes at the step saved and ends with
-exactly the weights of a run that was never cut off, and a checkpoint of other data or batches
-is refused. With a time budget (`config.seconds`: this run's training time) no batch starts
-that would end after it by the batches' mean time so far (then it validates and saves as after
-an epoch). Each epoch ends with `validate(model)`; `on_step(step, steps, steps_per_epoch,
+epoch on: the first epoch's end is not measured before it comes).
+
+Checkpoints in OUT/checkpoint.pt (`Checkpoint`: the trained weights, the optimiser, the data
+position (`online_features.Position`: the epoch and the batches taken in it) and the
+input-feature noise's random state) every `save_every` steps and after each epoch; a rerun with
+the same OUT resumes at the position saved, says so in one line, and ends with the weights of a
+run that was never cut off; a checkpoint of other data or batches is refused. With a time
+budget (`config.seconds`: this run's training time, features included) no batch starts that
+would end after it by the batches' mean time so far (then it validates and saves as after an
+epoch). Each epoch ends with `validate(model)`; `on_step(step, steps, steps_per_epoch,
 history)` after every optimiser step and validation, `on_tick(clock)` after every batch and
 every few seconds while one runs (time_budget.py), and a progress line on stderr every
 `LOG_EVERY` batches. A subclass gives the checkpoint's `kind`, the gradient-norm `clip` and
-`batch_loss`, the loss of one batch (or its whole `step`).
+`batch_loss`, the loss of one `FeatureBatch` (or its whole `step`).
 """
 
 from __future__ import annotations
@@ -39,8 +43,15 @@ from torch import nn
 
 from specdec_core.errors import SpecdecError
 from specdec_core.files import save_atomic
+from specdec_core.models.loading import LoadedModel
 from specdec_core.training.card import EpochRecord, Validation
-from specdec_core.training.features import Featured
+from specdec_core.training.online_features import (
+    FeatureBatch,
+    Position,
+    Sequences,
+    batch_groups,
+    online_batches,
+)
 from specdec_core.training.time_budget import HEARTBEAT_S, Budget, Heartbeat, StageClock
 from specdec_core.training.train_config import TrainConfig
 
@@ -52,22 +63,6 @@ OnStep = Callable[[int, int, int, list[EpochRecord]], None]
 OnTick = Callable[[StageClock], None]
 
 
-def batches(data: list[Featured], batch_tokens: int, generator: torch.Generator):
-    """Shuffled batches of similar-length sequences, about `batch_tokens` padded tokens each."""
-    order = sorted(range(len(data)), key=lambda i: len(data[i].ids))
-    groups, group, width = [], [], 0
-    for i in order:
-        width = max(width, len(data[i].ids))
-        if group and (len(group) + 1) * width > batch_tokens:
-            groups.append(group)
-            group, width = [], len(data[i].ids)
-        group.append(i)
-    if group:
-        groups.append(group)
-    perm = torch.randperm(len(groups), generator=generator).tolist()
-    return [[data[i] for i in groups[j]] for j in perm]
-
-
 class Checkpoint:
     """`directory/checkpoint.pt` of a run over `plan` (what a resumed run must share with it for
     its step count to mean the same: sequences, tokens, batch size)."""
@@ -76,11 +71,9 @@ class Checkpoint:
         self.path = directory / "checkpoint.pt"
         self.plan = plan
 
-    def resume(
-        self, model: nn.Module, optimizer: torch.optim.Optimizer, generator: torch.Generator
-    ) -> dict | None:
-        """Restore what was saved into `model`, `optimizer`, `generator` and the feature noise;
-        -> the run's state (None: nothing saved yet)."""
+    def resume(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict | None:
+        """Restore what was saved into `model`, `optimizer` and the feature noise; -> the run's
+        state (None: nothing saved yet)."""
         if not self.path.is_file():
             return None
         saved = torch.load(self.path, weights_only=True, map_location="cpu")
@@ -92,7 +85,6 @@ class Checkpoint:
             )
         model.load_state_dict(saved["model"], strict=False)
         optimizer.load_state_dict(saved["optimizer"])
-        generator.set_state(saved["generator"])
         set_noise_state(saved.get("noise"))
         return saved["state"]
 
@@ -101,18 +93,15 @@ class Checkpoint:
         model: nn.Module,
         trains: str,
         optimizer: torch.optim.Optimizer,
-        epoch_start: torch.Tensor,
         state: dict,
     ) -> None:
-        """Save the run; `epoch_start`: the batch order's generator state at the epoch's start
-        (a run resumed mid-epoch redraws the same order)."""
+        """Save the run (`state` holds its data position: the epoch and the step)."""
         own = model.state_dict()
         if trains == "draft":  # the target's embedding and lm_head are not its own
             own = {k: v for k, v in own.items() if "embed" not in k and "lm_head" not in k}
         record = {
             "model": own,
             "optimizer": optimizer.state_dict(),
-            "generator": epoch_start,
             "noise": noise_state(),
             "state": state,
         }
@@ -176,9 +165,10 @@ def saved_plan(directory: Path) -> dict | None:
 
 
 class EpochTraining:
-    """One training run: the optimiser, the batch order, the checkpoint and the state saved in
-    it (epoch, step, history as `EpochRecord.to_record()`s, plan, seconds; `out_of_time` once
-    the budget ended it)."""
+    """One training run of `model` on `data` with the features of `target` (`layers`: the
+    hidden states entering those layers too, an EAGLE-3 head's): the optimiser, the batch
+    order, the checkpoint and the state saved in it (epoch, step, history as
+    `EpochRecord.to_record()`s, plan, seconds; `out_of_time` once the budget ended it)."""
 
     kind: ClassVar[str]  # what the checkpoint holds (Checkpoint.save)
     clip: ClassVar[float]  # the gradient norm each step is clipped to
@@ -186,7 +176,9 @@ class EpochTraining:
     def __init__(
         self,
         model: nn.Module,
-        data: list[Featured],
+        target: LoadedModel,
+        data: Sequences,
+        layers: tuple[int, ...],
         config: TrainConfig,
         out: Path,
         validate: Callable[[nn.Module], Validation] | None = None,
@@ -194,24 +186,24 @@ class EpochTraining:
         on_tick: OnTick | None = None,
     ) -> None:
         self.model, self.data, self.config, self.validate = model, data, config, validate
+        self.target, self.layers = target, layers
         self.on_step, self.on_tick = on_step, on_tick
         self.params = self.trained_parameters()
         self.optimizer = torch.optim.AdamW(
             self.params, lr=config.lr, betas=(0.9, 0.95), weight_decay=0.0
         )
-        self.generator = torch.Generator().manual_seed(config.seed)
-        first = batches(data, config.batch_tokens, torch.Generator().manual_seed(0))
-        self.steps_per_epoch = len(first)
+        self.steps_per_epoch = len(batch_groups(data, config.batch_tokens))
         self.total = max(1, self.steps_per_epoch * config.epochs)
-        plan = {
-            "sequences": len(data),
-            "tokens": sum(len(item.ids) for item in data),
-            "batch_tokens": config.batch_tokens,
-        }
+        plan = {"sequences": len(data), "tokens": data.tokens, "batch_tokens": config.batch_tokens}
         self.checkpoint = Checkpoint(out, plan)
-        resumed = self.checkpoint.resume(self.saved, self.optimizer, self.generator)
+        resumed = self.checkpoint.resume(self.saved, self.optimizer)
         self.state = resumed or {"epoch": 0, "step": 0, "history": [], "plan": plan}
-        self.epoch_start = self.generator.get_state()
+        if resumed:
+            at = self.position()
+            _log(
+                f"resuming from {self.checkpoint.path}: step {self.state['step']} of "
+                f"{self.total}, epoch {at.epoch + 1} batch {at.batch}/{self.steps_per_epoch}"
+            )
         before = self.state.get("seconds", 0.0)  # a resumed run's earlier training time
         timed = replace(config, seconds=before + config.seconds) if config.seconds else config
         self.schedule = Schedule(timed, self.total, before)
@@ -235,13 +227,18 @@ class EpochTraining:
     def trained_parameters(self) -> list[nn.Parameter]:
         return [p for p in self.model.parameters() if p.requires_grad]
 
-    def batch_loss(self, items: list[Featured]) -> tuple[torch.Tensor, str]:
+    def position(self) -> Position:
+        """Where the data stream is: the epoch and the batches of it already trained on."""
+        state = self.state
+        return Position(state["epoch"], state["step"] - state["epoch"] * self.steps_per_epoch)
+
+    def batch_loss(self, batch: FeatureBatch) -> tuple[torch.Tensor, str]:
         """One batch's loss to minimise, and what to say of it in the progress line."""
         raise NotImplementedError
 
-    def step(self, items: list[Featured]) -> str:
+    def step(self, batch: FeatureBatch) -> str:
         """One optimiser step on a batch; -> what the progress line says of it."""
-        loss, said = self.batch_loss(items)
+        loss, said = self.batch_loss(batch)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.params, self.clip)
@@ -294,21 +291,25 @@ class EpochTraining:
     def epoch(self) -> None:
         """The epoch's batches from where the state stands (mid-epoch after a resume)."""
         state, config = self.state, self.config
-        self.epoch_start = self.generator.get_state()
-        order = batches(self.data, config.batch_tokens, self.generator)
-        done = state["step"] - state["epoch"] * self.steps_per_epoch
+        at = self.position()
+        stream = online_batches(
+            self.target, self.data, self.layers, config.batch_tokens, config.seed,
+            start=at, epochs=at.epoch + 1,
+        )  # fmt: skip
         self.model.train()
-        for number, items in enumerate(order[done:], done + 1):
+        for number in range(at.batch + 1, self.steps_per_epoch + 1):
             if self._out_of_time():
                 state["out_of_time"] = True
                 break
             saves = (state["step"] + 1) % config.save_every == 0
-            ahead = self.until_next_batch(number == len(order), saves)
+            ahead = self.until_next_batch(number == self.steps_per_epoch, saves)
             for group in self.optimizer.param_groups:  # read where the next batch would start
                 group["lr"] = self.schedule.rate(state["step"], ahead)
-            self.clock.begin_unit(f"epoch {state['epoch'] + 1}, batch {number}/{len(order)}")
+            self.clock.begin_unit(
+                f"epoch {state['epoch'] + 1}, batch {number}/{self.steps_per_epoch}"
+            )
             began = time.monotonic()
-            said = self.step(items)
+            said = self.step(next(stream))  # the target's forward for it, then the step
             self.batch_seconds.append(time.monotonic() - began)
             self.schedule.reserve = sum(self.batch_seconds) / len(self.batch_seconds)
             state["step"] += 1
@@ -316,8 +317,8 @@ class EpochTraining:
             self.clock.note = ""
             self.tick()
             state["seconds"] = self.schedule.seconds()
-            if number % LOG_EVERY == 0 or number == len(order):
-                _log(f"epoch {state['epoch'] + 1} batch {number}/{len(order)}: {said}")
+            if number % LOG_EVERY == 0 or number == self.steps_per_epoch:
+                _log(f"epoch {state['epoch'] + 1} batch {number}/{self.steps_per_epoch}: {said}")
             if state["step"] % config.save_every == 0:
                 saving = time.monotonic()
                 self.save()
@@ -333,7 +334,6 @@ class EpochTraining:
             epoch = round(state["step"] / self.steps_per_epoch, 2)
         else:
             state["epoch"] += 1
-            self.epoch_start = self.generator.get_state()
             epoch = state["epoch"]
         ended = time.time()
         validation = Validation()
@@ -354,7 +354,7 @@ class EpochTraining:
             self.on_step(*steps, self.history())
 
     def save(self) -> None:
-        self.checkpoint.save(self.saved, self.kind, self.optimizer, self.epoch_start, self.state)
+        self.checkpoint.save(self.saved, self.kind, self.optimizer, self.state)
 
 
 def _log(message: str) -> None:

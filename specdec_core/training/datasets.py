@@ -21,8 +21,8 @@ Answers: `answer_prompts` is the one way the target answers prompts for training
 (`specdec data`, `--data self` and the other sources, held-out answers, gpu_distill.py): calls
 of like-length prompts (`length_calls`, the one batching rule), each one left-padded
 `answer_batch`; optionally saved call by call as shards (so a stopped run resumes), within a
-token budget or a `Deadline`, sampled at a temperature, with or without the generation
-passes' features.
+token budget or a `Deadline`, sampled at a temperature. Training computes the target's
+features of the answers itself, batch by batch (online_features.py).
 """
 
 from __future__ import annotations
@@ -52,7 +52,6 @@ HOLDOUT = 64  # conversations held out for validation (split_conversations)
 class Sample:
     ids: list[int]
     start: int  # loss counts for positions >= start (the assistant's part)
-    hidden: torch.Tensor | None = None  # [len(ids) - 1, h] features, when generation kept them
 
 
 def iter_sharegpt() -> Iterator[list[dict]]:
@@ -257,7 +256,6 @@ def answer_prompts(
     budget: float | None = None,
     deadline: Deadline | None = None,
     cached_only: bool = False,
-    keep_features: bool = True,
     temperature: float = 0.0,
     padded: float = math.inf,
     slack: float = math.inf,
@@ -272,9 +270,7 @@ def answer_prompts(
     slack=slack)`, shortest first, or in an order shuffled with the seed `shuffle` (so that a
     deadline drops a random subset, not the longest prompts); each is one `answer_batch`
     (end at `eos_ids`, default the model's generation config's), greedy unless `temperature`
-    > 0. `keep_features`: keep the final-norm features of the generation passes with each
-    sample (a CPU saves a second forward); False leaves them to `extract_features`, which on a
-    GPU is cheaper than holding every step's hidden states of a large batch.
+    > 0.
 
     With a `shard_dir`, call n is saved as `gen-NNNNN.pt` there as it ends, and a shard an
     earlier run left is read instead of answering again when it holds answers to this call's
@@ -306,12 +302,11 @@ def answer_prompts(
             continue
         if made is None:
             answered = answer_batch(
-                model, asked, max_new_tokens, pad, eos_ids, keep_features=keep_features,
-                temperature=temperature,
-            )  # fmt: skip
+                model, asked, max_new_tokens, pad, eos_ids, temperature=temperature
+            )
             made = [
-                {"ids": prompt + answer, "start": len(prompt), "hidden": features}
-                for prompt, (answer, features) in zip(asked, answered, strict=True)
+                {"ids": prompt + answer, "start": len(prompt)}
+                for prompt, (answer, _) in zip(asked, answered, strict=True)
             ]
             if shard is not None:
                 save_atomic(shard, made)  # a stopped run leaves no half-written shard
@@ -319,7 +314,7 @@ def answer_prompts(
         if deadline is not None:
             deadline.spent.append(seconds)
         for index, record in zip(call, made, strict=True):
-            sample = Sample(**record)
+            sample = Sample(record["ids"], record["start"])  # (earlier shards: features too)
             total += len(sample.ids)
             answer_tokens += len(sample.ids) - sample.start
             yield index, sample

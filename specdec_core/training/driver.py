@@ -1,29 +1,30 @@
-"""One training run: data -> target features -> the starting model -> `train` -> saved + card.
+"""One training run: data -> the starting model -> `train` (the target's features computed
+batch by batch) -> saved + card.
 
 `train_from_request` is `specdec train`: it loads the target and collects `--data` itself
 (data_sources.py). `train_on_samples` takes samples collected elsewhere (distill.py
-answers prompts within a wall-clock budget) and does the rest the same way. Everything
-expensive is cached under the request's work directory and reused by a rerun: generated
-answers, feature shards, and the training checkpoint (a rerun resumes).
+answers prompts within a wall-clock budget) and does the rest the same way. Generated answers
+are cached under the request's work directory and reused by a rerun; the target's features
+are never stored: each training batch's are computed when it is trained on
+(online_features.py), so memory holds one batch of them whatever the data's size. The training
+checkpoint (the head, its optimiser and the data position) is saved every `--save-every` steps
+and after each epoch; a rerun with the same OUT resumes from it and says so.
 
 A time budget (`request.seconds`, a `Budget` from time_budget.py) is one budget for the whole
-run, from the command's start: loading, collecting, features, training, validation, saving.
-Before the features of the first source, one probe times a target forward and a training step
-on a short sample: if what is left cannot cover the features and the training of one batch,
-the run says so at once, with the budget or the batch size that would (a `SpecdecError`);
-otherwise the features take the share of what is left that leaves training time for the
-epochs asked (in forwards of at most a twentieth of the time left), no later source is
-collected once that share is spent, and training ends by the budget (common_training.py), keeping a
-reserve for the last validation and the save. Under a budget, the held-out samples get at most
-a tenth of the training tokens, tau is measured only while time is left, and the table by kind
-only when training ended by its epochs with time to spare. A resumed run (a checkpoint in OUT)
-trains on exactly the data its checkpoint was made on. Every stage says where it is at least
-every few seconds: a line on stderr ("[train] features: 3,200 / 20,000 tokens, 152 tokens/s,
-ETA 1m50s (a target forward running 0m04s); budget 1m10s left") and, with `--progress-file`,
-the same in the file.
+run, from the command's start: loading, collecting, training (features included), validation,
+saving. After the first source is collected, one probe times a target forward and a training
+step on a short sample: if what is left cannot cover one batch, the run says so at once, with
+the budget or the batch size that would (a `SpecdecError`); no later source is collected once
+the budget is spent, and training ends by the budget (common_training.py), keeping a reserve
+for the last validation and the save. Under a budget, the held-out samples get at most a tenth
+of the training tokens, tau is measured only while time is left, and the table by kind only
+when training ended by its epochs with time to spare. Every stage says where it is at least
+every few seconds: a line on stderr ("[train] training: 3,200 / 20,000 tokens, 152 tokens/s,
+ETA 1m50s (epoch 1, batch 3/20 running 0m04s); budget 1m10s left") and, with
+`--progress-file`, the same in the file.
 
-On a CPU that emulates bfloat16 (no AVX-512 BF16 / AMX), `--feature-dtype bfloat16` takes the
-features in float32: emulated, they run many times slower.
+On a CPU that emulates bfloat16 (no AVX-512 BF16 / AMX), `--feature-dtype bfloat16` loads the
+target in float32: emulated, its forwards run many times slower.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
-from functools import partial
 from pathlib import Path
 
 import torch
@@ -40,26 +40,26 @@ from specdec_core.errors import SpecdecError
 from specdec_core.models.loading import LoadedModel
 from specdec_core.training.card import ModelCard, Validation, trained_epochs
 from specdec_core.training.data_sources import Collected
-from specdec_core.training.feature_collection import (
-    FeatureSet,
-    FeatureSettings,
-    Reporter,
-    collect_features,
-    log,
-    run_card,
-)
-from specdec_core.training.features import Featured, extract_features
 from specdec_core.training.layout import Layout, layout_settings, resolve_layout
 from specdec_core.training.loop import train, train_step
 from specdec_core.training.objective import Objective
+from specdec_core.training.online_features import Sequences, target_features
 from specdec_core.training.progress_file import ProgressFile
 from specdec_core.training.request import TrainRequest
 from specdec_core.training.starting_model import head_layers, starting_model, trainable
 from specdec_core.training.time_budget import Budget, Probe, fastest, probe_sample, reserve
 from specdec_core.training.train_config import TrainConfig
+from specdec_core.training.training_set import (
+    Reporter,
+    TrainingSet,
+    collect_samples,
+    log,
+    run_card,
+)
 from specdec_core.training.validation import (
     by_kind_table,
     head_validation,
+    held_features,
     teacher_forced_agreement,
     validation_tau,
 )
@@ -98,9 +98,9 @@ def train_on_samples(
     sources included) ends by that much time after this call, or by `budget` (the caller's,
     started earlier: module docstring). `layout`: `resolve_layout`'s, if the caller checked it
     before collecting; `started` (time.time()): when the run began, for the card's
-    train_seconds. `stages`, when given, gets the seconds of features and training (and the
-    held-out top-1 before training) and goes into the card, as does `device` (where it
-    trained, if a caller records it).
+    train_seconds. `stages`, when given, gets the seconds of collecting the data and of
+    training (and the held-out top-1 before training) and goes into the card, as does `device`
+    (where it trained, if a caller records it).
     """
     began, started = time.monotonic(), started or time.time()
     budget = budget or Budget(request.seconds)
@@ -108,35 +108,33 @@ def train_on_samples(
     layout = layout or resolve_layout(request, target)
     config = train_config(request, layout)
     progress = ProgressFile(Path(request.progress_file), 0) if request.progress_file else None
-    settings = FeatureSettings.of(
-        request, request.checkpoint_dir, layers=layout.fused, cache=request.cache_features
-    )
     report = Reporter(budget, progress)
-    data = collect_features(
-        settings, target, sources, request.data, budget, report,
+    data = collect_samples(
+        sources, request.data, budget, config.batch_tokens,
         lambda samples, held: _probe(request, target, layout, config, samples, held),
     )  # fmt: skip
     if stages is not None:
-        stages["features"] = {"seconds": round(time.monotonic() - began, 1)}
-    if not data.train and budget.over():
+        stages["data"] = {"seconds": round(time.monotonic() - began, 1)}
+    if not len(data.train) and budget.over():
         raise SpecdecError(
-            f"the time budget of {budget.seconds:.0f}s was spent before any features were "
-            "taken (collecting the data took it); what was generated is kept in the work "
-            "folder, so a rerun starts further on, or give more --seconds"
+            f"the time budget of {budget.seconds:.0f}s was spent before training began "
+            "(collecting the data took it); what was generated is kept in the work folder, so "
+            "a rerun starts further on, or give more --seconds"
         )
-    if not data.train:
+    if not len(data.train):
         raise SpecdecError("no training data; check --data and --tokens")
     what = f"{layout.arch} head" if request.trains == "eagle" else "draft"
     objective = _starting_objective(request, config, layout, target, data.train)
     size = sum(p.numel() for p in trainable(objective.model, request.trains))
     log(f"{what}: {size / 1e6:.1f}M trained parameters")
     lm_head = target.model.get_output_embeddings()
+    held = held_features(target, data.held, layout.fused)
     if stages is not None:
-        before = teacher_forced_agreement(objective.eval(), data.held, lm_head)
+        before = teacher_forced_agreement(objective.eval(), held, lm_head)
     out = Path(request.out)
     out.mkdir(parents=True, exist_ok=True)
     request.checkpoint_dir.mkdir(parents=True, exist_ok=True)
-    validate = _validation(request, target, data, out, layout.arch, budget)
+    validate = _validation(request, target, data, held, out, layout.arch, budget)
     if budget.seconds is not None:
         config.seconds = max(1.0, budget.left() - reserve(budget))
         log(
@@ -148,15 +146,14 @@ def train_on_samples(
     if progress is not None:
         progress.tokens = tokens
     history = train(
-        objective, data.train, config, request.checkpoint_dir, validate if data.held else None,
-        progress.update if progress else None,
+        objective, target, data.train, layout.fused, config, request.checkpoint_dir,
+        validate if held else None, progress.update if progress else None,
         lambda clock: report(replace(clock.progress(), budget_left_s=budget.left())),
     )  # fmt: skip
     by_kind = None
     if request.val_kinds and _time_for_by_kind(budget, history):
-        featured = partial(settings.featured, target)
         measure = head_validation(request.trains, objective, target)
-        by_kind = by_kind_table(target, request.work_dir, request.val_kinds, featured, measure)
+        by_kind = by_kind_table(target, request.work_dir, request.val_kinds, layout.fused, measure)
     if stages is not None:
         stages["train"] = {
             "seconds": round(time.monotonic() - training, 1),
@@ -189,7 +186,7 @@ def _starting_objective(
     config: TrainConfig,
     layout: Layout,
     target: LoadedModel,
-    data: list[Featured],
+    data: Sequences,
 ) -> Objective:
     """The objective over the model training starts from (`starting_model`): an EAGLE head
     with the layout's input noise and unrolled passes, or a token-level draft."""
@@ -236,12 +233,14 @@ def _time_for_by_kind(budget: Budget, history) -> bool:
 def _validation(
     request: TrainRequest,
     target: LoadedModel,
-    data: FeatureSet,
+    data: TrainingSet,
+    held: list,
     out: Path,
     arch: str,
     budget: Budget | None = None,
 ) -> Callable[[Objective], Validation]:
-    """What each epoch ends with: teacher-forced top-1 on the held-out samples, tau on up to
+    """What each epoch ends with: teacher-forced top-1 on the held-out samples (`held`: their
+    features, `validation.held_features`), tau on up to
     `request.val_prompts` held-out prompts (under a `budget` prompt by prompt, only while the
     time left exceeds the reserve and the slowest prompt so far); then the model so far is
     saved with a partial card (so a run cut off keeps it)."""
@@ -270,7 +269,7 @@ def _validation(
         return sum(taus) / len(taus) if taus else None
 
     def validate(objective: Objective) -> Validation:
-        top1 = teacher_forced_agreement(objective, data.held, lm_head)
+        top1 = teacher_forced_agreement(objective, held, lm_head)
         tau = None
         if data.held_prompts and request.val_prompts:
             tau = measured_tau(objective)
@@ -294,13 +293,12 @@ def _probe(
     the first samples (`time_budget.probe_sample`), and with `held_prompts` validation's
     decoding of a few tokens; the random state is left as it was."""
     taken = probe_sample(samples, config.batch_tokens)
-    made: list[list[Featured]] = []
+    rows = [(s.ids, s.start) for s in taken]
+    made = []
     with torch.random.fork_rng(devices=[]):
-        features = fastest(
-            lambda: made.append(extract_features(target.model, taken, None, layers=layout.fused))
-        )
+        features = fastest(lambda: made.append(target_features(target, rows, layout.fused)))
         items = made[-1]
-        objective = _starting_objective(request, config, layout, target, items)
+        objective = _starting_objective(request, config, layout, target, Sequences.of(taken))
         params = trainable(objective.model, request.trains)
         for p in params:
             p.requires_grad_(True)

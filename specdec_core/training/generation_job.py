@@ -340,7 +340,7 @@ class GenerationJob:
                 prompts.append(ids)
             found = datasets.answer_prompts(
                 self.target.model, self.tok, prompts, self.plan.max_new_tokens, self.plan.rows,
-                None, slack=PADDING_SLACK, keep_features=False, eos_ids=self.eos,
+                None, slack=PADDING_SLACK, eos_ids=self.eos,
                 temperature=temperature,
             )  # fmt: skip
             for i, sample in found:

@@ -15,10 +15,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from specdec_core.models.loading import LoadedModel
 from specdec_core.training.card import EpochRecord, Validation
 from specdec_core.training.common_training import EpochTraining, OnStep, OnTick
-from specdec_core.training.features import Featured
-from specdec_core.training.objective import Objective, collate
+from specdec_core.training.objective import Objective
+from specdec_core.training.online_features import FeatureBatch, Sequences
 from specdec_core.training.starting_model import trainable
 from specdec_core.training.train_config import TrainConfig
 
@@ -40,14 +41,20 @@ def autocast_dtype(device: torch.device) -> torch.dtype | None:
 AUTO = "auto"
 
 
-def train_step(objective: Objective, items, optimizer, params, ce_weight: float, autocast=AUTO):
-    """One optimiser step on a batch of `items` -> (feature loss, ce, top-1 agreement), under
-    `autocast` (a dtype, None for float32; default `autocast_dtype` of the device)."""
-    device = objective.lm_rows.device  # the target's device: data moves there batch by batch
-    ids, hidden, mask, fused = collate(items, device)
+def train_step(
+    objective: Objective,
+    batch: FeatureBatch,
+    optimizer,
+    params,
+    ce_weight: float,
+    autocast=AUTO,
+):
+    """One optimiser step on a batch -> (feature loss, ce, top-1 agreement), under `autocast`
+    (a dtype, None for float32; default `autocast_dtype` of the device)."""
+    device = objective.lm_rows.device  # the target's device
     dtype = autocast_dtype(device) if autocast == AUTO else autocast
     with torch.autocast(device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
-        pred, true = objective(ids, hidden, mask, fused)
+        pred, true = objective.on(batch)
         feature, ce, agree = objective.losses(pred.float(), true.float())
     optimizer.zero_grad(set_to_none=True)
     (feature + ce_weight * ce).backward()
@@ -58,18 +65,22 @@ def train_step(objective: Objective, items, optimizer, params, ce_weight: float,
 
 def train(
     objective: Objective,
-    data: list[Featured],
+    target: LoadedModel,
+    data: Sequences,
+    layers: tuple[int, ...],
     config: TrainConfig,
     out: Path,
     validate: Validate | None = None,
     on_step: OnStep | None = None,
     on_tick: OnTick | None = None,
 ) -> list[EpochRecord]:
-    """Run the epochs (resuming from OUT/checkpoint.pt); return the per-epoch history.
+    """Run the epochs on `data` with `target`'s features (`layers`: the hidden states entering
+    them too), resuming from OUT/checkpoint.pt; return the per-epoch history.
     `on_step(step, steps, steps_per_epoch, history)`, when given, is called after every
     optimiser step and after each epoch's validation; `on_tick(clock)` after every batch and
     every few seconds while one runs."""
-    return TrainingRun(objective, data, config, out, validate, on_step, on_tick).run()
+    run = TrainingRun(objective, target, data, layers, config, out, validate, on_step, on_tick)
+    return run.run()
 
 
 class TrainingRun(EpochTraining):
@@ -79,7 +90,9 @@ class TrainingRun(EpochTraining):
     def __init__(
         self,
         objective: Objective,
-        data: list[Featured],
+        target: LoadedModel,
+        data: Sequences,
+        layers: tuple[int, ...],
         config: TrainConfig,
         out: Path,
         validate: Validate | None,
@@ -87,7 +100,7 @@ class TrainingRun(EpochTraining):
         on_tick: OnTick | None = None,
     ) -> None:
         self.objective, self.kind = objective, config.trains
-        super().__init__(objective, data, config, out, validate, on_step, on_tick)
+        super().__init__(objective, target, data, layers, config, out, validate, on_step, on_tick)
 
     @property
     def saved(self) -> nn.Module:
@@ -101,8 +114,8 @@ class TrainingRun(EpochTraining):
             p.requires_grad_(True)
         return params
 
-    def step(self, items: list[Featured]) -> str:
+    def step(self, batch: FeatureBatch) -> str:
         feature, ce, agree = train_step(
-            self.objective, items, self.optimizer, self.params, self.config.ce_weight
+            self.objective, batch, self.optimizer, self.params, self.config.ce_weight
         )
         return f"feature {feature.item():.3f}, ce {ce.item():.2f}, top-1 {agree.item():.2f}"

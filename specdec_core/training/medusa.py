@@ -1,10 +1,10 @@
 """`specdec train medusa`: Medusa-1 heads for any target, on the pipeline EAGLE training uses.
 
 Data and features are `specdec train`'s: the `--data` sources (data_sources.py, a `specdec
-data` job included), the target's final-norm hidden states per position (features.py; the
-shards in WORK/features-NAME are the ones EAGLE-1 training stores, so the two share them),
-batches, the learning-rate schedule and the resumable checkpoint of common_training.py, the held-out
-prompts per kind of validation.py and the model card of card.py.
+data` job included), the target's final-norm hidden states per position, computed batch by
+batch as training needs them (online_features.py), batches, the learning-rate schedule and the
+resumable checkpoint of common_training.py, the held-out prompts per kind of validation.py and
+the model card of card.py.
 
 The objective is EAGLE training's (objective.py): cross-entropy against the target's own
 distribution over the draft vocabulary. Head i at position t reads the feature h_t and learns
@@ -27,7 +27,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
 import torch
@@ -40,20 +39,13 @@ from specdec_core.models.prepacked_linear import fast_bf16
 from specdec_core.training.card import ModelCard, Validation
 from specdec_core.training.common_request import TrainingData
 from specdec_core.training.common_training import EpochTraining, OnStep
-from specdec_core.training.feature_collection import (
-    FeatureSettings,
-    Reporter,
-    collect_features,
-    log,
-    run_card,
-)
-from specdec_core.training.features import Featured
-from specdec_core.training.objective import collate
+from specdec_core.training.online_features import FeatureBatch, Sequences
 from specdec_core.training.progress_file import ProgressFile
 from specdec_core.training.starting_model import frequent_tokens
 from specdec_core.training.time_budget import Budget
 from specdec_core.training.train_config import TrainConfig
-from specdec_core.training.validation import by_kind_table
+from specdec_core.training.training_set import collect_samples, log, run_card
+from specdec_core.training.validation import by_kind_table, held_features
 
 HEAD_DECAY = 0.8  # head i's loss weight is HEAD_DECAY ** i (Medusa-1)
 DRAFT_VOCAB = 8192  # default draft vocabulary, as EAGLE heads trained here
@@ -85,7 +77,7 @@ class MedusaTrainRequest(TrainingData):
 
 def starting_heads(
     target: LoadedModel,
-    data: list[Featured],
+    data: Sequences,
     heads: int,
     layers: int,
     draft_vocab: int,
@@ -140,25 +132,25 @@ def medusa_losses(
 
 
 @torch.no_grad()
-def teacher_forced_top1(heads: MedusaHeads, data: list[Featured], lm_head) -> list[float]:
+def teacher_forced_top1(heads: MedusaHeads, data: list[FeatureBatch], lm_head) -> list[float]:
     """Per head, the share of held-out answer positions t where the head's top-1 (a target id)
     equals the target's argmax for token t + i + 2 (over its whole vocabulary)."""
     device = lm_head.weight.device
     draft_ids = heads.draft_ids().to(device)
     hits = [0] * heads.num_heads
     totals = [0] * heads.num_heads
-    for item in data:
-        ids, hidden, mask, _ = collate([item], device)
-        x = hidden[0].to(lm_head.weight.dtype)  # [T, h]
-        truth = lm_head(x).argmax(-1)  # [T]: the target's token after each position
-        dtype = heads.lm_heads[0].weight.dtype
+    dtype = heads.lm_heads[0].weight.dtype
+    for batch in data:
+        x = batch.hidden.to(device, lm_head.weight.dtype)  # [B, T, h]
+        mask = batch.loss_mask.to(device)
+        truth = lm_head(x).argmax(-1)  # [B, T]: the target's token after each position
         for i in range(heads.num_heads):
-            n = x.shape[0] - i - 1
+            n = x.shape[1] - i - 1
             if n <= 0:
                 continue
-            keep = mask[0, i + 1 :]
-            guess = draft_ids[heads.head_logits(i, x[:n][keep].to(dtype)).argmax(-1)]
-            hits[i] += int((guess == truth[i + 1 :][keep]).sum())
+            keep = mask[:, i + 1 :]
+            guess = draft_ids[heads.head_logits(i, x[:, :n][keep].to(dtype)).argmax(-1)]
+            hits[i] += int((guess == truth[:, i + 1 :][keep]).sum())
             totals[i] += int(keep.sum())
     return [round(h / max(1, t), 4) for h, t in zip(hits, totals, strict=True)]
 
@@ -193,10 +185,9 @@ def train_medusa_on(
     began, started = time.monotonic(), started or time.time()
     target.model.requires_grad_(False)
     out = Path(request.out)
-    settings = FeatureSettings.of(request, out)
     budget = Budget(None)  # `seconds` bounds training alone
-    data = collect_features(settings, target, sources, request.data, budget, Reporter(budget))
-    if not data.train:
+    data = collect_samples(sources, request.data, budget, request.batch_tokens)
+    if not len(data.train):
         raise SpecdecError("no training data; check --data and --tokens")
     size = DRAFT_VOCAB if request.draft_vocab is None else request.draft_vocab
     shared = request.lm_head == "target"
@@ -214,9 +205,10 @@ def train_medusa_on(
         config.seconds = max(1.0, request.seconds - (time.monotonic() - began))
     out.mkdir(parents=True, exist_ok=True)
     lm_head = target.model.get_output_embeddings()
+    held = held_features(target, data.held)
 
     def validate(model: MedusaHeads) -> Validation:
-        top1 = teacher_forced_top1(model, data.held, lm_head) if data.held else [None]
+        top1 = teacher_forced_top1(model, held, lm_head) if held else [None]
         tau = None
         if data.held_prompts and request.val_prompts:
             tau = medusa_tau(model, target, data.held_prompts[: request.val_prompts])
@@ -227,21 +219,21 @@ def train_medusa_on(
     tokens = data.tokens
     progress = ProgressFile(Path(request.progress_file), tokens) if request.progress_file else None
     history = MedusaTraining(
-        heads, lm_head, data.train, config, out, validate, progress.update if progress else None
+        heads, target, data.train, config, out, validate, progress.update if progress else None
     ).run()
     if progress is not None:
         progress.finish(history)
     by_kind = None
     if request.val_kinds:
-        featured = partial(settings.featured, target)
 
-        def measure(prompts: list[list[int]], held: list[Featured]) -> Validation:
+        def measure(prompts: list[list[int]], featured: list[FeatureBatch]) -> Validation:
             return Validation(
-                teacher_forced_top1(heads, held, lm_head)[0], medusa_tau(heads, target, prompts)
+                teacher_forced_top1(heads, featured, lm_head)[0],
+                medusa_tau(heads, target, prompts),
             )
 
-        by_kind = by_kind_table(target, settings.work, request.val_kinds, featured, measure)
-    per_head = teacher_forced_top1(heads, data.held, lm_head) if data.held else []
+        by_kind = by_kind_table(target, request.work_dir, request.val_kinds, (), measure)
+    per_head = teacher_forced_top1(heads, held, lm_head) if held else []
     card = run_card(
         request, "medusa", data, history, started, target,
         draft_vocab=heads.config.rows,
@@ -279,8 +271,8 @@ def save_medusa(heads: MedusaHeads, out: Path, target: str, card: ModelCard) -> 
 
 
 class MedusaTraining(EpochTraining):
-    """Medusa heads' epochs (common_training.EpochTraining) on `medusa_losses`; `lm_head`: the
-    target's, whose draft-vocabulary rows are the teacher."""
+    """Medusa heads' epochs (common_training.EpochTraining) on `medusa_losses`, on `target`'s
+    final-norm features; its lm_head's draft-vocabulary rows are the teacher."""
 
     kind = "medusa"
     clip = 0.5
@@ -288,24 +280,27 @@ class MedusaTraining(EpochTraining):
     def __init__(
         self,
         heads: MedusaHeads,
-        lm_head,
-        data: list[Featured],
+        target: LoadedModel,
+        data: Sequences,
         config: TrainConfig,
         out: Path,
         validate: Callable[[MedusaHeads], Validation] | None = None,
         on_step: OnStep | None = None,
     ) -> None:
+        lm_head = target.model.get_output_embeddings()
         device = lm_head.weight.device
         draft_ids = heads.draft_ids().to(device)
         self.heads = heads
         self.lm_rows = lm_head.weight[draft_ids].detach().float()  # [Vd, h]
         self.autocast = device.type == "cuda" or fast_bf16(device)
-        super().__init__(heads, data, config, out, validate, on_step)
+        super().__init__(heads, target, data, (), config, out, validate, on_step)
 
-    def batch_loss(self, items: list[Featured]) -> tuple[torch.Tensor, str]:
+    def batch_loss(self, batch: FeatureBatch) -> tuple[torch.Tensor, str]:
         device = self.lm_rows.device
-        ids, hidden, mask, _ = collate(items, device)
+        ids, hidden, mask = batch.ids.to(device), batch.hidden.to(device), batch.loss_mask
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=self.autocast):
-            loss, ces, agrees = medusa_losses(self.heads, self.lm_rows, ids, hidden, mask)
+            loss, ces, agrees = medusa_losses(
+                self.heads, self.lm_rows, ids, hidden, mask.to(device)
+            )
         shown = " ".join(f"{c:.2f}/{a:.2f}" for c, a in zip(ces, agrees, strict=True))
         return loss, f"ce/top-1 by head {shown}"

@@ -13,13 +13,14 @@ computed in chunks of rows that are recomputed in the backward pass, so a full-v
 never holds a batch's logits at once.
 
 The pipeline is `specdec train`'s: the target loads once, `--data` sources are collected by
-data_sources.py (cached under --work), features come from features.py (shards reused by a
-rerun), batches, the schedule and the resumable checkpoint from common_training.py, the held-out
-split and the table by kind from validation.py, the card from card.py. Each epoch ends with
-teacher-forced top-1 per stage on the held-out samples and tau of greedy decoding on held-out
-prompts, and saves the speculator so far. `--seconds` is one time budget for the whole run, as
-`specdec train eagle`'s (time_budget.py): a probe refuses at once a budget that cannot cover
-the features and training of one batch, the features take their share, training the rest.
+data_sources.py (cached under --work), the target's features are computed batch by batch as
+training needs them (online_features.py: no feature files), batches, the schedule and the
+resumable checkpoint from common_training.py, the held-out split and the table by kind from
+validation.py, the card from card.py. Each epoch ends with teacher-forced top-1 per stage on
+the held-out samples and tau of greedy decoding on held-out prompts, and saves the speculator
+so far. `--seconds` is one time budget for the whole run, as `specdec train eagle`'s
+(time_budget.py): a probe refuses at once a budget that cannot cover the features and
+training of one batch; training takes what is left.
 
 Start: a fresh speculator as wide as the target (inner_dim 0) starts from the target, as
 Medusa's heads do (`MLPSpeculator.start_from_target`: every stage's embedding, head and norm
@@ -36,7 +37,6 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
 import torch
@@ -51,18 +51,11 @@ from specdec_core.training.card import ModelCard, Validation
 from specdec_core.training.common_request import TrainingData
 from specdec_core.training.common_training import EpochTraining
 from specdec_core.training.data_sources import Collected
-from specdec_core.training.feature_collection import (
-    FeatureSettings,
-    Reporter,
-    collect_features,
-    log,
-    run_card,
-)
-from specdec_core.training.features import Featured, extract_features
-from specdec_core.training.objective import collate
+from specdec_core.training.online_features import FeatureBatch, target_features
 from specdec_core.training.time_budget import Budget, Probe, fastest, probe_sample, reserve
 from specdec_core.training.train_config import TrainConfig
-from specdec_core.training.validation import by_kind_table, decoded_tau
+from specdec_core.training.training_set import collect_samples, log, run_card
+from specdec_core.training.validation import by_kind_table, decoded_tau, held_features
 
 TRAINS = "mlp-speculator"  # the card's kind
 CHUNK_ROWS = 512  # rows of one recomputed cross-entropy chunk
@@ -248,13 +241,14 @@ def stage_losses(
 
 
 @torch.no_grad()
-def teacher_forced_top1(speculator: MLPSpeculator, data: list[Featured]) -> list[float]:
+def teacher_forced_top1(speculator: MLPSpeculator, data: list[FeatureBatch]) -> list[float]:
     """Per stage, the share of counted held-out positions where its argmax is the true token."""
     n = speculator.n_predict
     hits, totals = [0] * n, [0] * n
     device = speculator.proj[0].weight.device
-    for item in data:
-        ids, hidden, mask, _ = collate([item], device)
+    for batch in data:
+        ids, mask = batch.ids.to(device), batch.loss_mask.to(device)
+        hidden = batch.hidden.to(device)
         width, tokens, targets, kept = stage_inputs(ids, mask, n)
         if width <= 0:
             continue
@@ -285,9 +279,10 @@ def _probe(
     """Time the features and a training step's forward and backward (no update) on the first
     samples (`time_budget.probe_sample`); the random state is left as it was."""
     taken = probe_sample(samples, request.batch_tokens)
-    made: list[list[Featured]] = []
-    features = fastest(lambda: made.append(extract_features(target.model, taken, None)))
-    ids, hidden, mask, _ = collate(made[-1], target.device)
+    rows = [(s.ids, s.start) for s in taken]
+    made: list[FeatureBatch] = []
+    features = fastest(lambda: made.append(target_features(target, rows)))
+    ids, hidden, mask = made[-1].ids, made[-1].hidden, made[-1].loss_mask
 
     def step() -> None:
         (sum(stage_losses(speculator, ids, hidden, mask)) / speculator.n_predict).backward()
@@ -336,12 +331,11 @@ def train_on_sources(
     tables = "frozen (the target's)" if frozen else "trained"
     log(f"MLP speculator: starts {start}; vocabulary tables {tables}")
     out = Path(request.out)
-    settings = FeatureSettings.of(request, out)
-    data = collect_features(
-        settings, target, sources, request.data, budget, Reporter(budget),
+    data = collect_samples(
+        sources, request.data, budget, request.batch_tokens,
         lambda samples, _: _probe(request, target, speculator, samples),
     )  # fmt: skip
-    if not data.train:
+    if not len(data.train):
         raise SpecdecError("no training data; check --data and --tokens (or give more --seconds)")
     config = request.train_config(speculator.n_predict)
     if budget.seconds is not None:
@@ -353,10 +347,11 @@ def train_on_sources(
     _refuse_other_tables(out, frozen)
 
     by_stage: list[float] = []
+    held = held_features(target, data.held)
 
     def validate(model: MLPSpeculator) -> Validation:
         model.eval()
-        by_stage[:] = teacher_forced_top1(model, data.held) if data.held else []
+        by_stage[:] = teacher_forced_top1(model, held) if held else []
         tau = None
         if data.held_prompts and request.val_prompts:
             tau = greedy_tau(model, target, data.held_prompts[: request.val_prompts])
@@ -366,17 +361,16 @@ def train_on_sources(
         save_speculator(model, out, partial.to_record(), _dtype(request.save_dtype))
         return result
 
-    history = SpeculatorTraining(speculator, data.train, config, out, validate).run()
+    history = SpeculatorTraining(speculator, target, data.train, (), config, out, validate).run()
     speculator.eval()
     by_kind = None
     if request.val_kinds:
-        featured = partial(settings.featured, target)
 
-        def measure(prompts: list[list[int]], held: list[Featured]) -> Validation:
-            top1 = teacher_forced_top1(speculator, held)[0]
+        def measure(prompts: list[list[int]], featured: list[FeatureBatch]) -> Validation:
+            top1 = teacher_forced_top1(speculator, featured)[0]
             return Validation(top1, greedy_tau(speculator, target, prompts))
 
-        by_kind = by_kind_table(target, settings.work, request.val_kinds, featured, measure)
+        by_kind = by_kind_table(target, request.work_dir, request.val_kinds, (), measure)
     card = run_card(
         request, TRAINS, data, history, started, target,
         arch="mlp_speculator",
@@ -415,8 +409,9 @@ class SpeculatorTraining(EpochTraining):
         model = self.model
         return model if model.emb[0].weight.requires_grad else _Trained(model)
 
-    def batch_loss(self, items: list[Featured]) -> tuple[torch.Tensor, str]:
-        ids, hidden, mask, _ = collate(items, self.model.proj[0].weight.device)
-        losses = stage_losses(self.model, ids, hidden, mask)
+    def batch_loss(self, batch: FeatureBatch) -> tuple[torch.Tensor, str]:
+        device = self.model.proj[0].weight.device
+        ids, mask = batch.ids.to(device), batch.loss_mask.to(device)
+        losses = stage_losses(self.model, ids, batch.hidden.to(device), mask)
         shown = "/".join(f"{float(loss.detach()):.2f}" for loss in losses)
         return sum(losses) / len(losses), f"ce by stage {shown}"

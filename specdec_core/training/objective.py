@@ -23,30 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from specdec_core.decoding import attention_mask
-from specdec_core.training.features import Featured
-
-
-def collate(
-    items: list[Featured], device: torch.device | str = "cpu"
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """-> ids [B, T], features [B, T, h], loss mask [B, T] (positions >= start and < length),
-    EAGLE-3 inputs [B, T, 3h] (None unless the items carry them), on `device`."""
-    width = max(len(item.ids) for item in items)
-    h = items[0].hidden.shape[-1]
-    ids = torch.zeros(len(items), width, dtype=torch.long)
-    hidden = torch.zeros(len(items), width, h, dtype=items[0].hidden.dtype)
-    mask = torch.zeros(len(items), width, dtype=torch.bool)
-    fused = None
-    if items[0].fused is not None:
-        fused = torch.zeros(len(items), width, items[0].fused.shape[-1], dtype=hidden.dtype)
-    for row, item in enumerate(items):
-        n = len(item.ids)
-        ids[row, :n], hidden[row, :n] = item.ids, item.hidden
-        if fused is not None:
-            fused[row, :n] = item.fused
-        mask[row, item.start : n] = True
-    fused = fused.to(device) if fused is not None else None
-    return ids.to(device), hidden.to(device), mask.to(device), fused
+from specdec_core.training.online_features import FeatureBatch
 
 
 class Objective(nn.Module):
@@ -60,6 +37,12 @@ class Objective(nn.Module):
         self.eagle3 = trains == "eagle" and model.kind == "eagle3"  # tokens out, no feature loss
         self.register_buffer("draft_ids", draft_ids)  # [Vd] target ids of the draft vocabulary
         self.register_buffer("lm_rows", lm_head.weight[draft_ids].detach().float())  # [Vd, h]
+
+    def on(self, batch: FeatureBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """`forward` on a batch of the target's features (online_features.py)."""
+        hidden = batch.hidden.to(self.lm_rows.device)
+        fused = batch.fused.to(hidden.device) if batch.fused is not None else None
+        return self(batch.ids.to(hidden.device), hidden, batch.loss_mask.to(hidden.device), fused)
 
     def forward(self, ids, hidden, mask, fused=None):
         """-> predicted features [N, h], true features [N, h] at the loss positions (for an

@@ -28,7 +28,6 @@ class TrainRequest(TrainingData):
     noise: float | None = None  # eagle: uniform noise on input features (default: the layout's)
     input_norms: bool = False  # eagle3: EAGLE 3.1's RMSNorm per fused target state
     checkpoints: str | None = None  # directory of checkpoint.pt (default: out)
-    cache_features: bool = True  # feature shards under `work`, reused by a rerun
     progress_file: str | None = None  # progress as JSON, rewritten as training goes
 
     def __post_init__(self) -> None:

@@ -24,15 +24,13 @@ The draft vocabulary of a fresh model is the most frequent tokens of its trainin
 
 from __future__ import annotations
 
-from collections import Counter
-
 import torch
 from torch import nn
 
 from specdec_core.errors import SpecdecError
 from specdec_core.heads.eagle.head import OFFICIAL, Eagle3Variant, EagleHead, head_config
 from specdec_core.models.loading import LoadedModel
-from specdec_core.training.features import Featured
+from specdec_core.training.online_features import Sequences
 
 VOCAB_MAPS = ("d2t", "t2d")  # an EAGLE head's draft-vocabulary buffers (EAGLE-3's names)
 
@@ -41,7 +39,7 @@ def starting_model(
     trains: str,
     init_head: EagleHead | None,
     target: LoadedModel,
-    data: list[Featured],
+    data: Sequences,
     draft_vocab: int,
     arch: str = "eagle1",
     layers: int = 1,
@@ -155,15 +153,12 @@ def trainable(model: nn.Module, trains: str) -> list[nn.Parameter]:
     return list(model.model.layers.parameters()) + list(model.model.norm.parameters())
 
 
-def frequent_tokens(data: list[Featured], size: int, vocab: int) -> torch.Tensor:
-    """The `size` most frequent token ids of the data (sorted ascending): the draft vocabulary."""
-    counts = Counter()
-    for item in data:
-        counts.update(item.ids.tolist())
-    ids = [token for token, _ in counts.most_common(size)]
-    seen = set(ids)
-    ids += [t for t in range(vocab) if t not in seen][: size - len(ids)]
-    return torch.tensor(sorted(ids))
+def frequent_tokens(data: Sequences, size: int, vocab: int) -> torch.Tensor:
+    """The `size` most frequent token ids of the data (sorted ascending): the draft vocabulary
+    (of equally frequent tokens, the lower ids)."""
+    counts = torch.from_numpy(data.token_counts(vocab))
+    order = torch.sort(-counts, stable=True).indices  # most frequent first, ties by id
+    return torch.sort(order[:size]).values
 
 
 def head_layers(model: nn.Module) -> int:

@@ -1,8 +1,9 @@
 """A training run's one time budget, and where each stage is while it runs.
 
 `specdec train --seconds`, the Train tab's minutes and `scripts/gpu_distill.py` give one
-budget; every stage of the run shares it: collecting (or generating) data, the target's
-features, training, validation and saving.
+budget; every stage of the run shares it: collecting (or generating) data, training (each
+batch's target forward included: the features are computed as training needs them),
+validation and saving.
 
 - `Budget(seconds)`: the clock starts when it is made (or at `started`); `left()`, `over()`,
   `until(share)` (an instant a share of what is left from now). `Budget(None)` never ends.
@@ -10,10 +11,10 @@ features, training, validation and saving.
   stage goes (`advance`), and what that means now (`progress()`): a `StageProgress` with the
   rate, the ETA (by the rate, never past the budget's end) and a note (e.g. the batch that
   is running and for how long).
-- `Probe`: seconds per token of the features and of a training step, timed on a short sample
-  before the features; `features_until(probe, budget, ...)` is the instant the features must end
-  by so that training has time for the epochs asked, and refuses at once a budget that cannot
-  cover the features and training of one batch, saying the budget or batch size that would.
+- `Probe`: seconds per token of the target's features and of a training step, timed on a
+  short sample before training; `refuse_unfit(probe, budget, ...)` refuses at once a budget
+  that cannot cover one batch (its features and its step), saying the budget or batch size
+  that would.
 - `Heartbeat(tick, every)`: calls `tick()` every few seconds from a daemon thread while a stage
   runs (`with Heartbeat(...):`), so a stage whose units take minutes still says where it is;
   the stage's own code reports as each unit ends too.
@@ -35,9 +36,8 @@ RESERVE_SHARE = 0.05  # of a time budget, kept for the last validation and the s
 RESERVE_MIN_S = 2.0
 PROBE_TOKENS = 256  # of the first samples, timed through the features and a training step
 PROBE_ROUNDS = 2  # the fastest of them counts (the first pays for allocation)
-HELD_SHARE = 0.1  # under a budget, held-out tokens featured per training token
+HELD_SHARE = 0.1  # under a budget, held-out tokens validated on per training token
 HELD_MIN_TOKENS = 64
-FORWARD_SHARE = 0.05  # under a budget, of the time left, the most one feature forward takes
 
 
 class Budget:
@@ -202,31 +202,23 @@ class Probe:
         )
 
 
-def features_until(
-    probe: Probe, budget: Budget, tokens: int, batch_tokens: int, epochs: int, forward_most: int
-) -> tuple[float, int]:
-    """The instant the features of `tokens` must end by so that training has time for
-    `epochs`, and the tokens of one feature forward (one takes at most `FORWARD_SHARE` of the
-    time left, never more than `forward_most`); refuses a budget that cannot cover the
-    features and training of one batch of `batch_tokens`, saying what would."""
+def refuse_unfit(probe: Probe, budget: Budget, tokens: int, batch_tokens: int) -> None:
+    """Refuse a budget that cannot cover one training batch of `batch_tokens` (of `tokens` in
+    all), its target forward included, saying the budget or the batch size that would."""
     left = budget.left() - reserve(budget)
     batch = min(batch_tokens, tokens)
     one = probe.batch_seconds(batch)
-    if one > left:
-        needed = budget.spent() + 1.5 * one + reserve(budget)
-        fits = 2 ** int(math.log2(max(1.0, left / (probe.features + probe.training))))
-        smaller = f", or --batch-tokens {fits}" if fits >= 64 else ""
-        raise SpecdecError(
-            f"the time budget of {budget.seconds:.0f}s cannot cover one training batch here: "
-            f"the features and training of {batch:,} tokens take about {one:.0f}s and "
-            f"{max(0.0, left):.0f}s are left after {budget.spent():.0f}s; give --seconds "
-            f"{math.ceil(needed / 10) * 10} or more{smaller}"
-        )
-    features = probe.features * (1 + HELD_SHARE)  # the held-out part's features too
-    share = probe.features / (features + probe.training * max(1, epochs))
-    until = time.monotonic() + max(probe.features * batch * 1.2, share * left)
-    forward = max(PROBE_TOKENS, int(FORWARD_SHARE * left / max(probe.features, 1e-9)))
-    return until, min(forward_most, forward)
+    if one <= left:
+        return
+    needed = budget.spent() + 1.5 * one + reserve(budget)
+    fits = 2 ** int(math.log2(max(1.0, left / (probe.features + probe.training))))
+    smaller = f", or --batch-tokens {fits}" if fits >= 64 else ""
+    raise SpecdecError(
+        f"the time budget of {budget.seconds:.0f}s cannot cover one training batch here: "
+        f"the features and training of {batch:,} tokens take about {one:.0f}s and "
+        f"{max(0.0, left):.0f}s are left after {budget.spent():.0f}s; give --seconds "
+        f"{math.ceil(needed / 10) * 10} or more{smaller}"
+    )
 
 
 def probe_sample(samples, batch_tokens: int) -> list:
@@ -254,9 +246,8 @@ def fastest(run: Callable[[], object]) -> float:
 
 def held_within(held: Sequence, tokens: int) -> list:
     """The held-out samples a time budget validates on: the first ones, cut to at most
-    `HELD_SHARE` of the `tokens` training has (never under `HELD_MIN_TOKENS`), so their
-    features cost a small part of the training features' time and the top-1 is still measured
-    when those took their whole share."""
+    `HELD_SHARE` of the `tokens` training has (never under `HELD_MIN_TOKENS`), so each
+    validation's target forwards cost a small part of an epoch's."""
     room = max(HELD_MIN_TOKENS, round(HELD_SHARE * tokens))
     taken: list = []
     for sample in held:

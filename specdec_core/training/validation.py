@@ -14,15 +14,27 @@ import torch
 
 from specdec_core.models.loading import LoadedModel
 from specdec_core.training.card import Validation
-from specdec_core.training.features import Featured
-from specdec_core.training.objective import Objective, collate
+from specdec_core.training.objective import Objective
+from specdec_core.training.online_features import FeatureBatch, feature_batches
 
 if TYPE_CHECKING:
     from specdec_core.decoding.config import DecodeConfig
     from specdec_core.loop.drafter import Drafter
 
 
-def teacher_forced_agreement(objective: Objective, data: list[Featured], lm_head) -> float:
+HELD_BATCH_TOKENS = 2048  # padded tokens per target forward over held-out answers
+
+
+def held_features(
+    target: LoadedModel, samples: list, layers: tuple[int, ...] = ()
+) -> list[FeatureBatch]:
+    """The target's features of held-out answers (a few dozen: kept for every validation)."""
+    if not samples:
+        return []
+    return feature_batches(target, samples, layers, HELD_BATCH_TOKENS)
+
+
+def teacher_forced_agreement(objective: Objective, data: list[FeatureBatch], lm_head) -> float:
     """Share of held-out answer positions where the model's top-1 equals the target's top-1
     (every draft position of `objective.unroll` counted)."""
     hits, counted = hits_by_position(objective, data, lm_head, objective.unroll)
@@ -31,15 +43,15 @@ def teacher_forced_agreement(objective: Objective, data: list[Featured], lm_head
 
 @torch.no_grad()
 def hits_by_position(
-    objective: Objective, data: list[Featured], lm_head, positions: int
+    objective: Objective, data: list[FeatureBatch], lm_head, positions: int
 ) -> tuple[list[int], list[int]]:
     """Per draft position 1..`positions` (the objective's passes: position j drafts from the
     model's own j-1 earlier predictions): the answer positions where the model's top-1 equals
     the target's, and the answer positions counted."""
     hits, counted = [0] * positions, [0] * positions
-    for item in data:
-        ids, hidden, mask, fused = collate([item], objective.lm_rows.device)
-        pred, true = objective(ids, hidden, mask, fused)
+    for batch in data:
+        ids, mask = batch.ids, batch.loss_mask
+        pred, true = objective.on(batch)
         draft = objective.draft_ids[objective.draft_logits(pred).argmax(-1)]  # target ids
         agree = draft == lm_head(true.to(lm_head.weight.dtype)).argmax(-1)
         at = 0
@@ -118,15 +130,15 @@ def by_kind_table(
     target: LoadedModel,
     work: Path,
     per_kind: int,
-    featured: Callable[[list, str], list[Featured]],
-    measure: Callable[[list[list[int]], list[Featured]], Validation],
+    layers: tuple[int, ...],
+    measure: Callable[[list[list[int]], list[FeatureBatch]], Validation],
 ) -> dict[str, Validation]:
-    """kind -> `measure`(its first `per_kind` held-out prompts, `featured`(the target's answers
-    to them, the shard name)): the table a card's `validation_by_kind` holds, said on stderr.
-    The answers and their features are cached under `work`."""
+    """kind -> `measure`(its first `per_kind` held-out prompts, the target's features of its
+    answers to them (`layers`: with the hidden states entering those)): the table a card's
+    `validation_by_kind` holds, said on stderr. The answers are cached under `work`."""
     table = {}
     for kind, (prompts, answers) in held_out_by_kind(target, work, per_kind).items():
-        table[kind] = measure(prompts, featured(answers, f"kinds-heldout-{kind}"))
+        table[kind] = measure(prompts, held_features(target, answers, layers))
     said = json.dumps({kind: v.to_record() for kind, v in table.items()})
     print(f"[train] validation by kind: {said}", file=sys.stderr, flush=True)
     return table
@@ -134,13 +146,13 @@ def by_kind_table(
 
 def head_validation(
     trains: str, objective: Objective, target: LoadedModel, tau: bool = True
-) -> Callable[[list[list[int]], list[Featured]], Validation]:
+) -> Callable[[list[list[int]], list[FeatureBatch]], Validation]:
     """An EAGLE head's or draft's `by_kind_table` measure: teacher-forced top-1 and (unless
     `tau` is off) tau of greedy decoding."""
     lm_head = target.model.get_output_embeddings()
     objective.eval()  # no input noise
 
-    def measure(prompts: list[list[int]], featured: list[Featured]) -> Validation:
+    def measure(prompts: list[list[int]], featured: list[FeatureBatch]) -> Validation:
         return Validation(
             round(teacher_forced_agreement(objective, featured, lm_head), 4),
             round(validation_tau(trains, objective.model, target, prompts), 3) if tau else None,
@@ -155,17 +167,12 @@ def head_by_kind(
     """kind -> `Validation` of an EAGLE `head` (trained here or not) on the first `per_kind`
     held-out prompts of each kind: the table `specdec train` writes in a card's
     `validation_by_kind`, teacher-forced top-1 taken as the mean of `unroll` passes. The
-    target's answers and their features are cached under `work` (a training run's `--work`
-    holds the same files)."""
+    target's answers are cached under `work` (a training run's `--work` holds the same
+    files); their features are computed again."""
     from specdec_core.heads.eagle.head import fused_layers
-    from specdec_core.training.features import extract_features, feature_shards
 
     # the layers EAGLE-3 reads (layout.input_layers; imported from there, training would cycle)
     fused = fused_layers(target.model.config.num_hidden_layers) if head.kind == "eagle3" else ()
-
-    def featured(answers: list, name: str) -> list[Featured]:
-        shards = feature_shards(work, name, fused)
-        return extract_features(target.model, answers, shards, layers=fused)
 
     draft_ids = head.draft_ids()
     if draft_ids is None:
@@ -173,4 +180,4 @@ def head_by_kind(
     lm_head = target.model.get_output_embeddings()
     objective = Objective("eagle", head, lm_head, draft_ids.to(target.device), 0.0, unroll)
     measure = head_validation("eagle", objective, target, tau)
-    return by_kind_table(target, work, per_kind, featured, measure)
+    return by_kind_table(target, work, per_kind, fused, measure)
