@@ -4,8 +4,10 @@
 
 - `@SPEC` names the model the method needs besides the target, for this entry only: an EAGLE
   head for `eagle` / `eagle2` / `eagle2-lookup` / `eagle2-suffix`, the draft for `classic` /
-  `hf-assisted`; SPEC is `embedded`, a directory or a hub id, and holds no `:`. Without it the
-  entry uses `--head` / `--draft`. A method that needs no model refuses `@`.
+  `hf-assisted`, the DFlash drafter for `dflash` / `ddtree` (one drafter, loaded once, serves
+  both); SPEC is `embedded`, a directory or a hub id, and holds no `:`. Without it the entry
+  uses its kind's flag (`--head`, `--draft`, `--dflash`, …). A method that needs no model
+  refuses `@`.
 - `:POLICY…` names a verification policy and its parameters, e.g. `ngram:threshold:tau=0.3`
   or `classic:hybrid:ngram_tau=0.5/logit_tau=0.1`. A bare `METHOD` uses `--policy` /
   `--policy-param`; `METHOD:POLICY` uses that policy's defaults plus the parameters written

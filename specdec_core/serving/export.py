@@ -880,7 +880,10 @@ def best_of_sweep(path: str | Path, temperature: float | None = None) -> SweepCh
         raise SpecdecError(f"{path} has no point at temperature {temperature} (has: {measured})")
     config = best.config
     if best.aggregate.tree:  # the tree a tree method actually used: "tokens/depth/top-k"
-        tokens, depth, topk = (int(v) for v in best.aggregate.tree.split("/"))
+        # (DDTree's has no depth or top-k: "8/None/None")
+        tokens, depth, topk = (
+            None if v == "None" else int(v) for v in best.aggregate.tree.split("/")
+        )
         config = replace(config, tree_tokens=tokens, tree_depth=depth, tree_topk=topk)
     needs = METHOD_MAP.get(header["method"], (None,))[0]
     model = header.get("specs", {}).get(needs or "", "embedded")
