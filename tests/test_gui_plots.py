@@ -187,6 +187,20 @@ def test_every_plot_stays_inside_its_view_after_a_run_whose_first_steps_widened_
         assert plot.plotItem.geometry().width() <= plot.viewport().width(), type(plot).__name__
 
 
+def test_a_steady_speed_keeps_a_readable_speed_axis(panel, qtbot):
+    """Autoregressive decoding at one speed: the axis spans a fifth of it, not a sliver with
+    ticks of a dozen digits."""
+    panel.begin_series("Autoregressive", "#6b6b6b")
+    for i in range(8):
+        panel.add_step("Autoregressive", fake_step(i, "ar"))
+    panel.show()
+    panel.redraw()
+    qtbot.wait(20)  # the view ranges itself to its data
+    low, high = panel.speed.getViewBox().viewRange()[1]
+    speed = panel.series["Autoregressive"].tps[-1]
+    assert low <= speed <= high and high - low >= 0.2 * speed
+
+
 def test_redraws_are_throttled(panel, qtbot):
     panel.begin_series("Autoregressive", "#6b6b6b")
     for i in range(200):

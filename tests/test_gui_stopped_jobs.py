@@ -35,16 +35,32 @@ def test_a_compare_stopped_during_autoregressive_marks_its_row_and_names_what_ne
     wait_idle(qtbot, window)
     table = window.compare.table
     assert table.rowCount() == 1  # autoregressive only: Classic draft never ran
+    assert table.item(0, 0).text() == "Autoregressive (stopped)"
     tokens = table.item(0, HEADERS.index("Tokens")).text()
-    assert tokens == f"{engine.summaries[-1].new_tokens}, stopped"
+    assert tokens == str(engine.summaries[-1].new_tokens)  # the fake's config names no most
     assert engine.summaries[-1].new_tokens < 32
     assert table.item(0, HEADERS.index("Identical to AR")).text() == "—"  # no whole answer
     assert "partial run" in table.item(0, HEADERS.index("Tokens")).toolTip()
+    assert "partial run" in table.item(0, 0).toolTip()
     note = window.compare.stopped_note
     assert note.isVisibleTo(window)
     assert "Autoregressive was cut short" in note.text()
     assert "Classic draft did not run" in note.text()
     assert "(stopped)" in window.compare.columns.columns["ar"].footer.text()
+
+
+def test_a_stopped_run_counts_its_tokens_of_the_most_it_was_asked_for():
+    from dataclasses import replace
+
+    from app.export import CompareResult
+    from app.widgets.compare_table import name_cell, tokens_cell
+    from tests.test_speedup_bound import AR
+
+    cut = replace(AR, stop_reason="stopped", new_tokens=13, config={"max_new_tokens": 32})
+    result = CompareResult("ar", "Autoregressive", "#000000", cut)
+    assert (name_cell(result), tokens_cell(result)) == ("Autoregressive (stopped)", "13 of 32")
+    whole = CompareResult("ar", "Autoregressive", "#000000", AR)
+    assert (name_cell(whole), tokens_cell(whole)) == ("Autoregressive", str(AR.new_tokens))
 
 
 def test_a_finished_compare_reads_as_before(make_window, qtbot):

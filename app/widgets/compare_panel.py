@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
 from app.engine_api import Registries
 from app.export import CompareResult
 from app.widgets.compare_columns import CompareColumns
-from app.widgets.compare_table import HEADERS, CompareTable
+from app.widgets.compare_table import HEADERS, CompareTable, partial_tip
 from app.widgets.flow_layout import FlowLayout
 from app.widgets.legend import Legend
 
@@ -173,13 +173,15 @@ class ComparePanel(QWidget):
         self.columns.columns[result.method].finish(result.summary)
         self.table.show_results(self.results)
         for row, shown in enumerate(self.results):  # the whole name on hover too
-            self.table.item(row, 0).setToolTip(shown.label)
+            partial = shown.summary.stop_reason == "stopped"
+            tip = f"{shown.label}: {partial_tip(shown)}" if partial else shown.label
+            self.table.item(row, 0).setToolTip(tip)
         self._show_policy(any(shown.summary.lossy for shown in self.results))
         self.export_button.setEnabled(True)
 
     def show_stopped(self, cut: str | None, not_run: list[str]) -> None:
         """Stop ended this Compare: `cut` (a label) was cut short, `not_run` never ran."""
-        parts = [f"{cut} was cut short (its row reads “stopped”)"] if cut else []
+        parts = [f"{cut} was cut short (its row reads “(stopped)”)"] if cut else []
         if not_run:
             parts.append(f"{', '.join(not_run)} did not run")
         self.stopped_note.setText(f"Compare stopped: {'; '.join(parts) or 'nothing ran'}")

@@ -9,8 +9,9 @@ A speedup is against the autoregressive run of the same Compare, shown as "1.60�
 the ratio and its 95 % interval over both runs' steps (the tooltip says so); a lossless
 ratio above τ is "timing disturbed", with the reason in the tooltip.
 
-A run Stop cut short reads "stopped" beside its tokens (of the most it was asked for, where its
-config says), in grey, with "—" for identity: a partial row is never shown as a finished one."""
+A run Stop cut short reads "(stopped)" after its name and its tokens of the most it was asked
+for (where its config says), in grey, with "—" for identity: a partial row is never shown as a
+finished one."""
 
 from __future__ import annotations
 
@@ -45,20 +46,24 @@ HEADERS = (
 PARTIAL = "#777777"  # the text of a row Stop cut short
 
 
+def name_cell(result: CompareResult) -> str:
+    """The method's name; 'Autoregressive (stopped)' for a run Stop cut short."""
+    return f"{result.label} (stopped)" if stopped(result.summary) else result.label
+
+
 def tokens_cell(result: CompareResult) -> str:
-    """'32', or for a run Stop cut short '13 of 32, stopped' ('13, stopped' where its config
-    does not say the most it was asked for)."""
+    """'32', or for a run Stop cut short '13 of 32' (where its config says the most it was
+    asked for)."""
     summary = result.summary
-    if not stopped(summary):
-        return str(summary.new_tokens)
-    most = summary.config.get("max_new_tokens")
-    return f"{summary.new_tokens}{f' of {most}' if most else ''}, stopped"
+    most = summary.config.get("max_new_tokens") if stopped(summary) else None
+    return f"{summary.new_tokens} of {most}" if most else str(summary.new_tokens)
 
 
-def _partial_tip(result: CompareResult) -> str:
+def partial_tip(result: CompareResult) -> str:
+    """The tooltip of a run Stop cut short."""
     return (
-        f"stopped after {tokens_cell(result).removesuffix(', stopped')} tokens: a partial run "
-        "(its tokens/s and speedup are of the part it ran; no whole answer to compare)"
+        f"stopped after {tokens_cell(result)} tokens: a partial run (its tokens/s and speedup "
+        "are of the part it ran; no whole answer to compare)"
     )
 
 
@@ -66,7 +71,7 @@ def _cells(row: dict, result: CompareResult) -> list[str]:
     speedup = row["speedup_vs_ar"]
     identical = row["identical_to_ar"]
     return [
-        row["label"],
+        name_cell(result),
         row["policy"] + (" (LOSSY)" if row["lossy"] else ""),
         tokens_cell(result),
         str(row["steps"]),
@@ -167,7 +172,7 @@ class CompareTable(QTableWidget):
                 if HEADERS[c] == "Speedup vs AR" and row["speedup_vs_ar"] is not None:
                     item.setToolTip(_speedup_tip(row))
                 if partial:
-                    item.setToolTip(_partial_tip(result))
+                    item.setToolTip(partial_tip(result))
                     if c:
                         item.setForeground(QColor(PARTIAL))
                 if c:

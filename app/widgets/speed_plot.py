@@ -1,4 +1,8 @@
-"""Tokens per second over engine time (cumulative tokens ÷ cumulative seconds), one line per run."""
+"""Tokens per second over engine time (cumulative tokens ÷ cumulative seconds), one line per run.
+
+The speed axis spans at least a fifth of the fastest speed shown (`MIN_SPAN`): a run at one
+steady speed (autoregressive decoding) would otherwise zoom in to a sliver around it, with
+ticks of a dozen digits ("90.9090909090911") that widen the axis past the pane."""
 
 from __future__ import annotations
 
@@ -7,6 +11,8 @@ import pyqtgraph as pg
 from app.plot_data import Series
 from app.widgets.plot_style import style_plot
 from app.widgets.timed_plot import TimedPlot
+
+MIN_SPAN = 0.2  # of the fastest speed shown: the least the speed axis spans
 
 
 class SpeedPlot(TimedPlot):
@@ -26,3 +32,6 @@ class SpeedPlot(TimedPlot):
             if s.name not in self.items:
                 self.items[s.name] = self.plot(pen=pg.mkPen(s.color, width=2.5))
             self.items[s.name].setData(s.time, s.tps)
+        top = max((max(s.tps) for s in series if s.tps), default=0.0)
+        if top > 0:
+            self.getViewBox().setLimits(minYRange=MIN_SPAN * top)
