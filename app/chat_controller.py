@@ -10,8 +10,15 @@ at once; the reference is reused where the same history and settings were measur
 this machine (its first steps re-timed in the background), else measured in the background
 after the reply and filled in when it ends; the next action cancels it; Run ▸ Measure the
 speedup turns it off. `ChatController` owns its requests (a `RunOwner`): it
-alone hears their events. It also answers the Chat view's buttons (clear, edit, regenerate,
-save, load).
+alone hears their events.
+
+A turn is asked with the Chat view's system prompt and ends at the model's end of turn (the
+engine's end-of-answer ids include the one its chat template closes a turn with) or at the
+view's reply cap, whatever the Decoding panel's Max new tokens says (that is Generate's and
+Compare's). Stop keeps what was said so far, marked stopped. Each conversation is saved as it
+goes (app/chat_store.py: after each message, reply and speedup), listed in the view newest
+first, and opened again from there to continue; it also answers the view's other buttons
+(new, delete, edit, regenerate, save, load).
 """
 
 from __future__ import annotations
@@ -20,10 +27,11 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from PySide6.QtWidgets import QFileDialog
+from PySide6.QtWidgets import QFileDialog, QMessageBox
 
 from app import history
-from app.chat import CONVERSATION, Chat
+from app.chat import CONVERSATION, Chat, ReplyNumbers
+from app.chat_store import ChatStore
 from app.engine_api import Engine, RunRequest
 from app.palette import REFERENCE_COLOR
 from app.reference import (
@@ -38,7 +46,7 @@ from app.reference import (
 from app.reference_store import KeptReference
 from app.run_parts import PartsOwner, RunParts
 from app.session import Session
-from app.widgets.chat_view import ChatView
+from app.widgets.chat_view import ChatView, saved_summary
 from app.worker import error_message
 from specdec_core.decoding.events import RunSummary, Step
 from specdec_core.errors import SpecdecError
@@ -60,13 +68,17 @@ class ChatController(PartsOwner):
         view: ChatView,
         show_tab: Callable[[], None],
         references: References,
+        store: ChatStore,
     ) -> None:
-        """`show_tab()` brings the Chat tab to the front (a loaded chat is shown there)."""
+        """`show_tab()` brings the Chat tab to the front (a loaded chat is shown there);
+        `store`: where conversations are saved."""
         self.session, self.engine = session, engine
         super().__init__(parts)
         self.view, self.show_tab = view, show_tab
         self.references = references
+        self.store = store
         self.chat = Chat()
+        self.key = ""  # the conversation's name in the store ("": not saved yet)
         self._turn: RunRequest | None = None
         self._reference: RunRequest | None = None
         self._kept: KeptReference | None = None  # a kept reference being re-timed
@@ -78,6 +90,9 @@ class ChatController(PartsOwner):
         view.regenerate_requested.connect(self.regenerate_last)
         view.save_requested.connect(self._save_dialog)
         view.load_requested.connect(self._load_dialog)
+        view.open_requested.connect(self.open)
+        view.delete_requested.connect(self._delete_dialog)
+        self._list()
 
     # -- turns ----------------------------------------------------------------------------------
     def send_prompt(self) -> bool:
@@ -93,25 +108,38 @@ class ChatController(PartsOwner):
         if not text:
             self.session.report("the message is empty; type a message to send")
             return False
-        base = self.inputs.request(method)
-        turn = replace(
-            base, prompt=text, messages=self.chat.messages(text), conversation=CONVERSATION
-        )
         if self.runs.running or self.runs.task_running:
             return False
+        base = self.inputs.request(method)
+        self.chat.system = self.view.system.text()
+        config = replace(base.config, max_new_tokens=self.view.max_tokens.value())
+        turn = replace(
+            base,
+            prompt=text,
+            config=config,
+            messages=self.chat.messages(text),
+            conversation=CONVERSATION,
+        )
         if self._reference is not None:  # the last turn's reference: this turn cancels it
             self._reference_finished(None)
         self._turn, self._answer, self._reference, self._kept = turn, None, None, None
         self._steps, self._reference_steps = [], []
         self.chat.ask(text)
         self.view.add_turn(text)
+        self._save()
         self.plots.reset()
         return self.runs.run_queue([turn], self)
 
     def clear(self) -> None:
+        """A new conversation; the one shown stays saved."""
         self.runs.stop_reference()  # the engine forgets the caches once it has ended
-        self.chat = Chat()
+        self.chat, self.key = Chat(system=self.view.system.text()), ""
         self.view.clear()
+        self._list()
+        self._forget()
+
+    def _forget(self) -> None:
+        """The engine drops the conversation's caches (a later turn prefills what it needs)."""
         try:
             for name in (CONVERSATION, REFERENCE_CONVERSATION):
                 self.engine.forget(name)
@@ -124,6 +152,7 @@ class ChatController(PartsOwner):
         self._drop_reference()
         text = self.chat.take_last()
         self.view.remove_last()
+        self._save()
         return text
 
     def edit_last_turn(self) -> None:
@@ -154,6 +183,78 @@ class ChatController(PartsOwner):
         self._reference = None
         self.runs.stop_reference()
 
+    # -- the saved conversations ------------------------------------------------------------
+    def _save(self) -> None:
+        """The conversation to the store (a new one gets its name at its first message; one
+        left without turns is removed)."""
+        try:
+            if self.chat.turns:
+                self.key = self.key or self.store.new_key()
+                self.store.save(self.key, self.chat)
+            elif self.key:
+                self.store.delete(self.key)
+                self.key = ""
+        except OSError as error:
+            self.session.report(
+                f"could not save the conversation in {self.store.folder} ({error}); "
+                "free some space or check the folder's permissions"
+            )
+            return
+        self._list()  # its turns and time in the list
+
+    def _list(self) -> None:
+        self.view.set_conversations(self.store.listing(), self.key)
+
+    def open(self, key: str) -> None:
+        """Show a saved conversation; the next message continues it (with its system
+        prompt)."""
+        if not self.session.ready():
+            self._list()
+            return
+        try:
+            chat = self.store.load(key)
+        except SpecdecError as error:
+            self.session.report(str(error))
+            self._list()
+            return
+        self._show(chat, key)
+
+    def _show(self, chat: Chat, key: str) -> None:
+        self._drop_reference()
+        self._turn, self._answer = None, None
+        self.chat, self.key = chat, key
+        self.view.clear()
+        self.view.system.setText(chat.system)
+        for turn in chat.turns:
+            self.view.add_turn(turn.user).show_text(
+                turn.reply, saved_summary(turn.numbers, turn.stopped)
+            )
+        self._forget()
+        self._list()
+        self.show_tab()
+
+    def delete(self, key: str) -> None:
+        """Delete a saved conversation; deleting the one shown starts a new one."""
+        if not self.session.ready():
+            return
+        try:
+            self.store.delete(key)
+        except OSError as error:
+            self.session.report(f"could not delete the conversation ({error}); try again")
+            return
+        if key == self.key:
+            self.key = ""
+            self.clear()
+        else:
+            self._list()
+
+    def _delete_dialog(self, key: str) -> None:
+        answer = QMessageBox.question(
+            self.view, "Delete conversation", f"Delete “{self.chat.title}”? This cannot be undone."
+        )
+        if answer == QMessageBox.StandardButton.Yes:
+            self.delete(key)
+
     # -- files ----------------------------------------------------------------------------------
     def save(self, path: Path) -> None:
         try:
@@ -171,11 +272,8 @@ class ChatController(PartsOwner):
         except (SpecdecError, OSError, ValueError) as error:
             self.session.report(str(error))
             return
-        self.clear()
-        self.chat = chat
-        for turn in chat.turns:
-            self.view.add_turn(turn.user).show_text(turn.reply)
-        self.show_tab()
+        self._show(chat, "")
+        self._save()  # a new conversation in the list
 
     def _save_dialog(self) -> None:
         path, _ = QFileDialog.getSaveFileName(self.view, "Save chat", "chat.jsonl", FILES)
@@ -230,7 +328,7 @@ class ChatController(PartsOwner):
     def _answered(self, turn: RunRequest, summary: RunSummary) -> None:
         """The reply's line at once; its speedup as the reference allows."""
         reference = replace(turn, conversation=REFERENCE_CONVERSATION)
-        if summary.stop_reason == "stopped":
+        if summary.stop_reason == "stopped":  # what was said is kept, marked stopped
             self._finish(None)
         elif turn.method == REFERENCE:  # its own reference: kept for the turns to come
             self.references.keep(turn, summary, self._steps)
@@ -270,6 +368,9 @@ class ChatController(PartsOwner):
     def _finish(self, found: RunSpeedup | None, note: str = "") -> None:
         """The turn's line: its speedup, or a note on why there is none yet."""
         assert self._answer is not None
+        label = self.style.label(self._answer.method)
         if self.chat.turns:
-            self.chat.turns[-1].speedup = found
-        self.view.finish(self.style.label(self._answer.method), self._answer, found, note)
+            last = self.chat.turns[-1]
+            last.speedup, last.numbers = found, ReplyNumbers.of(label, self._answer, found)
+        self.view.finish(label, self._answer, found, note)
+        self._save()

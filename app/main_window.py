@@ -25,6 +25,7 @@ from PySide6.QtWidgets import QMainWindow, QMessageBox, QTabWidget, QWidget
 from app import qt_compat
 from app.adapt_controller import AdaptController
 from app.chat_controller import ChatController
+from app.chat_store import ChatStore
 from app.compare_controller import CompareController
 from app.engine import SpecdecEngine
 from app.engine_api import Engine, Registries, RunRequest, TargetInfo
@@ -92,7 +93,7 @@ class MainWindow(QMainWindow):
         self.settings = WindowSettings(
             self.settings_file, self, self.splitter, self.models, self.decoding, self.compare,
             self.prompt, self.show_rejected, (self.in_chat, self.show_chat),
-            lambda: self.server.url(), self.status, self.actions.measure_speedup,
+            lambda: self.server.url(), self.status, self.actions.measure_speedup, self.chat_view,
         )  # fmt: skip
         self.settings_note = self.settings.note
         self.errors = ErrorDialog(self, self.status, lambda: self.loader.restart_engine())
@@ -115,8 +116,9 @@ class MainWindow(QMainWindow):
             parts, self.compare, self.state.show, lambda: self._show(self.compare)
         )
         self.chat = ChatController(
-            self.session, self.engine, parts, self.chat_view, self.show_chat, self.references
-        )
+            self.session, self.engine, parts, self.chat_view, self.show_chat, self.references,
+            ChatStore.default(),
+        )  # fmt: skip
         self.loader = ModelLoader(
             self.engine, self.session, self.controller, self.state, self.status, self.models,
             self.decoding, self.compare, self.output, self.settings.first_run, self,

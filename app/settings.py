@@ -62,6 +62,8 @@ class GuiSettings:
     show_rejected: bool = False
     measure_speedup: bool = True  # a Generate's or chat turn's autoregressive reference
     chat_mode: bool = False  # the Chat tab was open
+    system_prompt: str = ""  # the chat's system message ("": none)
+    chat_max_new_tokens: int = 512  # a chat reply's cap (it ends at the end of turn before)
     compare_methods: tuple[str, ...] = ("eagle", "eagle2", "eagle2-lookup")
     prompt: str = "Explain speculative decoding in three sentences."
     geometry: str = ""  # the window's saved geometry, hex

@@ -18,6 +18,7 @@ from PySide6.QtWidgets import QCheckBox, QMainWindow, QSplitter, QStatusBar
 
 from app import history, screen
 from app.settings import GuiSettings, load_settings, save_settings
+from app.widgets.chat_view import ChatView
 from app.widgets.compare_panel import ComparePanel
 from app.widgets.decoding_panel import DecodingPanel
 from app.widgets.models_panel import ModelsPanel
@@ -41,9 +42,11 @@ class WindowSettings:
         server_url: Callable[[], str],
         bar: QStatusBar,
         measure_speedup: QAction | None = None,
+        chat_view: ChatView | None = None,
     ) -> None:
         """`chat`: is the Chat tab open, and bring it to the front; `server_url()`: the
-        Server tab's URL; `measure_speedup`: Run ▸ Measure the speedup."""
+        Server tab's URL; `measure_speedup`: Run ▸ Measure the speedup; `chat_view`: the
+        chat's system prompt and reply cap."""
         self.path = path
         self.first_run = not path.exists()  # a new user: nothing saved yet
         self.saved, self.note = load_settings(path)
@@ -52,12 +55,15 @@ class WindowSettings:
         self.show_rejected, self.server_url = show_rejected, server_url
         self.in_chat, self.show_chat = chat
         self.measure_speedup = measure_speedup
+        self.chat_view = chat_view
 
     def apply(self) -> None:
         saved = self.saved
         by_name = asdict(saved)  # the panels read their own fields
         self.models.apply(by_name)
         self.decoding.apply(by_name)
+        if self.chat_view is not None:
+            self.chat_view.apply(by_name)
         self.compare.set_selected(list(saved.compare_methods))
         self.prompt.set_text(saved.prompt)
         self.prompt.raw.setChecked(saved.raw)
@@ -77,7 +83,8 @@ class WindowSettings:
             self.bar.showMessage("; ".join(notes), NOTE_MS)
 
     def current(self) -> GuiSettings:
-        panels = self.saved.merged({**self.models.values(), **self.decoding.values()})
+        chat = self.chat_view.values() if self.chat_view is not None else {}
+        panels = self.saved.merged({**self.models.values(), **self.decoding.values(), **chat})
         return replace(
             panels,
             compare_methods=tuple(self.compare.chosen()),

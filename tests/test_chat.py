@@ -165,3 +165,100 @@ def test_a_reply_ending_in_the_end_of_turn_token_shows_without_it(make_window, q
     reply = window.chat_view.turns[-1].reply
     assert [t.id for t in reply.tokens] == ids  # the end token ran, and shows nothing
     assert reply.toPlainText().strip() == "w5 w6"
+
+
+# a template that closes the assistant's turns with its own token (`WORD`, not the eos) and
+# the user's with `</s>`: the prompt of a first turn is the same whichever word closes a reply
+TURN_END_TEMPLATE = (
+    "{% for m in messages %}<s> {{ m['content'] }} "
+    "{% if m['role'] == 'assistant' %}WORD{% else %}</s>{% endif %} {% endfor %}"
+    "{% if add_generation_prompt %}<s> {% endif %}"
+)
+
+
+def _turn_ending_with(target, word: str, special: bool):
+    target.tokenizer.chat_template = TURN_END_TEMPLATE.replace("WORD", word)
+    if special:
+        target.tokenizer.add_special_tokens({"additional_special_tokens": [word]})
+    return target
+
+
+@pytest.mark.parametrize("method", ["ar", "ngram"])
+def test_a_reply_ends_at_the_templates_end_of_turn_token_the_config_does_not_name(method):
+    config = DecodeConfig(max_new_tokens=20, k=3)
+    ask = (ChatMessage("user", "w1 w2 w3 w4"),)
+    plain = _turn_ending_with(tiny_loaded(seed=1), "w9", special=False)  # not a special token
+    whole = _finish(SpecdecEngine(plain), RunRequest(method, "", config, messages=ask))
+    assert whole.stop_reason == "max_tokens" and len(whole.token_ids) == 20
+    ids = whole.token_ids
+    # a token the reply says after its start, for the first time there
+    index = next(i for i in range(2, len(ids)) if ids[i] not in ids[:i] and ids[i] != 2)
+    word = plain.tokenizer.convert_ids_to_tokens(ids[index])
+    target = _turn_ending_with(tiny_loaded(seed=1), word, special=True)
+    assert target.model.generation_config.eos_token_id == 2  # the config names only </s>
+    assert ids[index] in target.eos_ids
+    ended = _finish(SpecdecEngine(target), RunRequest(method, "", config, messages=ask))
+    assert ended.stop_reason == "eos"
+    assert ended.token_ids == ids[: index + 1]  # the same reply, up to its end of turn
+
+
+def test_the_end_of_turn_token_is_read_from_the_template():
+    from specdec_core.models.end_of_turn import end_of_turn_id
+
+    assert end_of_turn_id(tiny_tokenizer(chat=True)) == 2  # "</s>" closes each turn
+    assert end_of_turn_id(tiny_tokenizer()) is None  # no template
+    newline = tiny_tokenizer()
+    newline.chat_template = "{% for m in messages %}{{ m['content'] }}\n{% endfor %}"
+    assert end_of_turn_id(newline) is None  # a turn closed by plain text names no token
+
+
+def test_the_system_prompt_goes_into_the_template_before_the_conversation(chat_target):
+    system = ChatMessage("system", "w7 w8 w9")
+    asked = (system, ChatMessage("user", "w1 w2 w3"))
+    summary = _finish(
+        SpecdecEngine(chat_target), RunRequest("ar", "w1 w2 w3", CONFIG, messages=asked)
+    )
+    rendered = chat_target.tokenizer.apply_chat_template(
+        [{"role": m.role, "content": m.content} for m in asked],
+        add_generation_prompt=True,
+        tokenize=False,
+    )
+    assert rendered.startswith("<s> w7 w8 w9 </s> <s> w1 w2 w3")
+    assert summary.prompt_tokens == len(chat_target.tokenizer(rendered)["input_ids"])
+    without = _finish(SpecdecEngine(chat_target), RunRequest("ar", "", CONFIG, messages=asked[1:]))
+    assert summary.prompt_tokens == without.prompt_tokens + 5  # "<s> w7 w8 w9 </s>"
+
+
+def test_a_template_that_takes_no_system_message_says_what_to_do(chat_target):
+    from specdec_core.errors import SpecdecError
+
+    chat_target.tokenizer.chat_template = (
+        "{% for m in messages %}{% if m['role'] == 'system' %}"
+        "{{ raise_exception('System role not supported') }}{% endif %}"
+        "<s> {{ m['content'] }} </s> {% endfor %}<s> "
+    )
+    asked = (ChatMessage("system", "w7"), ChatMessage("user", "w1 w2"))
+    with pytest.raises(SpecdecError, match="clear the system prompt") as error:
+        _finish(SpecdecEngine(chat_target), RunRequest("ar", "w1 w2", CONFIG, messages=asked))
+    assert "\n" not in str(error.value) and "System role not supported" in str(error.value)
+
+
+def test_a_chat_record_keeps_its_system_prompt_stopped_replies_and_numbers(tmp_path):
+    from app.chat import ReplyNumbers
+
+    chat = Chat(system="Answer briefly.")
+    chat.ask("Hello there")
+    chat.turns[-1].reply = "Hi! How"
+    chat.turns[-1].stopped = True
+    chat.turns[-1].numbers = ReplyNumbers("EAGLE-2", 2.5, 31.0, 3, 1.6, (1.4, 1.8))
+    path = tmp_path / "chat.jsonl"
+    chat.save(path)
+    again = Chat.load(path)
+    assert again.system == "Answer briefly." and again.turns[0].stopped
+    assert again.turns[0].numbers == chat.turns[0].numbers
+    assert again.messages("next") == (
+        ChatMessage("system", "Answer briefly."),
+        ChatMessage("user", "Hello there"),
+        ChatMessage("assistant", "Hi! How"),  # a stopped reply is part of the history
+        ChatMessage("user", "next"),
+    )

@@ -39,6 +39,7 @@ def run_hf(
         "max_new_tokens": config.max_new_tokens,
         "do_sample": not config.greedy,
         "pad_token_id": target.tokenizer.pad_token_id or min(target.eos_ids),
+        "eos_token_id": sorted(target.eos_ids),  # where the playground's own runs end
     }
     if not config.greedy:
         kwargs.update(temperature=config.temperature, top_p=config.top_p, top_k=0)

@@ -52,7 +52,15 @@ def encode_chat_turn(tokenizer, messages: list[dict[str, str]]) -> list[int]:
         raise SpecdecError("the message is empty; type a message to send")
     if not has_chat_template(tokenizer):
         raise SpecdecError("this model has no chat template; turn chat mode off (raw prompts)")
-    return encode_chat(tokenizer, messages)
+    from jinja2 import TemplateError
+
+    try:
+        return encode_chat(tokenizer, messages)
+    except TemplateError as error:  # e.g. a template that takes no system message
+        raise SpecdecError(
+            f"the model's chat template refused this conversation ({error}); clear the system "
+            "prompt if the model takes none"
+        ) from error
 
 
 def read_conversations(path: str | Path, limit: int | None = None) -> list[list[str]]:
