@@ -331,6 +331,9 @@ def _train(
             (loss * len(ids) / request.batch_tokens).backward()
             stretch.append(float(loss.detach()))
             taken += len(ids)
+            if request.seconds is not None and time.monotonic() - started > request.seconds:
+                stopped = "time"  # checked after every text: a step may take minutes on a CPU
+                break
             if taken < request.batch_tokens:
                 continue
             torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
@@ -342,9 +345,6 @@ def _train(
                 losses.append(round(sum(stretch) / len(stretch), 4))
                 stretch = []
                 log(f"pard: step {step}/{steps}, loss {losses[-1]}")
-            if request.seconds is not None and time.monotonic() - started > request.seconds:
-                stopped = "time"
-                break
         if stopped:
             break
     if stretch:
