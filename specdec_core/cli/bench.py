@@ -53,9 +53,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--reference",
         default="same",
         choices=["same", "fp32"],
-        help="fp32: also run ar once per prompt with the target in float32 (not timed), report "
-        "identical_to_fp32 and measure every first difference in float32: checks a bf16 / "
-        "fp16 run against exact arithmetic",
+        help="same (default): every entry is checked against ar in the run's dtype. fp32: "
+        "also run ar once per prompt with the target in float32 (not timed), report "
+        "identical_to_fp32 and, greedy, each row's fp32_check (how many tokens agree before "
+        "the first difference from fp32 ar, and its margin), and measure every first "
+        "difference in float32: checks a bf16 / fp16 run against the model's own arithmetic",
     )
     parser.add_argument(
         "--suffix-history",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from specdec_core.cli.options import (
     adapt_settings,
@@ -13,6 +14,7 @@ from specdec_core.cli.options import (
     add_model_options,
     add_policy_profile_option,
     decode_config,
+    load_progress,
     load_target,
     model_specs,
     policy_profile,
@@ -20,6 +22,11 @@ from specdec_core.cli.options import (
 )
 from specdec_core.decoding.events import RunSummary
 from specdec_core.errors import SpecdecError
+
+if TYPE_CHECKING:
+    from specdec_core.decoding.config import DecodeConfig
+    from specdec_core.measurement.reference_check import ReferenceCheck
+    from specdec_core.models.loading import LoadedModel
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -30,6 +37,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--prompt", default=None)
     parser.add_argument("--prompt-file", default=None)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--reference",
+        default="none",
+        choices=["none", "same", "fp32"],
+        help="greedy only: after the run, check its output against ar's (untimed): same: ar "
+        "in the run's dtype (a lossless method equals it token for token); fp32: that and ar "
+        "with the target in float32, the model's own output (a bf16 / fp16 run may part from "
+        "it at a float near-tie). Says identical, or the first differing token and how many "
+        "tokens agree before it (--json: reference_checks)",
+    )
     add_model_options(parser)
     add_decode_options(parser)
     add_adapt_options(parser)
@@ -52,6 +69,11 @@ def run(args: argparse.Namespace) -> int:
         raise SpecdecError("no prompt; pass --prompt TEXT or --prompt-file FILE.jsonl")
     text = args.prompt if args.prompt is not None else read_prompt_file(args.prompt_file, 1)[0]
     check_prompt_text(text)  # before minutes of model loading
+    if args.reference != "none" and not config.greedy:
+        raise SpecdecError(
+            "--reference compares greedy outputs (at --temperature above 0 they differ by "
+            "design); use --temperature 0 or --reference none"
+        )
     target = load_target(args, [text], quiet=args.json)
     prompt_ids = encode_prompt(target.tokenizer, text, args.raw)
     extra = load_extra(args.method, target, model_specs(args))
@@ -64,9 +86,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"[policy profile] {_picked(kind, summary)}", file=sys.stderr)
     if adapting is not None:
         _adapt(args, target, extra, adapting, prompt_ids, summary)
+    checks = _reference_checks(args, target, prompt_ids, summary.token_ids, config)
     if args.json:
         record = summary.to_record()
         record.update(device=str(target.device), dtype=target.dtype_name)
+        if checks:
+            record["reference_checks"] = [check.to_record() for check in checks]
         if profile is not None:
             record.update(policy_profile=args.policy_profile, policy_kind=kind)
         print(json.dumps(record))
@@ -86,7 +111,33 @@ def run(args: argparse.Namespace) -> int:
             f"{c['tree_topk']} ({c['tree_sizing']})",
             file=sys.stderr,
         )
+    for check in checks:
+        print(f"[reference] {check.line(target.tokenizer.decode)}", file=sys.stderr)
     return 0
+
+
+def _reference_checks(
+    args: argparse.Namespace,
+    target: LoadedModel,
+    ids: list[int],
+    output: tuple[int, ...],
+    config: DecodeConfig,
+) -> list[ReferenceCheck]:
+    """`--reference`: the output against `ar` in the run's dtype and, with fp32 where the run
+    is not float32, against `ar` with the target loaded again in float32 (`ReferenceCheck`s)."""
+    from specdec_core.measurement.reference_check import check, reference_output
+    from specdec_core.models.loading import load_model
+
+    if args.reference == "none":
+        return []
+    checks = [check(target, ids, output, reference_output(target, ids, config))]
+    if args.reference == "fp32" and target.dtype_name != "float32":
+        exact = load_model(
+            args.target, str(target.device), "float32", load_progress(args.json),
+            options=target.options,
+        )  # fmt: skip
+        checks.append(check(exact, ids, output, reference_output(exact, ids, config)))
+    return checks
 
 
 def _picked(kind: str, summary: RunSummary) -> str:

@@ -93,6 +93,7 @@ from specdec_core.measurement.measure import (
     speedup_spread,
     warm_up,
 )
+from specdec_core.measurement.reference_check import check, reference_output
 from specdec_core.measurement.run_distance import RunDistance, pooled
 from specdec_core.measurement.run_distance import record as distance_record
 from specdec_core.measurement.speedup_bound import MeasuredSpeedup
@@ -101,7 +102,7 @@ from specdec_core.models.loading import LoadedModel
 from specdec_core.run.methods import uses_history
 from specdec_core.run.policy_profile import PolicyProfile, profiled_config
 from specdec_core.run.prompts import encode_chat_turn, encode_prompt
-from specdec_core.run.runner import extra_key, load_extra, run
+from specdec_core.run.runner import extra_key, load_extra
 
 Report = Callable[[str], None]  # a progress line
 SUFFIX_HISTORIES = ("own", "shared")  # one suffix history per entry, or one for all entries
@@ -239,14 +240,17 @@ def run_bench(
                 distance = _distance(entry.method, target, ids, row, config_used, extras[label])
                 row = replace(row, turn=turn, distance=distance, policy_kind=kind)
                 dialogue.reply(target.tokenizer, row.token_ids)
+                if label == "ar" and reference_model is not None:
+                    exact = reference_output(reference_model, ids, config)
                 if label == "ar":
                     reference = row.token_ids
-                    exact = _fp32_reference(reference_model, ids, config)
                 row = compared(row, reference)
                 if config.greedy:  # sampled outputs part from ar's by design: nothing to explain
                     row = explained(row, judge.model, ids, reference)
                 if exact is not None:
                     row = replace(row, identical_to_fp32=row.token_ids == exact)
+                if exact is not None and config.greedy:  # where it parts from fp32 ar
+                    row = replace(row, fp32_check=check(reference_model, ids, row.token_ids, exact))
                 rows.append(row)
         if after_prompt is not None:  # between prompts, untimed (e.g. adapting a head)
             after_prompt(ids, [r for r in rows if r.prompt_index == index], extras)
@@ -282,15 +286,6 @@ def suffix_histories(entries: list[Entry], mode: str) -> dict[str, History]:
         )
     shared = History()
     return {entry.label: shared if mode == "shared" else History() for entry in entries}
-
-
-def _fp32_reference(
-    model: LoadedModel | None, ids: list[int], config: DecodeConfig
-) -> tuple[int, ...] | None:
-    """`ar`'s output in the reference model's arithmetic (None without one)."""
-    if model is None:
-        return None
-    return run(model, "ar", ids, config.lossless()).token_ids
 
 
 def load_extras(entries: list[Entry], target: LoadedModel, specs: dict[str, str]) -> dict:
@@ -337,7 +332,8 @@ def format_table(result: BenchResult) -> str:
             _cell(m.mean_logprob, 8, ".3f"),
             *_distance_cells(result.distance(name)),
         ]
-        note = _note(m, result.suffix_history(name))
+        own = [row for row in result.rows if row.method == name]
+        note = _note(m, result.suffix_history(name), _fp32_parted(own))
         bound = _bound(m)
         speedup = f"{'disturbed' if bound.disturbed else _speedup_cell(m):>19}"
         if bound.disturbed:
@@ -360,16 +356,33 @@ def _speedup_cell(m: Aggregate) -> str:
     return f"{ratio} ({low:.2f}-{high:.2f})"
 
 
-def _note(m: Aggregate, suffix_history: str | None = None) -> str:
+def _note(m: Aggregate, suffix_history: str | None = None, fp32_parted: str = "") -> str:
     tree = f"tree {m.tree} (tokens/depth/top-k)" if m.tree else ""
     ties = f"{m.near_ties} float near-tie(s)" if m.near_ties else ""
     bugs = f"{m.bugs} DIFFERENCE(S) NOT EXPLAINED BY ROUNDING" if m.bugs and not m.lossy else ""
     exact = (
-        f"identical to fp32 ar {m.identical_to_fp32:.2f}" if m.identical_to_fp32 is not None else ""
+        f"identical to fp32 ar {m.identical_to_fp32:.2f}{fp32_parted}"
+        if m.identical_to_fp32 is not None
+        else ""
     )
     history = SUFFIX_NOTES[suffix_history] if suffix_history else ""
     notes = ["LOSSY" if m.lossy else "", tree, ties, bugs, exact, history]
     return " ".join(filter(None, notes))
+
+
+def _fp32_parted(rows: list[Row]) -> str:
+    """' (elsewhere 12-57 tokens agree before the first difference)': how far the rows that
+    part from fp32 `ar` follow it ('' where none does, or none was checked)."""
+    agreeing = sorted(
+        row.fp32_check.agreeing
+        for row in rows
+        if row.fp32_check is not None and not row.fp32_check.identical
+    )
+    if not agreeing:
+        return ""
+    low, high = agreeing[0], agreeing[-1]
+    span = str(low) if low == high else f"{low}-{high}"
+    return f" (elsewhere {span} tokens agree before the first difference)"
 
 
 def _distance_cells(distance: RunDistance | None) -> list[str]:

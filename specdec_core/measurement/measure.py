@@ -56,6 +56,7 @@ from specdec_core.measurement.first_difference import (
     FirstDifference,
     first_difference,
 )
+from specdec_core.measurement.reference_check import ReferenceCheck
 from specdec_core.measurement.run_distance import RunDistance
 from specdec_core.measurement.run_distance import record as distance_record
 from specdec_core.measurement.sampled_tree_distance import sampled_tree_distance
@@ -101,6 +102,7 @@ class Row(Rates):
     reused_tokens: int = 0  # prompt positions taken from the conversation's cache
     first_difference: FirstDifference | None = None  # where it parts from the reference
     identical_to_fp32: bool | None = None  # with an fp32 reference (`bench --reference fp32`)
+    fp32_check: ReferenceCheck | None = None  # where it parts from fp32 `ar` (greedy, the same)
     phases: StepPhases | None = None  # the steps' phases summed; None for HF baselines
     distance: RunDistance | None = None  # from the target's distribution (`run_distance`)
     policy_kind: str | None = None  # the kind a policy profile gave the prompt (bench)
@@ -110,7 +112,9 @@ class Row(Rates):
         profile is the aggregate's, `step_profile.py`); the distance as its flat fields
         (`run_distance.RunDistance.to_record`, empty where not measured)."""
         record = asdict(self)
-        del record["token_ids"], record["phases"], record["distance"]
+        del record["token_ids"], record["phases"], record["distance"], record["fp32_check"]
+        if self.fp32_check is not None:
+            record["fp32_check"] = self.fp32_check.to_record()
         record.update(distance_record(self.distance))
         record["first_difference"] = (
             self.first_difference.to_record() if self.first_difference else None
