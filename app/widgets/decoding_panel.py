@@ -51,6 +51,7 @@ NEEDS = {
     "medusa": "uses the Medusa heads",
     "speculator": "uses the MLP speculator",
     "mtp": "uses the MTP layers",
+    "dflash": "uses the DFlash drafter",
 }
 NO_PROFILE = "none"
 POLICY_TIP = "how drafts are verified: lossless keeps the target's output exactly"
@@ -192,7 +193,9 @@ class DecodingPanel(QGroupBox):
             self.max_new_tokens: "most tokens to generate (1–4096); a run also ends at EOS",
             self.tree_depth: "EAGLE-2 tree depth in draft steps (0 = sized for this device, –16)",
             self.tree_topk: "EAGLE-2 children per expanded node (0 = sized for this device, –32)",
-            self.tree_tokens: "EAGLE-2 tree size in tokens (0 = sized for this device, –256)",
+            self.tree_tokens: "tree size in tokens, the root counted (0 = sized for this device, "
+            "–256): EAGLE-2's, Medusa's and MTP's trees, and DDTree's node budget (DDTree's depth "
+            "is its DFlash block, its width the budget: depth and top-k do not apply)",
         }
         for widget, tip in tips.items():
             widget.setToolTip(tip)

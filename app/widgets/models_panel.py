@@ -1,11 +1,11 @@
-"""Models panel: target / draft / EAGLE-head / Medusa-heads / MLP-speculator / MTP-layers
-pickers, device and dtype, placement (device map, max memory), trust remote code, Load with
-progress and Cancel.
+"""Models panel: target / draft / EAGLE-head / Medusa-heads / MLP-speculator / MTP-layers /
+DFlash-drafter pickers, device and dtype, placement (device map, max memory), trust remote
+code, Load with progress and Cancel.
 
 Every picker a method can draft with is always shown, each labelled with what it holds: a
 Compare runs several methods at once, each with its own. `specs()` maps what a method needs
-("draft", "head", "medusa", "speculator", "mtp") to the chosen spec; an empty one is the
-engine's `embedded` (the bundled one; for MTP, the target's own layers).
+("draft", "head", "medusa", "speculator", "mtp", "dflash") to the chosen spec; an empty one is
+the engine's `embedded` (the bundled one; for MTP, the target's own layers).
 
 The pickers list the models on this machine (specdec_core.run.local_models: the Hugging Face cache
 and the folders added with Browse ▸ Add a folder…), refreshed each time a list opens (a scan
@@ -61,8 +61,19 @@ MTP_TIP = (
     "MTP layers, for the Native MTP (chain / tree) methods: embedded reads them from the "
     "target's own checkpoint; or another copy of that checkpoint (a folder or a hub id)"
 )
+DFLASH_TIP = (
+    "DFlash block drafter, for the DFlash (block) and DDTree methods: embedded (the one bundled "
+    "for the embedded model), a drafter folder or a hub id in z-lab's or the speculators "
+    "layout (e.g. z-lab/Qwen3-8B-DFlash-b16); train one for your model with "
+    "`specdec train dflash`"
+)
 # what a fresh panel (or settings saved before a picker existed) chooses
-EXTRA_DEFAULTS = {"medusa": "embedded", "speculator": "embedded", "mtp": "embedded"}
+EXTRA_DEFAULTS = {
+    "medusa": "embedded",
+    "speculator": "embedded",
+    "mtp": "embedded",
+    "dflash": "embedded",
+}
 
 
 class ModelsPanel(QGroupBox):
@@ -105,10 +116,18 @@ class ModelsPanel(QGroupBox):
             }
         )
         self.mtp = SpecPicker({"embedded": "the MTP layers in the target's own checkpoint"})
+        self.dflash = SpecPicker(
+            {
+                "embedded": _with_diet(
+                    "the DFlash drafter bundled for the embedded model", resource_path("dflash")
+                )
+            }
+        )
         for picker, tip, placeholder in (
             (self.medusa, MEDUSA_TIP, "embedded, a heads folder or hub id"),
             (self.speculator, SPECULATOR_TIP, "a speculator folder or hub id"),
             (self.mtp, MTP_TIP, "embedded (the target's) or a copy of it"),
+            (self.dflash, DFLASH_TIP, "embedded, a drafter folder or hub id"),
         ):
             picker.setToolTip(tip)
             picker.combo.lineEdit().setPlaceholderText(placeholder)
@@ -119,6 +138,7 @@ class ModelsPanel(QGroupBox):
             "medusa": self.medusa,
             "speculator": self.speculator,
             "mtp": self.mtp,
+            "dflash": self.dflash,
         }
         for needs, default in EXTRA_DEFAULTS.items():
             self.extras[needs].set_spec(default)
@@ -128,9 +148,9 @@ class ModelsPanel(QGroupBox):
         self.dtype = QComboBox()
         self.dtype.addItems(DTYPES)
         self.dtype.setToolTip(
-            "auto: bf16 on CUDA, fp16 on MPS, float32 on the CPU (the model's own output). On a "
-            "CPU with native bf16, bfloat16 is about 1.4x faster and speculative output stays "
-            "identical to bf16 autoregressive"
+            "auto: bf16 on CUDA, fp16 on MPS; on a CPU bf16 where it multiplies bf16 natively "
+            "(AVX-512 BF16, AMX: faster, speculative output identical to bf16 autoregressive), "
+            "else float32. float32 gives the model's own float32 output"
         )
         self.load_button = QPushButton("Load")
         self.load_button.setToolTip("Load the target model (Ctrl+L); drafts load on first use")
@@ -188,6 +208,7 @@ class ModelsPanel(QGroupBox):
         form.addRow("Medusa heads", self.medusa)
         form.addRow("MLP speculator", self.speculator)
         form.addRow("MTP layers", self.mtp)
+        form.addRow("DFlash drafter", self.dflash)
         form.addRow("Device", device_row)
         form.addRow("Split", placement_row)
         form.addRow(load_row)
@@ -195,7 +216,8 @@ class ModelsPanel(QGroupBox):
         form.addRow(self.message)
 
     def specs(self) -> dict[str, str]:
-        """What a method needs ("draft", "head", "medusa", "speculator", "mtp") -> its spec."""
+        """What a method needs ("draft", "head", "medusa", "speculator", "mtp", "dflash") -> its
+        spec."""
         return {needs: picker.spec() for needs, picker in self.extras.items()}
 
     def load_settings(self) -> LoadSettings:
@@ -261,7 +283,7 @@ class ModelsPanel(QGroupBox):
         millions = info.parameters / 1e6
         self._loaded = (
             f"target {info.spec}: {millions:.0f} M parameters, {info.device}, {info.dtype}"
-        )
+        ) + (f"\n{info.dtype_reason}" if info.dtype_reason else "")  # which dtype runs and why
         self.message.setText(self._loaded)
         self.target.remember(info.spec)
         self._target_config = dict(info.config)
