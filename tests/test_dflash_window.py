@@ -14,6 +14,7 @@ from specdec_core.decoding.events import Step, TokenKind
 from specdec_core.run.methods import FAMILIES
 from specdec_core.run.runner import run
 from tests.dflash_tiny import tiny_dflash
+from tests.gui_fake import FakeEngine
 from tests.gui_window import make_window_fixture  # noqa: F401  (fixture)
 from tests.tiny import prompt
 
@@ -160,3 +161,22 @@ def test_a_ddtree_steps_accepted_path_is_shown_as_a_trees(qtbot, tiny_target):
     first = next(i for i, t in enumerate(view.tokens) if t.kind is TokenKind.ACCEPTED_DRAFT)
     step = next(s for s in steps if s.index == view.tokens[first].step)
     assert f"from a tree of {step.drafted} tokens" in view.format_of(first).toolTip()
+
+
+class RealRegistries(FakeEngine):
+    """The fake engine with the engine's real methods (families, parameters)."""
+
+    def registries(self):
+        return SpecdecEngine().registries()
+
+
+def test_tune_offers_the_block_and_ddtree_its_tree_size_in_the_sweep_tab(make_window):  # noqa: F811
+    window = make_window(RealRegistries())
+    axis = window.sweep.view.tune_axis
+    offered = {}
+    for method in ("dflash", "ddtree"):
+        window.decoding.select(window.decoding.method, method)
+        offered[method] = [axis.itemData(i) for i in range(axis.count())]
+    assert offered["dflash"] == ["block"]  # no k: the block sizes the chain
+    assert offered["ddtree"] == ["block", ""]  # and the tree size
+    assert window.sweep.view.tuned_param() == "block"
