@@ -16,7 +16,7 @@ Load… (a chat as a prompt file)."""
 from __future__ import annotations
 
 from PySide6.QtCore import QSizeF, Qt, Signal
-from PySide6.QtGui import QFont, QGuiApplication
+from PySide6.QtGui import QFont, QGuiApplication, QResizeEvent
 from PySide6.QtWidgets import (
     QComboBox,
     QFrame,
@@ -43,6 +43,8 @@ from specdec_core.decoding.events import RunSummary, Step
 USER_STYLE = "background:#dbe8fb; border-radius:10px; padding:6px 10px; color:#111;"
 REPLY_STYLE = "#reply { background:#f2f3f5; border-radius:10px; }"
 LINE_STYLE = "color:#666;"
+USER_SHARE = 0.8  # the widest a user's bubble gets, of the row
+USER_PADDING = 26  # its padding and border, both sides
 STOPPED = "stopped"
 MAX_REPLY_TOKENS = 32_768  # the cap's upper end (a model's context ends a reply before it)
 DEFAULT_REPLY_TOKENS = 512
@@ -189,7 +191,7 @@ class TurnWidget(QFrame):
         under.addWidget(self.tokens_button, 0, Qt.AlignmentFlag.AlignTop)
         asked = QHBoxLayout()
         asked.addStretch(1)
-        asked.addWidget(self.user, 6)
+        asked.addWidget(self.user)
         answered = QHBoxLayout()
         answered.addWidget(bubble, 12)
         answered.addStretch(1)
@@ -199,6 +201,15 @@ class TurnWidget(QFrame):
         layout.addLayout(asked)
         layout.addLayout(answered)
         layout.addLayout(under)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        """The user's bubble hugs a short message and wraps a long one at 80 % of the row."""
+        widest = int(event.size().width() * USER_SHARE)
+        lines = self.user.text().splitlines() or [""]
+        metrics = self.user.fontMetrics()
+        natural = max(metrics.horizontalAdvance(line) for line in lines) + USER_PADDING
+        self.user.setFixedWidth(max(min(natural, widest), 1))
+        super().resizeEvent(event)
 
     def finish(self, text: str, line: str) -> None:
         """The reply ended: its text as markdown, `line` under it."""
