@@ -112,3 +112,16 @@ def test_packed_sequences_keep_every_ids_start_and_count(tiny_target):
     assert counts.sum() == data.tokens and counts[samples[0].ids[0]] >= 1
     one = target_features(tiny_target, [(samples[0].ids, samples[0].start)])
     assert one.tokens == len(samples[0].ids) and one.fused is None
+
+
+def test_a_corpus_folder_streams_its_answers_in_the_jobs_mix():
+    from pathlib import Path
+
+    from specdec_core.training.generation_job import load_samples
+
+    corpus = Path(__file__).resolve().parents[1] / "resources" / "corpus" / "embedded"
+    data = Sequences.read(corpus, 4000)
+    samples, _ = load_samples(corpus, 4000)
+    assert len(data) == len(samples) and data.tokens >= 4000
+    assert [data.ids(i).tolist() for i in range(len(data))] == [s.ids for s in samples]
+    assert data.starts.tolist() == [s.start for s in samples]
