@@ -145,7 +145,7 @@ def test_a_known_model_type_with_an_auto_map_runs_transformers_own_code(good, tm
 def test_a_model_that_cannot_fit_is_refused_with_the_numbers(capsys, good, monkeypatch):
     monkeypatch.setattr(memory, "free_bytes", lambda device: (50_000, "this machine's RAM"))
     monkeypatch.setattr(models.AutoModelForCausalLM, "from_pretrained", None)
-    line = one_line_error(capsys, "--target", str(good), "--device", "cpu")
+    line = one_line_error(capsys, "--target", str(good), "--device", "cpu", "--dtype", "float32")
     assert re.search(
         r"needs about [\d.]+ kB \([\d.]+ kB of float32 weights \+ [\d.]+ kB of KV", line
     )
@@ -233,21 +233,25 @@ def test_load_options_reach_from_pretrained(good, monkeypatch, tmp_path):
     assert loaded.options is options and str(loaded.device) == "cpu"
 
 
-def test_dtype_auto_says_what_it_picks_and_why_before_loading(tmp_path):
+def test_dtype_auto_says_what_it_picks_and_why_before_loading(tmp_path, monkeypatch):
     import torch
 
     from specdec_core.models.loading import auto_dtype_reason, load_model
     from specdec_core.models.prepacked_linear import native_bf16
     from tests.tiny import tiny_model, tiny_tokenizer
 
+    monkeypatch.delenv("SPECDEC_AUTO_DTYPE", raising=False)
     line = auto_dtype_reason(torch.device("cpu"))
-    assert line.startswith("dtype auto: float32")
-    assert ("--dtype bfloat16" in line) if native_bf16() else ("no native bf16" in line)
+    picked = "bfloat16" if native_bf16() else "float32"
+    assert line.startswith(f"dtype auto: {picked} (")
+    assert ("--dtype float32" in line) if native_bf16() else ("no native bf16" in line)
     tiny_model(1).save_pretrained(tmp_path)
     tiny_tokenizer().save_pretrained(tmp_path)
     said = []
-    load_model(str(tmp_path), "cpu", "auto", lambda message, fraction: said.append(message))
-    assert said[0] == line
+    loaded = load_model(
+        str(tmp_path), "cpu", "auto", lambda message, fraction: said.append(message)
+    )
+    assert said[0] == line and loaded.dtype_name == picked and loaded.dtype_reason == line
     said.clear()
     load_model(str(tmp_path), "cpu", "float32", lambda message, fraction: said.append(message))
     assert not any(m.startswith("dtype auto") for m in said)  # a chosen dtype needs no reason

@@ -136,7 +136,8 @@ def _reference_checks(
             args.target, str(target.device), "float32", load_progress(args.json),
             options=target.options,
         )  # fmt: skip
-        checks.append(check(exact, ids, output, reference_output(exact, ids, config)))
+        reference = reference_output(exact, ids, config)
+        checks.append(check(exact, ids, output, reference, target.dtype))
     return checks
 
 

@@ -250,7 +250,8 @@ def run_bench(
                 if exact is not None:
                     row = replace(row, identical_to_fp32=row.token_ids == exact)
                 if exact is not None and config.greedy:  # where it parts from fp32 ar
-                    row = replace(row, fp32_check=check(reference_model, ids, row.token_ids, exact))
+                    found = check(reference_model, ids, row.token_ids, exact, target.dtype)
+                    row = replace(row, fp32_check=found)
                 rows.append(row)
         if after_prompt is not None:  # between prompts, untimed (e.g. adapting a head)
             after_prompt(ids, [r for r in rows if r.prompt_index == index], extras)

@@ -20,7 +20,8 @@ It is a **float near-tie** when the reference margin is within `tolerance`, the 
 logit of that size in the model's dtype (`NEAR_TIE_ULPS` units in the last place of the
 larger logit: rounding accumulates over the layers), or when the two computations disagree on
 which token is ahead; otherwise a **bug**. With a float32 model (`specdec bench --reference
-fp32`) the margins are those of exact arithmetic.
+fp32`) the margins are those of exact arithmetic, and `rounding` names the dtype the run
+computed in (bf16, say), whose rounding is what may explain a difference.
 """
 
 from __future__ import annotations
@@ -71,12 +72,14 @@ def first_difference(
     prompt_ids: Sequence[int],
     output: Sequence[int],
     reference: Sequence[int],
+    rounding: torch.dtype | None = None,
 ) -> FirstDifference | None:
-    """None when `output` equals `reference`; else where and by how much they part."""
+    """None when `output` equals `reference`; else where and by how much they part.
+    `rounding`: the dtype whose rounding the tolerance is of (default: the model's)."""
     if list(output) == list(reference):
         return None
     position = common_prefix(output, reference)
-    dtype = next(model.parameters()).dtype
+    dtype = next(model.parameters()).dtype  # what the margins are measured in
     if position >= len(reference) or position >= len(output):  # one is a prefix of the other
         token = reference[position] if position < len(reference) else output[position]
         return FirstDifference(position, token, None, None, None, 0.0, _name(dtype))
@@ -94,7 +97,7 @@ def first_difference(
         run_token,
         reference_gap,
         run_gap,
-        tolerance(dtype, size),
+        tolerance(rounding or dtype, size),
         _name(dtype),
     )
 

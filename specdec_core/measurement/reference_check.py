@@ -5,7 +5,8 @@ tokens agree before that (`specdec generate --reference`, `specdec bench --refer
 (the same dtype: what a lossless method must equal token for token) or on the target loaded
 again in float32 (the model's own arithmetic: a bf16 or fp16 run, `ar` included, may part from
 it at a float near-tie). Where the two part, `first_difference` measures the margin there with
-the reference's model, so the check says whether rounding explains it (float near-tie) or not.
+the reference's model, against the rounding of the dtype the run computed in, so the check says
+whether rounding explains it (float near-tie) or not.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import torch
 
 from specdec_core.decoding.config import DecodeConfig
 from specdec_core.measurement.first_difference import FirstDifference, first_difference
@@ -73,13 +76,18 @@ def reference_output(model: LoadedModel, ids: list[int], config: DecodeConfig) -
 
 
 def check(
-    model: LoadedModel, ids: list[int], output: Sequence[int], reference: Sequence[int]
+    model: LoadedModel,
+    ids: list[int],
+    output: Sequence[int],
+    reference: Sequence[int],
+    rounding: torch.dtype | None = None,
 ) -> ReferenceCheck:
     """`output` against `reference` (`ar`'s output in `model`), a difference measured with
-    `model`."""
+    `model`; `rounding`: the dtype the run computed in (its rounding may explain a difference
+    from float32 `ar`; default: the model's)."""
     return ReferenceCheck(
         dtype=model.dtype_name,
         output_tokens=len(output),
         reference_tokens=len(reference),
-        difference=first_difference(model.model, ids, output, reference),
+        difference=first_difference(model.model, ids, output, reference, rounding),
     )
