@@ -48,6 +48,7 @@ def test_generate_json_has_every_contract_field(capsys, tiny_dirs):
 
 def test_classic_greedy_token_ids_equal_ar(capsys, tiny_dirs):
     common = ["--target", str(tiny_dirs / "target"), "--prompt", "w4 w5", "--raw", "--json"]
+    common += ["--dtype", "float32"]  # lossless means ar's very tokens in float32, on any CPU
     _, ar, _ = cli(capsys, "generate", "--method", "ar", *common)
     draft = ["--draft", str(tiny_dirs / "draft"), "--k", "3"]
     _, classic, _ = cli(capsys, "generate", "--method", "classic", *draft, *common)
@@ -56,6 +57,7 @@ def test_classic_greedy_token_ids_equal_ar(capsys, tiny_dirs):
 
 def test_a_draft_with_another_tokenizer_drafts_and_keeps_ars_output(capsys, tiny_dirs):
     common = ["--target", str(tiny_dirs / "target"), "--prompt", "w4 w5", "--raw", "--json"]
+    common += ["--dtype", "float32"]  # lossless means ar's very tokens in float32, on any CPU
     _, ar, _ = cli(capsys, "generate", "--method", "ar", *common)
     draft = ["--draft", str(tiny_dirs / "foreign"), "--k", "3"]
     code, classic, _ = cli(capsys, "generate", "--method", "classic", *draft, *common)
@@ -69,7 +71,7 @@ def test_bench_writes_the_contract_json(capsys, tiny_dirs, tmp_path):
     code, table, _ = cli(
         capsys, "bench", "--methods", "ar,classic", "--prompts", str(prompts), "--raw",
         "--target", str(tiny_dirs / "target"), "--draft", str(tiny_dirs / "draft"),
-        "--max-new-tokens", "10", "--json-out", str(out),
+        "--max-new-tokens", "10", "--json-out", str(out), "--dtype", "float32",
     )  # fmt: skip
     result = json.loads(out.read_text())
     assert code == 0 and "classic" in table
