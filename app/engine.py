@@ -116,7 +116,9 @@ class SpecdecEngine:
             self._pending.clear()
         parameters = sum(p.numel() for p in model.model.parameters())
         config = model.model.config.to_dict()
-        return TargetInfo(spec, str(model.device), model.dtype_name, parameters, config)
+        return TargetInfo(
+            spec, str(model.device), model.dtype_name, parameters, config, model.dtype_reason
+        )
 
     def events(self, request: RunRequest, stop: StopFlag, progress: Progress) -> Iterator[Event]:
         from specdec_core.decoding.prefix_cache import PrefixCache

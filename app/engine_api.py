@@ -118,6 +118,7 @@ class TargetInfo:
     dtype: str
     parameters: int
     config: dict = field(default_factory=dict)  # its config.json (which heads / drafts fit)
+    dtype_reason: str = ""  # why this dtype, one line (specdec_core.models.loading.choose_dtype)
 
 
 @dataclass(frozen=True)
@@ -142,7 +143,7 @@ class TargetRequest:
 
 @dataclass(frozen=True)
 class ChatMessage:
-    role: str  # "user" or "assistant"
+    role: str  # "system", "user" or "assistant"
     content: str
 
 

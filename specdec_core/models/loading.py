@@ -13,6 +13,10 @@ Before the weights are read: a model naming its own code is refused unless trust
 memory it needs is compared with what is free (memory.py). `LoadOptions.device_map` splits a
 model larger than the GPU over GPUs, the CPU and disk with accelerate.
 
+`--dtype auto` is decided in one place, `choose_dtype`: on a CPU that multiplies bf16 natively
+(AVX-512 BF16, AMX) it is bfloat16, elsewhere on a CPU float32; the loaded model keeps the
+one-line reason (`LoadedModel.dtype_reason`) that the window shows beside the dtype.
+
 GGUF parsing is slow (~11 s for the embedded model), so the first load converts the GGUF to
 safetensors in the user cache dir (platformdirs) and later loads read that (~1.3 s).
 """
@@ -34,12 +38,19 @@ from pathlib import Path
 import torch
 from platformdirs import user_cache_dir
 from safetensors import SafetensorError
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    PretrainedConfig,
+    PreTrainedModel,
+)
 
 from specdec_core.control import Progress, StopFlag, check_stop
 from specdec_core.errors import SpecdecError, first_line
 from specdec_core.models.checkpoint import check_weights
 from specdec_core.models.cpu_attention import use_grouped_sdpa
+from specdec_core.models.end_of_turn import end_of_turn_id
 from specdec_core.models.memory import check_device_map, check_fits
 from specdec_core.models.prepacked_linear import fast_bf16, prepack
 
@@ -79,6 +90,7 @@ class LoadedModel:
     device: torch.device  # where inputs go (the embedding's device)
     dtype: torch.dtype
     options: LoadOptions = field(default_factory=LoadOptions)  # how it was loaded
+    dtype_reason: str = ""  # why this dtype, one line (`choose_dtype`)
 
     @property
     def dtype_name(self) -> str:
@@ -95,8 +107,11 @@ class LoadedModel:
 
     @property
     def eos_ids(self) -> set[int]:
+        """The ids that end an answer: the generation config's, the tokenizer's and the one
+        its chat template closes an assistant's turn with (end_of_turn.py)."""
         ids: set[int] = set()
-        for source in (self.model.generation_config.eos_token_id, self.tokenizer.eos_token_id):
+        generation = self.model.generation_config.eos_token_id
+        for source in (generation, self.tokenizer.eos_token_id, end_of_turn_id(self.tokenizer)):
             if isinstance(source, int):
                 ids.add(source)
             elif source:
@@ -166,46 +181,94 @@ def resolve_device(device: str = "auto") -> torch.device:
 
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+AUTO_DTYPE_ENV = "SPECDEC_AUTO_DTYPE"  # float32 / bfloat16 / float16: what `auto` means on any
+# machine (a test suite or CI that compares outputs across machines sets it to float32)
+
+
+@dataclass(frozen=True)
+class DtypeChoice:
+    """The dtype a model runs in and, in one line, why (shown where the dtype is named)."""
+
+    dtype: torch.dtype
+    reason: str
+
+    @property
+    def name(self) -> str:
+        return str(self.dtype).removeprefix("torch.")
+
+
+def choose_dtype(
+    dtype: str, device: torch.device, config: PretrainedConfig | None = None
+) -> DtypeChoice:
+    """The one place `--dtype` becomes a torch dtype. `auto`: bf16 on CUDA where supported
+    (else fp16), fp16 on MPS; on a CPU bfloat16 where it multiplies bf16 natively (AVX-512
+    BF16, AMX), float32 elsewhere. `config` (the model's, where known): a model whose attention
+    is soft-capped stays in float32, since its bf16 verify would not give `ar`'s bits.
+
+    Native bf16 runs `ar` and the speculative methods faster (measured: docs/benchmarks.md,
+    "bf16 by default where the CPU multiplies it"), and speculative output stays identical to
+    bf16 `ar` (the verify attends row by row, cpu_attention.py); float32 `ar`'s output, the
+    model's own, is the check `--reference fp32` runs. `SPECDEC_AUTO_DTYPE` fixes what `auto`
+    means."""
+    if dtype != "auto":
+        try:
+            return DtypeChoice(DTYPES[dtype], f"dtype {dtype}, as asked")
+        except KeyError:
+            raise SpecdecError(f"unknown dtype '{dtype}'; use auto, {', '.join(DTYPES)}") from None
+    fixed = os.environ.get(AUTO_DTYPE_ENV, "").strip()
+    if fixed:
+        if fixed not in DTYPES:
+            raise SpecdecError(
+                f"{AUTO_DTYPE_ENV}={fixed} is not a dtype; set it to one of {', '.join(DTYPES)} "
+                "or unset it"
+            )
+        return DtypeChoice(DTYPES[fixed], f"dtype auto: {fixed} (set by {AUTO_DTYPE_ENV})")
+    if device.type == "cuda":
+        if torch.cuda.is_bf16_supported():
+            return DtypeChoice(torch.bfloat16, "dtype auto: bfloat16 (the GPU's native bf16)")
+        return DtypeChoice(torch.float16, "dtype auto: float16 (this GPU has no bf16)")
+    if device.type == "mps":
+        return DtypeChoice(torch.float16, "dtype auto: float16 (Apple GPUs run fp16 natively)")
+    return _cpu_auto(config)
+
+
+def _cpu_auto(config: PretrainedConfig | None) -> DtypeChoice:
+    from specdec_core.models.prepacked_linear import native_bf16
+
+    if not native_bf16():
+        why = "this CPU has no native bf16, which would only be slower"
+        return DtypeChoice(torch.float32, f"dtype auto: float32 ({why})")
+    if config is not None and getattr(config, "attn_logit_softcapping", None) is not None:
+        why = (
+            "this model's soft-capped attention would make bf16 speculative output drift from "
+            "bf16 ar; --dtype bfloat16 to run it anyway"
+        )
+        return DtypeChoice(torch.float32, f"dtype auto: float32 ({why})")
+    why = (
+        f"this CPU multiplies bf16 natively ({_bf16_units()}): faster, speculative output "
+        "identical to bf16 ar; --dtype float32 for the model's own float32 output"
+    )
+    return DtypeChoice(torch.bfloat16, f"dtype auto: bfloat16 ({why})")
+
+
+def _bf16_units() -> str:
+    """'AMX' or 'AVX-512 BF16': what multiplies bf16 here (the CPU's flags, Linux)."""
+    from specdec_core.environment import cpu_isa
+
+    flags = cpu_isa()  # e.g. 'AVX512 (avx512_bf16, amx_bf16, amx_tile)'
+    units = (("amx_bf16", "AMX"), ("avx512_bf16", "AVX-512 BF16"))
+    found = [name for flag, name in units if flag in flags]
+    return " and ".join(found) or "oneDNN bf16"
 
 
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    """`auto`: bf16 on CUDA where supported, fp16 on MPS, fp32 on the CPU.
-
-    On the CPU float32 gives the model's own float32 output, which the documented numbers are
-    measured against. Where the CPU has native bf16, --dtype bfloat16 is faster and its
-    speculative output stays identical to bf16 `ar` (the verify attends row by row,
-    cpu_attention.py; measured: docs/benchmarks.md#bfloat16-verification-with-ars-bits).
-    """
-    if dtype == "auto":
-        if device.type == "cuda":
-            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-        if device.type == "mps":
-            return torch.float16
-        return torch.float32
-    try:
-        return DTYPES[dtype]
-    except KeyError:
-        raise SpecdecError(f"unknown dtype '{dtype}'; use auto, {', '.join(DTYPES)}") from None
+    """The torch dtype of `--dtype` on `device` (`choose_dtype`, before a config is read)."""
+    return choose_dtype(dtype, device).dtype
 
 
 def auto_dtype_reason(device: torch.device) -> str:
-    """One line: what `--dtype auto` picks on `device` and why (the measurement behind it)."""
-    picked = resolve_dtype("auto", device)
-    name = str(picked).removeprefix("torch.")
-    if device.type == "cuda":
-        why = "the GPU's native half precision" if picked == torch.bfloat16 else "no bf16 here"
-        return f"dtype auto: {name} ({why})"
-    if device.type == "mps":
-        return f"dtype auto: {name} (Apple GPUs run half precision natively)"
-    from specdec_core.models.prepacked_linear import native_bf16
-
-    if native_bf16():
-        return (
-            f"dtype auto: {name}, the model's own output; this CPU multiplies bf16 natively: "
-            "--dtype bfloat16 runs about 1.4x faster, speculative output identical to bf16 ar "
-            "(docs/benchmarks.md)"
-        )
-    return f"dtype auto: {name} (this CPU has no native bf16, which would only be slower)"
+    """One line: what `--dtype auto` picks on `device` and why (`choose_dtype`)."""
+    return choose_dtype("auto", device).reason
 
 
 def load_model(
@@ -225,9 +288,7 @@ def load_model(
     report = progress or (lambda message, fraction: None)
     check_device_map(options.device_map)
     torch_device = resolve_device(device)
-    torch_dtype = resolve_dtype(dtype, torch_device)
-    if dtype == "auto":
-        report(auto_dtype_reason(torch_device), 0.0)
+    resolve_dtype(dtype, torch_device)  # a bad --dtype is refused before any download
     source = _source_dir(spec, report, options, stop)
     _read_config(Path(source), spec, options)  # remote code refused unless trusted
     weights = check_weights(Path(source), spec)
@@ -239,6 +300,10 @@ def load_model(
             f"cannot read the config of '{spec}' ({first_line(error)}); check that it is a "
             "transformers causal language model"
         ) from None
+    choice = choose_dtype(dtype, torch_device, hf_config)
+    torch_dtype = choice.dtype
+    if dtype == "auto":
+        report(choice.reason, 0.0)
     check_fits(
         spec, hf_config, torch_dtype, torch_device, options.context, options.device_map,
         options.max_memory, on_disk=sum(p.stat().st_size for p in weights), **trust,
@@ -264,7 +329,9 @@ def load_model(
         model.to(torch_device).eval()
         fast_cpu_paths(model, rows_like_ar=True)  # a target, or a draft loaded like one
     report(f"loaded {spec}", 1.0)
-    return LoadedModel(model, tokenizer, spec, str(source), torch_device, torch_dtype, options)
+    return LoadedModel(
+        model, tokenizer, spec, str(source), torch_device, torch_dtype, options, choice.reason
+    )
 
 
 def input_device(model: torch.nn.Module) -> torch.device:
