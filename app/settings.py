@@ -35,6 +35,7 @@ class GuiSettings:
     medusa: str = "embedded"  # Medusa heads (method medusa)
     speculator: str = "embedded"  # an MLP speculator (method mlp-speculator)
     mtp: str = "embedded"  # the checkpoint whose MTP layers draft (embedded: the target's own)
+    dflash: str = "embedded"  # a DFlash block drafter (methods dflash, ddtree)
     device: str = "auto"
     dtype: str = "auto"
     recent_target: tuple[str, ...] = ()
@@ -43,6 +44,7 @@ class GuiSettings:
     recent_medusa: tuple[str, ...] = ()
     recent_speculator: tuple[str, ...] = ()
     recent_mtp: tuple[str, ...] = ()
+    recent_dflash: tuple[str, ...] = ()
     device_map: str = "none"  # or auto, balanced, sequential (accelerate)
     max_memory: str = ""  # DEVICE=SIZE[,…] with a device map
     trust_remote_code: bool = False

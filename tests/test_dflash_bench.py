@@ -9,7 +9,6 @@ import json
 import threading
 
 import pytest
-import torch
 
 from app.engine import SpecdecEngine
 from app.engine_api import RunRequest, TuneRequest
@@ -17,21 +16,11 @@ from specdec_core.cli import main
 from specdec_core.decoding.config import DecodeConfig
 from specdec_core.decoding.events import Finished
 from specdec_core.measurement.sweep_records import Grid
-from specdec_core.models.prepacked_linear import fast_bf16
 from specdec_core.run.methods import METHODS
 from specdec_core.tuning.tune import param_axis, param_candidates, tunable_params
 from tests.dflash_tiny import tiny_dflash, write_zlab
 from tests.tiny import tiny_loaded, tiny_model, tiny_tokenizer
 
-# A drafter loaded for a float32 target drafts in bf16 where the CPU multiplies bf16 natively
-# (models/loading.py drafting_dtype), and heads/dflash/draft.py `DFlashDraft.logits` hands its
-# bf16 rows to the target's float32 lm_head as they are: a dtype error until it casts them.
-BF16_ROWS = pytest.mark.xfail(
-    fast_bf16(torch.device("cpu")),
-    reason="DFlashDraft.logits does not cast bf16 rows to the target lm_head's dtype",
-    raises=RuntimeError,
-    strict=True,
-)
 PROMPTS = ('{"prompt": "w1 w2 w3 w1 w2"}', '{"turns": ["w4 w5 w6 w4 w5 w6 w4"]}')
 
 
@@ -59,7 +48,6 @@ def _on_tiny(models) -> tuple[str, ...]:
     return (*target, "--prompts", str(models / "prompts.jsonl"))
 
 
-@BF16_ROWS
 def test_bench_runs_dflash_and_ddtree_from_the_dflash_flag_identical_to_ar(
     models, tmp_path, capsys
 ):
@@ -76,7 +64,6 @@ def test_bench_runs_dflash_and_ddtree_from_the_dflash_flag_identical_to_ar(
     assert result[other]["mean_accept_length"] != result["dflash"]["mean_accept_length"]
 
 
-@BF16_ROWS
 def test_sweep_measures_the_block_and_the_tree_budget(models, tmp_path, capsys):
     record = _written(
         capsys, tmp_path / "sweep.json",
@@ -117,7 +104,6 @@ def _summary(engine: SpecdecEngine, request: RunRequest):
     return events[-1].summary
 
 
-@BF16_ROWS
 def test_the_windows_engine_runs_both_on_one_loaded_drafter(models, monkeypatch):
     from specdec_core.run import runner
 
@@ -143,7 +129,6 @@ def test_the_windows_engine_runs_both_on_one_loaded_drafter(models, monkeypatch)
     assert len(blocked.drafted_per_position) == 2  # the block param: 3 rows, 2 drafts
 
 
-@BF16_ROWS
 def test_the_windows_tune_measures_the_tree_size_of_ddtree(models):
     engine = SpecdecEngine(tiny_loaded(seed=1))
     specs = {"dflash": str(models / "b8")}

@@ -51,6 +51,7 @@ def test_the_speculator_and_mtp_specs_reach_specs_under_what_their_methods_need(
         "medusa": "embedded",
         "speculator": "/home/me/speculator",
         "mtp": "/models/copy-of-target",
+        "dflash": "embedded",
     }
 
 

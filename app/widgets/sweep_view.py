@@ -59,6 +59,7 @@ PARAM_WORDS = {  # a method parameter in words
     "skip_ratio": "the skip ratio",
     "window": "the lookahead window W",
     "ngram_size": "the n-gram size N",
+    "block": "the DFlash block (rows per pass)",
 }
 
 

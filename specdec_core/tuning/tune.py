@@ -6,7 +6,9 @@ grid and read the result, and `autotune.py` (which measures) shares the same rul
 What is tuned: the draft length k (chains), a tree's size in tokens (tree methods), or one of
 the method's own parameters (`DecodeConfig.method_params`, the sweep's `method_params.NAME`
 axis): layer-skip's `exit_layer` (a quarter, half and three quarters of the target's depth),
-SWIFT's `skip_ratio`, lookahead's `window` and `ngram_size` (`METHOD_PARAM_CANDIDATES`). The choice
+SWIFT's `skip_ratio`, lookahead's `window` and `ngram_size`, the DFlash block of `dflash` and
+`ddtree` (`block`: rows of a block, 3 to 8; a drafter trained on shorter blocks refuses the longer
+ones in one line) (`METHOD_PARAM_CANDIDATES`). The choice
 is the value with the highest speedup; a tie (within `TIE`, well inside timing noise) goes to
 the smaller value. A tuning that Stop cut short picks nothing: it keeps the value it was given,
 and its table (`stopped_table`) labels the value cut short and those never measured.
@@ -37,6 +39,8 @@ METHOD_PARAM_CANDIDATES: dict[str, dict[str, tuple[float, ...] | None]] = {
     "layer-skip": {"exit_layer": None},
     "swift": {"skip_ratio": (0.3, 0.45, 0.6)},
     "lookahead": {"window": (2, 3, 4, 6), "ngram_size": (3, 4, 5)},
+    "dflash": {"block": (3, 4, 6, 8)},
+    "ddtree": {"block": (3, 4, 6, 8)},
 }
 EXIT_FRACTIONS = (0.25, 0.5, 0.75)  # exit layers measured, as shares of the target's layers
 TIE = 0.01  # speedups within 1% of the best count as a tie

@@ -200,7 +200,8 @@ class DFlashDraft(nn.Module):
         """Normed block rows [.., h] -> target-vocabulary logits [.., V] (-inf outside a
         reduced draft vocabulary)."""
         if self.lm_head is None:
-            return self._bound()[1](hidden).float()
+            lm_head = self._bound()[1]
+            return lm_head(hidden.to(lm_head.weight.dtype)).float()
         draft = self.lm_head(hidden).float()
         out = draft.new_full((*draft.shape[:-1], self.vocab_size), float("-inf"))
         return out.index_copy_(-1, self.draft_ids().to(draft.device), draft)

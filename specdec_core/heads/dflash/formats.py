@@ -36,6 +36,7 @@ from specdec_core.files import save_tensors_atomic, write_atomic
 from specdec_core.heads.dflash.draft import DFlashDraft, DFlashSpec
 from specdec_core.models import hub
 from specdec_core.models.loading import LoadedModel, drafting_dtype
+from specdec_core.models.prepacked_linear import prepack
 from specdec_core.models.weights_file import check_shapes, listed, read_weights
 from specdec_core.resources import resource_path
 
@@ -302,6 +303,7 @@ def load_dflash(
     check_fits(config, target, name)
     draft = draft_from_state(config, read_weights(directory, name), name)
     draft.to(device=target.device, dtype=dtype or drafting_dtype(target)).eval()
+    prepack(draft)  # on a CPU: oneDNN-packed linears for a block's few rows (prepacked_linear.py)
     model = target.model
     draft.bind(model.get_input_embeddings(), model.get_output_embeddings())
     return draft
