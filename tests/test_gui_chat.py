@@ -12,13 +12,13 @@ from PySide6.QtGui import QFont, QGuiApplication
 
 from app.chat_store import ChatStore, chats_dir
 from app.engine_api import ChatMessage
-from app.widgets.chat_view import DEFAULT_REPLY_TOKENS
+from app.widgets.chat_view import DEFAULT_REPLY_TOKENS, turn_summary
 from specdec_core.decoding.events import Finished, Step, StepPhases, Token, TokenKind
 from tests import gui_fake
 from tests.gui_fake import FakeEngine
 from tests.gui_window import make_window_fixture, wait_idle  # noqa: F401  (fixture)
 
-REPLY = ["Speculative", " decoding", " is **fast**", ":\n\n", "- one draft\n", "- one check\n"]
+LIST_REPLY = ["Speculative", " decoding", " is **fast**", ":\n\n", "- one draft\n", "- one check\n"]
 
 
 def _chat(make_window, engine=None, **settings):
@@ -34,27 +34,28 @@ def _say(qtbot, window, text: str) -> None:
 
 
 class MarkdownEngine(FakeEngine):
-    """Every reply is `REPLY`, a token a step, its summary's text theirs (as the engine's
+    """Every reply is `reply`, a token a step, its summary's text theirs (as the engine's
     detokenizer gives it)."""
 
-    def __init__(self) -> None:
-        super().__init__(steps=len(REPLY))
+    def __init__(self, reply: list[str]) -> None:
+        super().__init__(steps=len(reply))
+        self.reply = reply
 
     def events(self, request, stop, progress):
         for event in super().events(request, stop, progress):
             if isinstance(event, Finished):
-                text = "".join(REPLY[: event.summary.new_tokens])
+                text = "".join(self.reply[: event.summary.new_tokens])
                 event = Finished(replace(event.summary, text=text))
             yield event
 
 
-def _markdown_reply(monkeypatch) -> FakeEngine:
+def _markdown_reply(monkeypatch, reply: list[str] = LIST_REPLY) -> FakeEngine:
     def step(index: int, method: str) -> Step:
-        token = Token(200 + index, REPLY[index], TokenKind.TARGET, index, 0.5)
+        token = Token(200 + index, reply[index], TokenKind.TARGET, index, 0.5)
         return Step(index, (token,), 0, 0, phases=StepPhases(draft=0.001, target=0.01))
 
     monkeypatch.setattr(gui_fake, "fake_step", step)
-    return MarkdownEngine()
+    return MarkdownEngine(reply)
 
 
 def test_a_conversation_is_saved_reopened_after_a_restart_and_continued(make_window, qtbot):
@@ -165,7 +166,7 @@ def test_an_ended_reply_is_rendered_as_markdown_and_its_tokens_stay(
     assert weights["fast"] == QFont.Weight.Bold and weights["Speculative decoding is "] < 700
     items = [document.findBlockByNumber(n) for n in (1, 2)]
     assert all(block.textList() is not None for block in items)  # a bulleted list
-    assert len(turn.reply.tokens) == len(REPLY)  # the coloured tokens are kept
+    assert len(turn.reply.tokens) == len(LIST_REPLY)  # the coloured tokens are kept
     turn.tokens_button.click()
     assert turn.reply.isVisible() and not turn.markdown.isVisible()
     turn.tokens_button.click()
@@ -186,4 +187,29 @@ def test_copy_puts_the_reply_text_on_the_clipboard(make_window, qtbot, monkeypat
     _say(qtbot, window, "what is it?")
     QGuiApplication.clipboard().setText("something else")
     window.chat_view.turns[0].copy_button.click()
-    assert QGuiApplication.clipboard().text() == "".join(REPLY)
+    assert QGuiApplication.clipboard().text() == "".join(LIST_REPLY)
+
+
+def test_a_long_code_line_wraps_inside_its_bubble(make_window, qtbot, monkeypatch):
+    code = "```python\n" + "numbers = [x * x for x in range(100)]  # " + "word " * 60 + "\n```\n"
+    window = _chat(make_window, _markdown_reply(monkeypatch, ["Like this:\n\n", code]))
+    _say(qtbot, window, "show me code")
+    markdown = window.chat_view.turns[0].markdown
+    document = markdown.document()
+    blocks = [document.findBlockByNumber(n) for n in range(document.blockCount())]
+    assert any(block.text().startswith("numbers = ") for block in blocks)
+    assert not any(block.blockFormat().nonBreakableLines() for block in blocks)
+    assert document.idealWidth() <= markdown.viewport().width()  # nothing cut on the right
+
+
+def test_the_line_under_a_reply_says_why_it_ended_where_it_was_not_its_end_of_turn():
+    from specdec_core.decoding.events import RunSummary
+
+    def ended(reason: str) -> str:
+        summary = RunSummary("ar", "lossless", False, 9, 12, (), "", 12, 1.0, 0.1, reason)
+        return turn_summary("Autoregressive", summary, None)
+
+    assert "cut at the reply cap (12 tokens; raise it above)" in ended("max_tokens")
+    assert "stopped after 12 tokens" in ended("stopped")
+    assert "context is full" in ended("context")
+    assert "cut" not in ended("eos") and "stopped" not in ended("eos")

@@ -16,7 +16,7 @@ Load… (a chat as a prompt file)."""
 from __future__ import annotations
 
 from PySide6.QtCore import QSizeF, Qt, Signal
-from PySide6.QtGui import QFont, QGuiApplication, QResizeEvent
+from PySide6.QtGui import QColor, QFont, QGuiApplication, QResizeEvent, QTextCursor
 from PySide6.QtWidgets import (
     QComboBox,
     QFrame,
@@ -43,9 +43,15 @@ from specdec_core.decoding.events import RunSummary, Step
 USER_STYLE = "background:#dbe8fb; border-radius:10px; padding:6px 10px; color:#111;"
 REPLY_STYLE = "#reply { background:#f2f3f5; border-radius:10px; }"
 LINE_STYLE = "color:#666;"
+STOPPED = "stopped"
+CODE_BACKGROUND = "#e4e6ea"
+ENDS = {  # why a reply ended, where it is not its end of turn
+    "max_tokens": "cut at the reply cap ({n} tokens; raise it above)",
+    "context": "cut: the model's context is full",
+    "stopped": STOPPED + " after {n} tokens",
+}
 USER_SHARE = 0.8  # the widest a user's bubble gets, of the row
 USER_PADDING = 26  # its padding and border, both sides
-STOPPED = "stopped"
 MAX_REPLY_TOKENS = 32_768  # the cap's upper end (a model's context ends a reply before it)
 DEFAULT_REPLY_TOKENS = 512
 SETTINGS = ("system_prompt", "chat_max_new_tokens")  # what the view gives the saved settings
@@ -56,8 +62,8 @@ def turn_summary(
 ) -> str:
     """The line under a reply: τ, tokens/s, the speedup with its 95 % interval and, when its
     reference was reused, where from (or why a disturbed one is not shown; without one,
-    `note`: why there is none yet), what the conversation cache saved, and whether Stop cut
-    it."""
+    `note`: why there is none yet), what the conversation cache saved, and why it ended
+    where that was not its end of turn (Stop, the reply cap, the context)."""
     ratio = f" · {note}" if note else ""
     if speedup is not None and speedup.disturbed:
         ratio = f" · speedup not shown: {speedup.bound.why()} (Regenerate re-measures it)"
@@ -74,10 +80,11 @@ def turn_summary(
         if summary.reused_tokens
         else f" · prefilled all {summary.prompt_tokens} prompt tokens"
     )
-    stopped = f" · {STOPPED} after {summary.new_tokens} tokens" if _stopped(summary) else ""
+    end = ENDS.get(summary.stop_reason, "")
+    ended = f" · {end.format(n=summary.new_tokens)}" if end else ""
     return (
         f"{label}: τ {summary.mean_accept_length:.2f} · {summary.tokens_per_second:.1f} tok/s"
-        f"{stopped}{ratio}{cache}"
+        f"{ended}{ratio}{cache}"
     )
 
 
@@ -97,10 +104,6 @@ def saved_summary(numbers: ReplyNumbers | None, stopped: bool) -> str:
         f"saved reply · {numbers.method}: τ {numbers.tau:.2f} · "
         f"{numbers.tokens_per_second:.1f} tok/s · {numbers.new_tokens} tokens{cut}{ratio}"
     )
-
-
-def _stopped(summary: RunSummary) -> bool:
-    return summary.stop_reason == "stopped"
 
 
 def fit_to_text(view: QTextEdit) -> None:
@@ -138,6 +141,19 @@ class ReplyMarkdown(QTextBrowser):
         self.setOpenExternalLinks(True)
         self.setFont(QFont("DejaVu Sans", 11))
         fit_to_text(self)
+
+    def show_markdown(self, text: str) -> None:
+        """`text` rendered; a code block wraps at the bubble's width (it has no scroll bar)
+        on a shaded background."""
+        self.setMarkdown(text)
+        block = self.document().begin()
+        while block.isValid():
+            layout = block.blockFormat()
+            if layout.nonBreakableLines():
+                layout.setNonBreakableLines(False)
+                layout.setBackground(QColor(CODE_BACKGROUND))
+                QTextCursor(block).setBlockFormat(layout)
+            block = block.next()
 
 
 class TurnWidget(QFrame):
@@ -214,7 +230,7 @@ class TurnWidget(QFrame):
     def finish(self, text: str, line: str) -> None:
         """The reply ended: its text as markdown, `line` under it."""
         self.text = text
-        self.markdown.setMarkdown(text)
+        self.markdown.show_markdown(text)
         self.summary.setText(line)
         self.copy_button.setEnabled(True)
         self.tokens_button.setEnabled(bool(self.reply.tokens))
