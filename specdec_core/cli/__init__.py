@@ -24,6 +24,7 @@ from specdec_core.cli import (
     serve_check,
     sweep,
     train,
+    train_dflash,
     train_mlp_speculator,
     tune_policy,
     validate,
@@ -63,11 +64,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# trainers with flags of their own: `specdec train NAME`
+OWN_TRAINERS = {"mlp-speculator": train_mlp_speculator, "dflash": train_dflash}
+
+
 def parse(argv: list[str]) -> argparse.Namespace:
-    """The command's flags; `train mlp-speculator` has flags of its own (another trainer)."""
-    if argv[:2] == ["train", "mlp-speculator"]:
+    """The command's flags; `train mlp-speculator` and `train dflash` have flags of their own
+    (other trainers)."""
+    if argv[:1] == ["train"] and argv[1:2] and argv[1] in OWN_TRAINERS:
         parser = argparse.ArgumentParser(prog="specdec train")
-        train_mlp_speculator.add_parser(parser.add_subparsers(dest="kind", required=True))
+        OWN_TRAINERS[argv[1]].add_parser(parser.add_subparsers(dest="kind", required=True))
         args = parser.parse_args(argv[1:])
         args.command = "train"
         return args
