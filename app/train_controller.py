@@ -19,7 +19,9 @@ The children's progress reaches the tab only through their files (the generation
 WORK/data/status.json, training's WORK/head/progress.json), read on every poll. Before a
 child has an estimate (its first batch still running) the ETA says what is known instead of a
 bare "?": the budget's end when a time budget is set ("ETA at most 0m37s"),
-else "estimating…" with how long the step has run (`eta_words`).
+else "estimating…" with how long the step has run (`eta_words`). The job's status carries the
+batch it is making, so the generation line shows its answer tokens as they come ("312 answer
+tokens so far in batch 1 (magpie)"), and the ETA the job derives from their rate.
 """
 
 from __future__ import annotations
@@ -302,12 +304,13 @@ class TrainController(QObject):
             eta = eta_words(generation.eta_s, share)  # the line says how long it has run
         else:  # stopped or failed: the estimate it had, if any
             eta = format_duration(generation.eta_s) if generation.eta_s is not None else "—"
+        batch = generation.batch if generation.state == "running" else None
         line = (
             f"{generation.answer_tokens:,} / {generation.budget:,} answer tokens, "
-            f"{generation.batches} batches; {rate} tokens/s; ETA {eta} ({generation.state}"
-            f"{self._running_for('generation')})"
+            f"{generation.batches} batches{f'; {batch.words()}' if batch is not None else ''}; "
+            f"{rate} tokens/s; ETA {eta} ({generation.state}{self._running_for('generation')})"
         )
-        if self.step == "generation" and generation.batches == 0:
+        if self.step == "generation" and generation.batches == 0 and batch is None:
             line += "; the first batch is running"
         self.view.generation_text.setText(line + self._budget_words())
         if self.step == "generation" and share is not None and share <= 0:

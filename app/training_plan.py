@@ -23,6 +23,7 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from specdec_core.training.batch_progress import BatchInProgress
 from specdec_core.training.job_plan import DEFAULT_MIX, SOURCES
 from specdec_core.training.progress_file import TrainProgress, read_progress
 
@@ -197,10 +198,13 @@ class GenerationProgress:
     tokens_per_s: float | None
     eta_s: float | None
     batches: int
+    batch: BatchInProgress | None = None  # the batch being made (None: none, or an older job)
 
     @property
     def fraction(self) -> float:
-        return min(1.0, self.answer_tokens / self.budget) if self.budget else 1.0
+        """Of the budget, the answer tokens made: the finished batches' and the running one's."""
+        made = self.answer_tokens + (self.batch.answer_tokens if self.batch is not None else 0)
+        return min(1.0, made / self.budget) if self.budget else 1.0
 
 
 def read_generation(work: Path) -> GenerationProgress | None:
@@ -217,6 +221,7 @@ def read_generation(work: Path) -> GenerationProgress | None:
         tokens_per_s=report.get("tokens_per_s"),
         eta_s=report.get("eta_s"),
         batches=sum(s["batches"] for s in report["sources"].values()),
+        batch=BatchInProgress.from_record(report.get("batch")),
     )
 
 

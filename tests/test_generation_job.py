@@ -276,3 +276,121 @@ def test_requests_are_answered_in_calls_of_like_length_prompts():
         [3, 4, 5],
         [6],
     ]  # full calls
+
+
+def test_token_steps_add_up_to_the_answers_each_call_makes(setup):
+    from specdec_core.training.datasets import StepDone, answer_batch
+
+    target = load_model(str(setup / "target"), "cpu", "float32")
+    prompts = _first_turns(setup, target, 8)
+    eos = {2, _ending_token(target, prompts)}  # so that rows end at different steps
+    for enough in (1.0, 0.5):  # to the cap, or cut once half the rows have ended
+        steps: list[StepDone] = []
+        answers = answer_batch(target.model, prompts, 24, 0, eos, enough=enough,
+                               on_step=steps.append)  # fmt: skip
+        lengths = [len(answer) for answer, _ in answers]
+        assert sum(s.generated for s in steps) == sum(lengths)
+        assert [s.generated for s in steps[: min(lengths)]] == [len(prompts)] * min(lengths)
+        assert steps[-1].ended == sum(answer[-1] in eos for answer, _ in answers)
+        assert [s.ended for s in steps] == sorted(s.ended for s in steps)
+        assert len(set(lengths)) > 1  # rows ended at different steps
+
+
+def _first_turns(setup, target, count: int) -> list[list[int]]:
+    chats = json.loads((setup / "chats.json").read_text())[:count]
+    return [target.tokenizer.encode(c["conversations"][0]["value"]) for c in chats]
+
+
+def _ending_token(target, prompts: list[list[int]]) -> int:
+    """A token the tiny target first says at the most different steps of its answers to
+    `prompts` (made an end-of-turn token, its answers end at different steps)."""
+    from specdec_core.training.datasets import answer_batch
+
+    answers = [answer for answer, _ in answer_batch(target.model, prompts, 24, 0, {2})]
+    said = {t for answer in answers for t in answer}
+
+    def steps(token: int) -> int:
+        return len({answer.index(token) if token in answer else None for answer in answers})
+
+    return max(sorted(said - {2}), key=steps)
+
+
+def test_status_shows_the_batch_in_progress_before_its_shard_exists(setup, tmp_path, capsys):
+    """Mid-generation of a job's first batch, status.json already holds the batch's answer
+    tokens (exactly what the running call has generated) and the rate and ETA they imply, and
+    `specdec data status` says so; the stopped job's status holds no batch in progress."""
+    from transformers import StoppingCriteria
+
+    from specdec_core.training.batch_progress import BatchInProgress
+    from specdec_core.training.job_shards import shard_path
+
+    work = tmp_path / "work"
+    plan = tiny_plan(setup, mix={"sharegpt-first": 1.0}, tokens=400, max_new_tokens=24)
+    target = load_model(plan.target, "cpu", "float32")
+    ending = _ending_token(target, _first_turns(setup, target, 400))
+    target.model.generation_config.eos_token_id = [2, ending]
+    eos = set(target.eos_ids)  # answers end at different steps
+    seen: dict = {}
+
+    class ReadStatusMidCall(StoppingCriteria):
+        """On the first call's 6th token step (after waiting out the job's write interval):
+        what status.json and `specdec data status` say, then the job is interrupted."""
+
+        def __init__(self, width: int) -> None:
+            self.width, self.steps = width, 0
+
+        def __call__(self, input_ids, scores, **kwargs):
+            self.steps += 1
+            if self.steps == 5:
+                time.sleep(job.LIVE_EVERY_S + 0.2)
+            if self.steps == 6:  # the job's own count of this step came first
+                answers = input_ids[:, self.width :].tolist()
+                seen["rows"] = len(answers)
+                seen["made"] = sum(
+                    next((i + 1 for i, t in enumerate(a) if t in eos), len(a)) for a in answers
+                )
+                seen["status"] = json.loads((work / "status.json").read_text())
+                seen["shard"] = shard_path(work, "sharegpt-first", 0).exists()
+                main(["data", "status", "--work", str(work)])
+                seen["printed"] = capsys.readouterr().out
+                raise KeyboardInterrupt
+            return input_ids.new_zeros(input_ids.shape[0], dtype=bool)
+
+    generate = target.model.generate
+
+    def watched(*args, **kwargs):
+        width = kwargs["input_ids"].shape[1]
+        kwargs["stopping_criteria"].append(ReadStatusMidCall(width))
+        return generate(*args, **kwargs)
+
+    target.model.generate = watched
+    with pytest.raises(KeyboardInterrupt):
+        run_job(work, plan, target)
+    target.model.generate = generate
+
+    status = seen["status"]
+    batch = BatchInProgress.from_record(status["batch"])
+    assert not seen["shard"] and status["answer_tokens"] == 0  # no batch has ended
+    assert batch is not None and (batch.source, batch.number) == ("sharegpt-first", 0)
+    assert batch.phase == "answering" and batch.answer_tokens == seen["made"] > 0
+    assert seen["made"] < 6 * seen["rows"]  # some rows had ended: they generate no more
+    assert status["tokens_per_s"] > 0 and status["eta_s"] is not None  # from those tokens
+    assert status["tokens_per_s"] == pytest.approx(batch.answer_tokens / batch.seconds, rel=0.1)
+    assert f"{seen['made']} answer tokens so far in batch 1 (sharegpt-first)" in seen["printed"]
+    assert "in progress: " in seen["printed"] and "running (pid" in seen["printed"]
+    stopped = json.loads((work / "status.json").read_text())
+    assert stopped["state"] == "stopped" and stopped["batch"] is None
+
+
+def test_status_of_a_job_from_before_the_batch_record_still_prints(tmp_path):
+    from specdec_core.cli.data import format_status
+
+    report = {
+        "state": "running", "message": "", "target": "t", "updated": time.time(),
+        "generation_seconds": 0.0, "budget": 1000, "answer_tokens": 0, "tokens_per_s": None,
+        "eta_s": None, "kinds": {}, "sources": {"magpie": {
+            "budget": 1000, "answer_tokens": 0, "samples": 0, "batches": 0, "seconds": 0.0,
+            "tokens_per_s": None, "eta_s": None, "done": False, "rejected": {}}},
+    }  # fmt: skip
+    text = format_status(report, 4242, tmp_path)
+    assert "running (pid 4242)" in text and "in progress" not in text

@@ -21,6 +21,7 @@ from pathlib import Path
 from specdec_core.cli.options import add_exclude_prompts, parse_tokens
 from specdec_core.errors import SpecdecError
 from specdec_core.files import format_duration
+from specdec_core.training.batch_progress import BatchInProgress
 
 
 def default_work() -> Path:
@@ -244,7 +245,8 @@ def stop(args: argparse.Namespace) -> int:
 
 
 def format_status(report: dict, pid: int | None, work: Path) -> str:
-    """The status as a table: per source answer tokens of budget, tokens/s and ETA; per kind."""
+    """The status as a table: per source answer tokens of budget, tokens/s and ETA; the batch
+    in progress (its answer tokens so far); per kind."""
     if pid is not None:
         state = f"running (pid {pid})"
     elif report["state"] == "finished":
@@ -274,6 +276,13 @@ def format_status(report: dict, pid: int | None, work: Path) -> str:
         f"{'all':<16}{report['answer_tokens']:>11,} / {report['budget']:>10,}{total:>7.0%}"
         f"{'':>9}{rate:>10}{format_duration(report['eta_s']):>9}"
     )
+    batch = BatchInProgress.from_record(report.get("batch"))  # (older jobs write none)
+    if batch is not None and pid is not None:
+        rate = batch.tokens_per_s
+        lines.append(
+            f"in progress: {batch.words()}; {format_duration(batch.seconds)} in"
+            + (f", {rate:.0f} answer tokens/s" if rate else "")
+        )
     kinds = ", ".join(f"{kind} {count:,}" for kind, count in report["kinds"].items())
     lines += ["", f"answer tokens by kind: {kinds or 'none yet'}"]
     magpie = report["sources"].get("magpie", {})

@@ -21,7 +21,8 @@ Answers: `answer_prompts` is the one way the target answers prompts for training
 (`specdec data`, `--data self` and the other sources, held-out answers, gpu_distill.py): calls
 of like-length prompts (`length_calls`, the one batching rule), each one left-padded
 `answer_batch`; optionally saved call by call as shards (so a stopped run resumes), within a
-token budget or a `Deadline`, sampled at a temperature. Training computes the target's
+token budget or a `Deadline`, sampled at a temperature, reporting each call as it ends and
+each token step as it happens. Training computes the target's
 features of the answers itself, batch by batch (online_features.py).
 """
 
@@ -243,6 +244,14 @@ class CallDone:
     seconds: float  # this call's
 
 
+@dataclass(frozen=True)
+class StepDone:
+    """What `answer_batch` reports to `on_step` after each token step of its `generate` call."""
+
+    generated: int  # answer tokens this step made: one per row that had not ended before it
+    ended: int  # rows ended so far (an end-of-turn token)
+
+
 @torch.inference_mode()
 def answer_prompts(
     model,
@@ -253,6 +262,7 @@ def answer_prompts(
     shard_dir: Path | None,
     *,
     progress: Callable[[CallDone], None] | None = None,
+    on_step: Callable[[StepDone], None] | None = None,
     budget: float | None = None,
     deadline: Deadline | None = None,
     cached_only: bool = False,
@@ -270,7 +280,8 @@ def answer_prompts(
     slack=slack)`, shortest first, or in an order shuffled with the seed `shuffle` (so that a
     deadline drops a random subset, not the longest prompts); each is one `answer_batch`
     (end at `eos_ids`, default the model's generation config's), greedy unless `temperature`
-    > 0.
+    > 0. `progress` hears of each call as it ends, `on_step` of each token step of a call that
+    generates (`answer_batch`'s).
 
     With a `shard_dir`, call n is saved as `gen-NNNNN.pt` there as it ends, and a shard an
     earlier run left is read instead of answering again when it holds answers to this call's
@@ -302,8 +313,9 @@ def answer_prompts(
             continue
         if made is None:
             answered = answer_batch(
-                model, asked, max_new_tokens, pad, eos_ids, temperature=temperature
-            )
+                model, asked, max_new_tokens, pad, eos_ids, temperature=temperature,
+                on_step=on_step,
+            )  # fmt: skip
             made = [
                 {"ids": prompt + answer, "start": len(prompt)}
                 for prompt, (answer, _) in zip(asked, answered, strict=True)
@@ -350,6 +362,7 @@ def answer_batch(
     keep_features: bool = False,
     temperature: float = 0.0,
     enough: float = 1.0,
+    on_step: Callable[[StepDone], None] | None = None,
 ) -> list[tuple[list[int], torch.Tensor | None]]:
     """The target's answers to `prompts` in one left-padded `generate` call: per prompt, the
     answer ids up to and including its first end-of-turn token (or `max_new_tokens` ids; with
@@ -357,7 +370,9 @@ def answer_batch(
     cut where they were, without an end-of-turn token), and
     with `keep_features` the final-norm features of the prompt and of every answer token but
     the last ([len(prompt) + len(answer) - 1, h]). Greedy unless `temperature` > 0, which
-    samples from the full distribution (the caller seeds torch for reproducible samples)."""
+    samples from the full distribution (the caller seeds torch for reproducible samples).
+    `on_step` hears of every token step as it happens (`CountSteps`): its answer tokens add up
+    to the answers' lengths."""
     width = max(len(p) for p in prompts)
     input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)
     mask = torch.zeros((len(prompts), width), dtype=torch.long)
@@ -367,7 +382,9 @@ def answer_batch(
     sampling = {"do_sample": False}
     if not is_greedy(temperature):
         sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0}
-    criteria = [EnoughEnded(width, eos_ids, enough)] if enough < 1.0 else []
+    criteria: list[StoppingCriteria] = [EnoughEnded(width, eos_ids, enough)] if enough < 1.0 else []
+    if on_step is not None:
+        criteria.append(CountSteps(eos_ids, on_step))
     out = model.generate(
         input_ids=input_ids.to(model.device),
         attention_mask=mask.to(model.device),
@@ -408,3 +425,20 @@ class EnoughEnded(StoppingCriteria):
         ended = torch.isin(answers, self.eos.to(answers.device)).any(dim=1)
         enough = ended.float().mean() >= self.share
         return torch.full_like(ended, bool(enough))
+
+
+class CountSteps(StoppingCriteria):
+    """Never ends generation: tells `report` after each token step how many answer tokens it
+    made (the rows that had not ended before it, so an end-of-turn token counts and what
+    follows it does not, as `answer_batch` cuts the answers) and how many rows have ended."""
+
+    def __init__(self, eos_ids: set[int], report: Callable[[StepDone], None]) -> None:
+        self.eos, self.report = torch.tensor(sorted(eos_ids), dtype=torch.long), report
+        self.ended: torch.Tensor | None = None
+
+    def __call__(self, input_ids: torch.LongTensor, scores, **kwargs) -> torch.BoolTensor:
+        last = input_ids[:, -1]
+        before = self.ended if self.ended is not None else torch.zeros_like(last, dtype=torch.bool)
+        self.ended = before | torch.isin(last, self.eos.to(last.device))
+        self.report(StepDone(int((~before).sum()), int(self.ended.sum())))
+        return torch.zeros_like(self.ended)

@@ -9,6 +9,10 @@ Contract:
   `shards/SOURCE/NNNNNN.shard` (one `Shard` per finished batch, job_shards.py),
   `card.json` (what the corpus holds, corpus_card.py; rewritten after every shard),
   `status.json` (progress) and `job.log`.
+- `status.json` is rewritten after every batch and, while a batch runs, at most every
+  `LIVE_EVERY_S` with the batch in progress (`batch`, batch_progress.py: its answers and the
+  answer tokens generated so far, counted token step by token step), so a batch that takes
+  minutes still shows its tokens and, before any batch has ended, the rate and ETA they imply.
 - Batch n of a source is a pure function of the plan and of batches 0..n-1: candidate requests
   n·B .. (n+1)·B - 1 of its stream (request_streams.py; magpie's are written by the target
   with seed `seed`·1000003 + n). A shard is written to a temporary name and renamed, so a job
@@ -30,6 +34,7 @@ Contract:
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -47,6 +52,7 @@ from specdec_core.models.loading import LoadedModel
 from specdec_core.resources import resource_path
 from specdec_core.run.prompts import encode_chat
 from specdec_core.training import datasets, magpie
+from specdec_core.training.batch_progress import BatchInProgress
 from specdec_core.training.corpus_card import CorpusCard, weights_sha256
 from specdec_core.training.job_plan import SOURCES, JobPlan, job_lock, prepare
 from specdec_core.training.job_shards import Answered, Answering, Shard, read_shards, shard_path
@@ -67,6 +73,7 @@ from specdec_core.training.request_streams import (
 
 PADDING_SLACK = 64  # tokens a call's prompts may exceed twice its shortest by (length_calls)
 RECENT = 15  # batches whose median rate sets a source's tokens/s and ETA
+LIVE_EVERY_S = 1.0  # while a batch runs, the least time between two writes of status.json
 
 
 @dataclass
@@ -233,6 +240,10 @@ class GenerationJob:
         self.eos = set(target.eos_ids)
         self.started = time.time()
         self.state, self.message = "running", ""
+        self.current: BatchInProgress | None = None  # the batch being made
+        self.current_began = 0.0  # its time.monotonic() at start
+        self.written_at = -math.inf  # time.monotonic() of the last status write
+        self.written_batch: tuple[str, int] | None = None  # the batch in progress it showed
         own = [str(work / Path(pattern).expanduser()) for pattern in plan.exclude]
         exclude = [*evaluation_prompts(own), *exclude, *held_out_prompts(),
                    *bundled_evaluation_prompts()]  # fmt: skip
@@ -284,26 +295,37 @@ class GenerationJob:
             if not behind:
                 self.state = "finished"
                 break
-            self.run_batch(self.sources[furthest_behind(behind, self.budgets)])
+            self.run_batch(self.sources[furthest_behind(behind, self.budgets)], self.write_live)
             self.write_status()
         else:
             self.state = "stopped"
         return self.write_status()
 
-    def run_batch(self, source: _Source) -> Shard:
-        """Generate `source`'s next batch and write its shard; -> the shard."""
+    def run_batch(self, source: _Source, report: Callable[[], object] = lambda: None) -> Shard:
+        """Generate `source`'s next batch and write its shard; -> the shard. While it runs,
+        `current` says where it is, and `report()` is called as that changes (each token
+        step)."""
         number = source.progress.batches
         began = time.monotonic()
-        size = self.plan.batch_of(source.name)
-        before = Counter(source.gate.rejected)
-        found = source.stream.batch(number, size)
-        writing = time.monotonic() - began if found.written else 0.0
-        kept = [r for r in found.requests if source.gate.keep(joined(r))]
-        rejected = source.gate.rejected - before
-        how = replace(self.answering, temperature=self.plan.temperature_of(number))
-        if how.temperature:
-            torch.manual_seed(self.plan.seed * 1000003 + number)
-        answered = self._answer(kept, source.stream.max_prompt, rejected, how.temperature)
+        self.current, self.current_began = BatchInProgress(source.name, number), began
+        try:
+            report()
+            size = self.plan.batch_of(source.name)
+            before = Counter(source.gate.rejected)
+            found = source.stream.batch(number, size)
+            writing = time.monotonic() - began if found.written else 0.0
+            kept = [r for r in found.requests if source.gate.keep(joined(r))]
+            rejected = source.gate.rejected - before
+            how = replace(self.answering, temperature=self.plan.temperature_of(number))
+            if how.temperature:
+                torch.manual_seed(self.plan.seed * 1000003 + number)
+            self.current.phase = "answering"
+            report()
+            answered = self._answer(
+                kept, source.stream.max_prompt, rejected, how.temperature, self.current, report
+            )
+        finally:
+            self.current = None
         seconds = round(time.monotonic() - began, 3)
         shard = Shard(source.name, number, found.count, found.count < size, found.written,
                       dict(rejected), seconds, answered, round(writing, 3), how)  # fmt: skip
@@ -317,13 +339,33 @@ class GenerationJob:
         return shard
 
     def _answer(
-        self, requests: list[Request], limit: int, rejected: Counter, temperature: float
+        self,
+        requests: list[Request],
+        limit: int,
+        rejected: Counter,
+        temperature: float,
+        batch: BatchInProgress,
+        report: Callable[[], object],
     ) -> list[Answered]:
         """Answer every request turn by turn, each turn with the earlier answers in context
         (greedily, or sampled at `temperature`); a request whose prompt grows past `limit`
-        tokens is dropped (counted as long)."""
+        tokens is dropped (counted as long). `batch` counts the answers and their tokens as
+        they are made (exactly at each call's end), `report()` after each token step."""
         histories: list[list[dict] | None] = [[] for _ in requests]
         answered: list[Answered] = []
+        answers = tokens = turn_began = 0  # answers and answer tokens of the calls ended
+
+        def step(done: datasets.StepDone) -> None:
+            batch.answers = answers + done.ended
+            batch.answer_tokens += done.generated
+            report()
+
+        def call_ended(done: datasets.CallDone) -> None:  # the exact count replaces the steps'
+            nonlocal answers, tokens
+            answers, tokens = len(answered), turn_began + done.answer_tokens
+            batch.answers, batch.answer_tokens = answers, tokens
+            report()
+
         for turn in range(max((len(r.turns) for r in requests), default=0)):
             rows, prompts = [], []
             for row, request in enumerate(requests):
@@ -338,10 +380,11 @@ class GenerationJob:
                     continue
                 rows.append(row)
                 prompts.append(ids)
+            turn_began = tokens
             found = datasets.answer_prompts(
                 self.target.model, self.tok, prompts, self.plan.max_new_tokens, self.plan.rows,
                 None, slack=PADDING_SLACK, eos_ids=self.eos,
-                temperature=temperature,
+                temperature=temperature, progress=call_ended, on_step=step,
             )  # fmt: skip
             for i, sample in found:
                 request = requests[rows[i]]
@@ -375,13 +418,19 @@ class GenerationJob:
         seconds = sum(s.progress.seconds for s in self.sources.values())
         made = sum(s.progress.answer_tokens for s in self.sources.values())
         overall_rate = made / seconds if seconds else None
+        live = self.current
+        if live is not None:
+            live = replace(live, seconds=round(time.monotonic() - self.current_began, 1))
         eta, remaining = 0.0, 0
         for name, source in self.sources.items():
             p = source.progress
             rate = p.rate
             left = 0 if p.done else p.budget - p.answer_tokens
+            if live is not None and live.source == name:
+                left = max(0, left - live.answer_tokens)  # made already, not yet in a shard
             remaining += left
-            speed = rate or overall_rate
+            # before any batch has ended, the one in progress says how fast tokens come
+            speed = rate or overall_rate or (live.tokens_per_s if live is not None else None)
             source_eta = left / speed if speed else None
             eta = eta + source_eta if eta is not None and source_eta is not None else None
             kinds.update(p.kinds)
@@ -421,6 +470,7 @@ class GenerationJob:
             "tokens_per_s": round(remaining / eta if remaining and eta else overall_rate or 0, 1)
             or None,
             "eta_s": round(eta) if eta is not None else None,
+            "batch": live.to_record() if live is not None else None,
             "sources": sources,
             "kinds": dict(sorted(kinds.items())),
         }
@@ -428,7 +478,18 @@ class GenerationJob:
     def write_status(self) -> dict:
         status = self.status()
         write_atomic(self.work / "status.json", json.dumps(status, indent=1).encode())
+        self.written_at = time.monotonic()
+        live = self.current
+        self.written_batch = (live.source, live.number) if live is not None else None
         return status
+
+    def write_live(self) -> None:
+        """`write_status` while a batch runs: at once when a batch has begun, then at most
+        every `LIVE_EVERY_S` (it is called on every token step)."""
+        live = self.current
+        begun = live is not None and self.written_batch != (live.source, live.number)
+        if begun or time.monotonic() - self.written_at >= LIVE_EVERY_S:
+            self.write_status()
 
 
 def read_conversations(path: str | None) -> list[list[dict]]:
