@@ -291,3 +291,21 @@ def first_two_pvalues_tree(target, drafter, temperature, top_p):
     config = DecodeConfig(max_new_tokens=2, tree_tokens=6, temperature=temperature, top_p=top_p)
     firsts, seconds, accepted = sample_first_two_tokens(target, drafter, ids, config, 2000, 11)
     return chi_square_pvalue(firsts, first), chi_square_pvalue(seconds, second), accepted
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["dflash", "ddtree"])
+def test_the_bundled_drafter_on_the_embedded_model_gives_the_targets_greedy_output(
+    embedded, method
+):
+    draft = load_dflash("embedded", embedded)
+    assert draft.spec.block_size == 8 and draft.spec.draft_vocab_size == 8192
+    ids = embedded.tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Name three uses of a paperclip."}],
+        add_generation_prompt=True,
+        tokenize=True,
+        return_dict=False,
+    )
+    config = DecodeConfig(max_new_tokens=40, tree_tokens=8)
+    reference, speculative = ar_and(embedded, method, list(ids), config, draft)
+    assert speculative.token_ids == reference.token_ids
