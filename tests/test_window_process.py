@@ -50,11 +50,12 @@ window.decoding.select(window.decoding.method, "eagle2")
 window.actions.export_server.trigger()
 dialog = window.server.export_dialog
 assert isinstance(dialog.head_source, HeadExportSource)
-assert "sglang.launch_server" in dialog.texts["sglang"].toPlainText()
+assert "sglang.launch_server" not in dialog.texts["sglang"].toPlainText()  # the head first
 dialog.head_engine.setCurrentIndex(dialog.head_engine.findData("sglang"))
 dialog.head_folder.setText(sys.argv[2])
 assert dialog.write_head()
 wait_until(lambda: dialog.head_status.text().startswith("wrote "))
+assert "sglang.launch_server" in dialog.texts["sglang"].toPlainText()
 assert sys.argv[2] in dialog.texts["sglang"].toPlainText()
 window.decoding.select(window.decoding.method, "classic")
 window.actions.export_server.trigger()

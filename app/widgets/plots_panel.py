@@ -29,8 +29,8 @@ from specdec_core.decoding.events import Step
 
 REDRAW_MS = 1000  # the shortest interval between redraws during a run
 PAINT_SHARE = 0.05  # of one core, at most, for redrawing the plots
-# each plot's least height: four plots and a key of every method (seven lines) fit 800 pixels
-PLOT_HEIGHT = 135
+# each plot's least height: four plots and a key of every method (eight lines) fit 800 pixels
+PLOT_HEIGHT = 124
 
 
 class PlotsPanel(QWidget):

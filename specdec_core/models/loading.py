@@ -201,15 +201,13 @@ def choose_dtype(
     dtype: str, device: torch.device, config: PretrainedConfig | None = None
 ) -> DtypeChoice:
     """The one place `--dtype` becomes a torch dtype. `auto`: bf16 on CUDA where supported
-    (else fp16), fp16 on MPS; on a CPU bfloat16 where it multiplies bf16 natively (AVX-512
-    BF16, AMX), float32 elsewhere. `config` (the model's, where known): a model whose attention
-    is soft-capped stays in float32, since its bf16 verify would not give `ar`'s bits.
+    (else fp16), fp16 on MPS; on a CPU float32, the model's own output, whose reason says
+    where `--dtype bfloat16` runs faster (a CPU that multiplies bf16 natively: AVX-512 BF16,
+    AMX). `config`: the model's, where known (unused on a CPU today).
 
-    Native bf16 runs `ar` and the speculative methods faster (measured: docs/benchmarks.md,
-    "bf16 by default where the CPU multiplies it"), and speculative output stays identical to
-    bf16 `ar` (the verify attends row by row, cpu_attention.py); float32 `ar`'s output, the
-    model's own, is the check `--reference fp32` runs. `SPECDEC_AUTO_DTYPE` fixes what `auto`
-    means."""
+    In bf16 the head methods' output stays identical to bf16 `ar` (the verify attends row by
+    row, cpu_attention.py); float32 `ar`'s output is the check `--reference fp32` runs.
+    `SPECDEC_AUTO_DTYPE` fixes what `auto` means."""
     if dtype != "auto":
         try:
             return DtypeChoice(DTYPES[dtype], f"dtype {dtype}, as asked")
@@ -233,22 +231,18 @@ def choose_dtype(
 
 
 def _cpu_auto(config: PretrainedConfig | None) -> DtypeChoice:
+    """float32 on every CPU: the model's own output. Where the CPU multiplies bf16 natively the
+    reason says that `--dtype bfloat16` runs faster (measured by scripts/bf16_auto.py)."""
     from specdec_core.models.prepacked_linear import native_bf16
 
     if not native_bf16():
-        why = "this CPU has no native bf16, which would only be slower"
-        return DtypeChoice(torch.float32, f"dtype auto: float32 ({why})")
-    if config is not None and getattr(config, "attn_logit_softcapping", None) is not None:
-        why = (
-            "this model's soft-capped attention would make bf16 speculative output drift from "
-            "bf16 ar; --dtype bfloat16 to run it anyway"
-        )
+        why = "the model's own output; this CPU has no native bf16, which would only be slower"
         return DtypeChoice(torch.float32, f"dtype auto: float32 ({why})")
     why = (
-        f"this CPU multiplies bf16 natively ({_bf16_units()}): faster, speculative output "
-        "identical to bf16 ar; --dtype float32 for the model's own float32 output"
+        f"the model's own output; this CPU multiplies bf16 natively ({_bf16_units()}): "
+        "--dtype bfloat16 runs faster"
     )
-    return DtypeChoice(torch.bfloat16, f"dtype auto: bfloat16 ({why})")
+    return DtypeChoice(torch.float32, f"dtype auto: float32 ({why})")
 
 
 def _bf16_units() -> str:
