@@ -34,11 +34,10 @@ from specdec_core.control import Progress, StopFlag
 from specdec_core.errors import SpecdecError
 from specdec_core.files import save_tensors_atomic, write_atomic
 from specdec_core.heads.dflash.draft import DFlashDraft, DFlashSpec
-from specdec_core.models import hub
 from specdec_core.models.loading import LoadedModel, drafting_dtype
+from specdec_core.models.model_folder import FolderKind, check_spec, read_config, resolve
 from specdec_core.models.prepacked_linear import prepack
 from specdec_core.models.weights_file import check_shapes, listed, read_weights
-from specdec_core.resources import resource_path
 
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
@@ -229,61 +228,26 @@ def check_fits(spec: DFlashSpec, target: LoadedModel, name: str) -> None:
         raise SpecdecError(f"{name}: mask_token_id {spec.mask_token_id} is outside the vocabulary")
 
 
+KIND = FolderKind("DFlash drafter", "drafter", "--dflash", BUNDLED, "specdec train dflash")
+
+
 def check_dflash_spec(spec: str) -> None:
     """Refuse a `--dflash` that is neither `embedded`, a directory nor a hub id (before a model
     loads)."""
-    if spec == "embedded":
-        return
-    path = Path(spec).expanduser()
-    if path.is_dir():
-        return
-    if path.exists() or spec.startswith((".", "/", "~")) or not hub.is_hub_spec(spec):
-        raise SpecdecError(
-            f"DFlash drafter not found: {spec}; give a drafter directory, a hub id or embedded"
-        )
+    check_spec(spec, KIND)
 
 
-def _resolve(spec: str, progress: Progress | None, stop: StopFlag | None) -> tuple[Path, str]:
-    check_dflash_spec(spec)
-    if spec == "embedded":
-        bundled = resource_path(BUNDLED)
-        if not (bundled / CONFIG).is_file():
-            raise SpecdecError(
-                "this install has no bundled DFlash drafter; pass --dflash DIR (train one with "
-                "specdec train dflash) or a DFlash hub id"
-            )
-        return bundled, "the bundled DFlash drafter"
-    path = Path(spec).expanduser()
-    if path.is_dir():
-        return path, spec
-    directory = hub.fetch(
-        spec,
-        what="DFlash drafter",
-        tokenizer=False,
-        check_config=lambda values: spec_from_config(values, spec),
-        progress=progress,
-        stop=stop,
+def _located(spec: str, progress: Progress | None, stop: StopFlag | None):
+    """(folder, name, DFlashSpec) of `spec`."""
+    directory, name = resolve(
+        spec, KIND, lambda values: spec_from_config(values, spec), progress, stop
     )
-    return directory, spec
-
-
-def _read_config(directory: Path, name: str) -> dict:
-    path = directory / CONFIG
-    if not path.is_file():
-        raise SpecdecError(f"{name} has no config.json; is it a DFlash drafter directory?")
-    try:
-        values = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        raise SpecdecError(f"{path} is not valid JSON; copy the drafter again") from None
-    if not isinstance(values, dict):
-        raise SpecdecError(f"{path} is not a JSON object; copy the drafter again")
-    return values
+    return directory, name, spec_from_config(read_config(directory, name, KIND), name)
 
 
 def read_dflash(spec: str, progress: Progress | None = None) -> DFlashDraft:
     """A drafter as it is stored (its dtype, on the CPU), bound to no target."""
-    directory, name = _resolve(spec, progress, None)
-    config = spec_from_config(_read_config(directory, name), name)
+    directory, name, config = _located(spec, progress, None)
     state = read_weights(directory, name)
     stored = next((v.dtype for v in state.values() if v.is_floating_point()), torch.float32)
     return draft_from_state(config, state, name).to(dtype=stored).eval()
@@ -298,8 +262,7 @@ def load_dflash(
 ) -> DFlashDraft:
     """`--dflash SPEC` checked against `target`, on its device in `dtype` (default
     `drafting_dtype(target)`), bound to its embedding and lm_head."""
-    directory, name = _resolve(spec, progress, stop)
-    config = spec_from_config(_read_config(directory, name), name)
+    directory, name, config = _located(spec, progress, stop)
     check_fits(config, target, name)
     draft = draft_from_state(config, read_weights(directory, name), name)
     draft.to(device=target.device, dtype=dtype or drafting_dtype(target)).eval()

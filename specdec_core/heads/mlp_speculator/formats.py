@@ -31,11 +31,10 @@ from safetensors.torch import save_file
 from specdec_core.control import Progress, StopFlag
 from specdec_core.errors import SpecdecError
 from specdec_core.heads.mlp_speculator.head import MODEL_TYPE, MLPSpeculator, SpeculatorConfig
-from specdec_core.models import hub
 from specdec_core.models.loading import LoadedModel, drafting_dtype
+from specdec_core.models.model_folder import FolderKind, check_spec, read_config, resolve
 from specdec_core.models.prepacked_linear import prepack
 from specdec_core.models.weights_file import check_shapes, listed, read_weights
-from specdec_core.resources import resource_path
 
 CONFIG, WEIGHTS, CARD = "config.json", "model.safetensors", "specdec_card.json"
 BUNDLED = "mlp-speculator"  # resources/mlp-speculator: `embedded`
@@ -259,54 +258,21 @@ def export_vllm(speculator: MLPSpeculator, out_dir: str | Path, k: int | None = 
     return VllmExport(directory, (CONFIG, WEIGHTS), setting, notes)
 
 
+KIND = FolderKind("MLP speculator", "speculator", "--speculator", BUNDLED,
+                  "specdec train mlp-speculator")  # fmt: skip
+
+
 def _read_json(directory: Path, spec: str) -> dict:
-    path = directory / CONFIG
-    if not path.is_file():
-        raise SpecdecError(f"{spec} has no config.json; is it an MLP speculator directory?")
-    try:
-        values = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        raise SpecdecError(f"{path} is not valid JSON; copy the speculator again") from None
-    if not isinstance(values, dict):
-        raise SpecdecError(f"{path} is not a JSON object; copy the speculator again")
-    return values
+    return read_config(directory, spec, KIND)
 
 
 def check_speculator_spec(spec: str) -> None:
     """Refuse a `--speculator` that is neither `embedded`, a directory nor a hub id (before
     a model loads)."""
-    if spec == "embedded":
-        return
-    path = Path(spec).expanduser()
-    if path.is_dir():
-        return
-    if path.exists() or spec.startswith((".", "/", "~")) or not hub.is_hub_spec(spec):
-        raise SpecdecError(
-            f"MLP speculator not found: {spec}; give a speculator directory, a hub id or embedded"
-        )
+    check_spec(spec, KIND)
 
 
 def _resolve(spec: str, progress: Progress | None, stop: StopFlag | None) -> tuple[Path, str]:
     """(the directory, the name errors use) of `spec`: the bundled speculator, a directory,
     or the hub snapshot of `owner/name[@revision]` (config.json checked before any weight)."""
-    check_speculator_spec(spec)
-    if spec == "embedded":
-        bundled = resource_path(BUNDLED)
-        if not (bundled / CONFIG).is_file():
-            raise SpecdecError(
-                "this install has no bundled MLP speculator; pass --speculator DIR (train one "
-                "with specdec train mlp-speculator) or a speculator hub id"
-            )
-        return bundled, "the bundled MLP speculator"
-    path = Path(spec).expanduser()
-    if path.is_dir():
-        return path, spec
-    directory = hub.fetch(
-        spec,
-        what="MLP speculator",
-        tokenizer=False,
-        check_config=lambda values: config_from_json(values, spec),
-        progress=progress,
-        stop=stop,
-    )
-    return directory, spec
+    return resolve(spec, KIND, lambda values: config_from_json(values, spec), progress, stop)
