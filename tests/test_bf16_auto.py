@@ -23,7 +23,7 @@ from specdec_core.measurement.reference_check import check, reference_output
 from specdec_core.models import prepacked_linear
 from specdec_core.models.loading import AUTO_DTYPE_ENV, auto_dtype_reason, choose_dtype
 from specdec_core.models.prepacked_linear import native_bf16
-from tests.tiny import prompt, tiny_config, tiny_model, tiny_tokenizer
+from tests.tiny import prompt, tiny_model, tiny_tokenizer
 
 CPU = torch.device("cpu")
 needs_native_bf16 = pytest.mark.skipif(
@@ -54,7 +54,7 @@ def cli(capsys, *argv):
 @pytest.mark.parametrize("native", [True, False])
 def test_auto_is_float32_on_a_cpu_and_says_where_bfloat16_runs_faster(monkeypatch, native):
     monkeypatch.setattr(prepacked_linear, "native_bf16", lambda: native)
-    choice = choose_dtype("auto", CPU, tiny_config())
+    choice = choose_dtype("auto", CPU)
     assert choice.dtype == torch.float32
     assert choice.reason == auto_dtype_reason(CPU)  # one decision, one line
     assert choice.reason.startswith("dtype auto: float32 (") and "\n" not in choice.reason

@@ -78,13 +78,8 @@ class DFlashDrafter(Drafter):
             return EMPTY
         laps = Laps(self.draft.fc.weight.device)
         logits = self.block_logits(ids, config, laps)
-        if config.greedy:
-            tokens = logits.argmax(-1).tolist()
-            q = torch.zeros_like(logits)
-            q[torch.arange(len(tokens)), tokens] = 1.0
-        else:
-            q = probs(logits, config.temperature, config.top_p)
-            tokens = [sample(row, generator) for row in q]
+        q = probs(logits, config.temperature, config.top_p)  # one-hot rows at temperature 0
+        tokens = q.argmax(-1).tolist() if config.greedy else [sample(row, generator) for row in q]
         laps.lap("tokens")
         self.parts = laps.take()
         return Proposal(tokens=tokens, q=q)

@@ -42,7 +42,6 @@ from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
     AutoTokenizer,
-    PretrainedConfig,
     PreTrainedModel,
 )
 
@@ -197,13 +196,11 @@ class DtypeChoice:
         return str(self.dtype).removeprefix("torch.")
 
 
-def choose_dtype(
-    dtype: str, device: torch.device, config: PretrainedConfig | None = None
-) -> DtypeChoice:
+def choose_dtype(dtype: str, device: torch.device) -> DtypeChoice:
     """The one place `--dtype` becomes a torch dtype. `auto`: bf16 on CUDA where supported
     (else fp16), fp16 on MPS; on a CPU float32, the model's own output, whose reason says
     where `--dtype bfloat16` runs faster (a CPU that multiplies bf16 natively: AVX-512 BF16,
-    AMX). `config`: the model's, where known (unused on a CPU today).
+    AMX).
 
     In bf16 the head methods' output stays identical to bf16 `ar` (the verify attends row by
     row, cpu_attention.py); float32 `ar`'s output is the check `--reference fp32` runs.
@@ -227,10 +224,10 @@ def choose_dtype(
         return DtypeChoice(torch.float16, "dtype auto: float16 (this GPU has no bf16)")
     if device.type == "mps":
         return DtypeChoice(torch.float16, "dtype auto: float16 (Apple GPUs run fp16 natively)")
-    return _cpu_auto(config)
+    return _cpu_auto()
 
 
-def _cpu_auto(config: PretrainedConfig | None) -> DtypeChoice:
+def _cpu_auto() -> DtypeChoice:
     """float32 on every CPU: the model's own output. Where the CPU multiplies bf16 natively the
     reason says that `--dtype bfloat16` runs faster (measured by scripts/bf16_auto.py)."""
     from specdec_core.models.prepacked_linear import native_bf16
@@ -294,7 +291,7 @@ def load_model(
             f"cannot read the config of '{spec}' ({first_line(error)}); check that it is a "
             "transformers causal language model"
         ) from None
-    choice = choose_dtype(dtype, torch_device, hf_config)
+    choice = choose_dtype(dtype, torch_device)
     torch_dtype = choice.dtype
     if dtype == "auto":
         report(choice.reason, 0.0)

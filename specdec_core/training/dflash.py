@@ -103,9 +103,9 @@ def mask_token_for(target: LoadedModel) -> int:
     """An id to embed the mask slots with: a special token of the tokenizer that its chat
     template never writes (the last such one), else the vocabulary's last id."""
     tokenizer = target.tokenizer
-    template = str(getattr(tokenizer, "chat_template", "") or "")
+    template = str(tokenizer.chat_template or "")
     used = {tokenizer.eos_token_id, tokenizer.bos_token_id, tokenizer.pad_token_id}
-    for token in reversed(list(getattr(tokenizer, "all_special_tokens", []) or [])):
+    for token in reversed(tokenizer.all_special_tokens):
         token_id = tokenizer.convert_tokens_to_ids(token)
         if token not in template and token_id not in used and 0 <= token_id < target.vocab_size:
             return int(token_id)

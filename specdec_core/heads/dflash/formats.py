@@ -25,6 +25,7 @@ names it, and every shape is checked against the config.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -171,9 +172,9 @@ def draft_from_state(spec: DFlashSpec, state: dict[str, torch.Tensor], name: str
     state = dict(state)
     t2d = state.pop("t2d", None)
     if "embed_tokens.weight" in state:
-        spec = DFlashSpec(**{**spec.__dict__, "own_embedding": True})
+        spec = replace(spec, own_embedding=True)
     if spec.draft_vocab_size is None and "lm_head.weight" in state:
-        spec = DFlashSpec(**{**spec.__dict__, "draft_vocab_size": state["lm_head.weight"].shape[0]})
+        spec = replace(spec, draft_vocab_size=state["lm_head.weight"].shape[0])
     if spec.draft_vocab_size is not None and "d2t" not in state:
         if spec.draft_vocab_size != spec.body.vocab_size:
             raise SpecdecError(f"{name}: a reduced draft vocabulary needs its d2t map")
